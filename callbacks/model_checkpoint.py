@@ -1,0 +1,217 @@
+"""ModelCheckpoint: top-k by a monitored metric, plus an always-newest ``last.ckpt``."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from trainer._checks import flag, one_of, positive_int
+
+from .base import Callback
+
+if TYPE_CHECKING:
+    from trainer import Trainer, TrainModule
+
+LAST = "last.ckpt"
+
+
+class ModelCheckpoint(Callback):
+    """Save the full training state every ``every_n_epochs`` epochs and/or every
+    ``every_n_train_steps`` optimizer steps.
+
+    Keeps the ``save_top_k`` best files by ``monitor`` (the most recent ones without a
+    monitor; ``-1`` keeps all, ``0`` none) and, with ``save_last``, ``last.ckpt`` as the
+    newest. ``dirpath`` defaults to ``<run dir>/checkpoints``. ``filename`` is a format
+    string over ``epoch``, ``step`` and logged metrics, e.g. ``"{epoch}-{val_loss:.3f}"``.
+    Files are written atomically, and an old top-k file is deleted only after its
+    replacement is fully on disk.
+    """
+
+    def __init__(
+        self,
+        dirpath: str | os.PathLike | None = None,
+        filename: str | None = None,
+        monitor: str | None = None,
+        mode: str = "min",
+        save_top_k: int = 1,
+        save_last: bool = True,
+        every_n_train_steps: int | None = None,
+        every_n_epochs: int | None = 1,
+    ) -> None:
+        if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
+            raise TypeError(f"ModelCheckpoint(dirpath={dirpath!r}) must be a path or None.")
+        if filename is not None and not isinstance(filename, str):
+            raise TypeError(f"ModelCheckpoint(filename={filename!r}) must be a format string such as '{{epoch}}-{{step}}'.")
+        if monitor is not None and (not isinstance(monitor, str) or not monitor):
+            raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a logged metric's name or None.")
+        self.dirpath_given = None if dirpath is None else os.fspath(dirpath)
+        self.dirpath: str | None = self.dirpath_given
+        self.filename = filename or ("{epoch}-{step}" if monitor is None else "{epoch}-{step}-{" + monitor + ":.4g}")
+        self.monitor = monitor
+        self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"))
+        self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1)
+        self.save_last = flag("ModelCheckpoint(save_last)", save_last)
+        self.every_n_train_steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, allow_none=True)
+        self.every_n_epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, allow_none=True)
+        self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
+        self.best_model_path = ""
+        self.last_model_path = ""
+        self._last_step_saved = -1
+
+    @property
+    def state_key(self) -> str:
+        return f"ModelCheckpoint[monitor={self.monitor}]"
+
+    @property
+    def best_model_score(self) -> float | None:
+        return self.best_k_models.get(self.best_model_path)
+
+    # --- hooks -------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if self.dirpath_given is None:
+            base = trainer.run_dir if trainer.run_dir is not None else os.getcwd()
+            self.dirpath = os.path.join(base, "checkpoints")
+        if trainer.is_global_zero:
+            _check_writable(self.dirpath)
+
+    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        n = self.every_n_train_steps
+        if n is not None and trainer.global_step % n == 0 and trainer.global_step != self._last_step_saved:
+            self._save(trainer, module)
+
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        n = self.every_n_epochs
+        if n is not None and (trainer.current_epoch + 1) % n == 0 and trainer.global_step != self._last_step_saved:
+            self._save(trainer, module)
+
+    def save_last(self, trainer: Trainer, module: TrainModule) -> str:
+        """Write only ``last.ckpt`` (used when a signal stops the run). Every rank must call."""
+        path = os.path.join(self.dirpath, LAST)
+        trainer.save_checkpoint(path)
+        self.last_model_path = path
+        return path
+
+    # --- saving ------------------------------------------------------------------------
+    def _save(self, trainer: Trainer, module: TrainModule) -> None:
+        self._last_step_saved = trainer.global_step
+        score = self._score(trainer)
+        keep = self._keeps(score)
+        if not keep and not self.save_last:
+            return
+        path = os.path.join(self.dirpath, self._format(trainer)) if keep else os.path.join(self.dirpath, LAST)
+        trainer.save_checkpoint(path)  # collective: every rank takes part, rank 0 writes
+        if keep:
+            self._add_top_k(path, score, trainer.is_global_zero)
+            if self.save_last:
+                self._link_last(path, trainer)
+        self.last_model_path = os.path.join(self.dirpath, LAST) if self.save_last else path
+
+    def _score(self, trainer: Trainer) -> float:
+        if self.monitor is None:
+            return float(trainer.global_step)
+        if self.monitor not in trainer.callback_metrics:
+            raise ValueError(
+                f"ModelCheckpoint(monitor={self.monitor!r}) was never logged. Logged metrics: "
+                f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
+                "in validation_step (or training_step), or fix the name."
+            )
+        return float(trainer.callback_metrics[self.monitor])
+
+    def _better(self, a: float, b: float) -> bool:
+        if math.isnan(a):
+            return False
+        if self.monitor is None or self.mode == "max":
+            return a > b or math.isnan(b)
+        return a < b or math.isnan(b)
+
+    def _keeps(self, score: float) -> bool:
+        if self.save_top_k == 0:
+            return False
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        worst = self._worst()
+        return self._better(score, self.best_k_models[worst])
+
+    def _worst(self) -> str:
+        worst = None
+        for path, score in self.best_k_models.items():
+            if worst is None or self._better(self.best_k_models[worst], score):
+                worst = path
+        return worst
+
+    def _add_top_k(self, path: str, score: float, writer: bool) -> None:
+        self.best_k_models[path] = score
+        if self.save_top_k != -1 and len(self.best_k_models) > self.save_top_k:
+            dropped = self._worst()
+            del self.best_k_models[dropped]
+            if writer and dropped != path and os.path.exists(dropped):
+                os.remove(dropped)  # only now: its replacement is already complete on disk
+        best = None
+        for p, s in self.best_k_models.items():
+            if best is None or self._better(s, self.best_k_models[best]):
+                best = p
+        self.best_model_path = best or ""
+
+    def _link_last(self, path: str, trainer: Trainer) -> None:
+        """Point ``last.ckpt`` at the file just written: a hard link swapped in atomically."""
+        if trainer.is_global_zero:
+            last = os.path.join(self.dirpath, LAST)
+            tmp = os.path.join(self.dirpath, f".tmp-last-{os.getpid()}.ckpt")
+            try:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+                os.link(path, tmp)
+                os.replace(tmp, last)
+            except OSError:  # no hard links on this filesystem: write it again
+                trainer.strategy.barrier()
+                trainer.save_checkpoint(last)
+                return
+        trainer.strategy.barrier()
+
+    def _format(self, trainer: Trainer) -> str:
+        values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
+        # "{epoch}" -> "epoch=3", as Lightning does, so file names say what the numbers are.
+        template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", self.filename)
+        try:
+            name = template.format_map(_Missing(values))
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"ModelCheckpoint(filename={self.filename!r}) could not be formatted: {err}") from None
+        return name.replace(os.sep, "_") + ".ckpt"
+
+    # --- state -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "dirpath": self.dirpath,
+            "best_k_models": dict(self.best_k_models),
+            "best_model_path": self.best_model_path,
+            "last_model_path": self.last_model_path,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.best_k_models = dict(state_dict.get("best_k_models", {}))
+        self.best_model_path = state_dict.get("best_model_path", "")
+        self.last_model_path = state_dict.get("last_model_path", "")
+        if self.dirpath is None:
+            self.dirpath = state_dict.get("dirpath")
+
+
+class _Missing(dict):
+    def __missing__(self, key: str) -> float:
+        return math.nan  # a metric not logged yet formats as "nan" rather than failing
+
+
+def _check_writable(dirpath: str) -> None:
+    try:
+        os.makedirs(dirpath, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=dirpath, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise PermissionError(
+            f"ModelCheckpoint cannot write to dirpath={dirpath!r}: {err.strerror or err}. "
+            "Pick a writable folder with ModelCheckpoint(dirpath=...) or Trainer(log_dir=...)."
+        ) from None

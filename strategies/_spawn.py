@@ -1,0 +1,175 @@
+"""Starting DDP worker processes from a plain ``python script.py`` and bringing results back."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.multiprocessing as mp
+
+# Seconds a failed run gives the surviving ranks to exit on their own, then again after
+# SIGTERM before SIGKILL. torch's default is 30 s each.
+SHUTDOWN_GRACE_S = 3.0
+WORKER_ENV = "TRAINER_SPAWNED_WORKER"
+
+
+class WorkerError(RuntimeError):
+    """A DDP worker process failed; the message carries its rank and traceback (or signal)."""
+
+    def __init__(self, message: str, rank: int) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_main_guard() -> None:
+    """Refuse to spawn from a process that is itself still being spawned."""
+    if mp.parent_process() is not None and os.environ.get(WORKER_ENV) is None:
+        raise RuntimeError(
+            "Trainer.fit with strategy='ddp' was called while a worker process was starting up. "
+            "Each worker re-imports your script, so the code that calls fit must sit under "
+            "`if __name__ == \"__main__\":`; otherwise every worker would start workers of its own. "
+            "Wrap your training code in that guard, or launch with `torchrun`."
+        )
+
+
+def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = "spawn") -> Any:
+    """Run ``fn(*args)`` in ``nprocs`` fresh processes; return what rank 0's ``fn`` returned.
+
+    If any rank fails, the others get ``SHUTDOWN_GRACE_S`` to stop, then SIGTERM, then
+    SIGKILL, and a ``WorkerError`` names the rank that failed first, with its traceback.
+    """
+    check_main_guard()
+    workdir = tempfile.mkdtemp(prefix="trainer-ddp-")
+    base_seed = int(torch.randint(0, 2**31 - 1, ()).item())  # follows the caller's seed
+    port = free_port()
+    try:
+        payload = pickle.dumps((fn, args))
+    except Exception as err:  # noqa: BLE001 - any pickling failure gets the same advice
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise TypeError(
+            f"strategy='ddp' sends the Trainer, model, loaders and callbacks to {nprocs} worker processes "
+            f"by pickling them, and that failed: {err}. Define classes and functions at module level "
+            "(a lambda cannot be pickled; use functools.partial, e.g. "
+            "optimizer=functools.partial(torch.optim.AdamW, lr=1e-3)), or launch the script with torchrun."
+        ) from err
+    context = mp.start_processes(
+        _worker, args=(payload, nprocs, port, base_seed, workdir), nprocs=nprocs, join=False,
+        start_method=start_method,
+    )
+    forwarded = _forward_signals(context)
+    try:
+        while not context.join(grace_period=SHUTDOWN_GRACE_S):
+            pass
+    except mp.ProcessException as err:
+        raise _worker_error(err, workdir, nprocs) from None
+    finally:
+        _restore_signals(forwarded)
+        for proc in context.processes:  # whatever path we leave by, leave no orphans
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    try:
+        result_path = os.path.join(workdir, "result.pt")
+        if not os.path.exists(result_path):
+            return None
+        # Written moments ago by our own rank 0 into a private temp dir; multiprocessing
+        # itself unpickles data from the same processes, so this adds no new trust.
+        return torch.load(result_path, weights_only=False)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _worker(local_rank: int, payload: bytes, nprocs: int, port: int, base_seed: int, workdir: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank), LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK="0",
+    )
+    os.environ[WORKER_ENV] = "1"
+    # Each rank draws its own dropout masks, reproducibly from the caller's RNG.
+    random.seed(base_seed + local_rank)
+    torch.manual_seed(base_seed + local_rank)
+    try:
+        import numpy as np
+
+        np.random.seed((base_seed + local_rank) % 2**32)
+    except ImportError:
+        pass
+    try:
+        fn, args = pickle.loads(payload)
+        result = fn(*args)
+    except BaseException:
+        # Timestamped, so the parent can tell the first failure from the ranks it took down.
+        with open(os.path.join(workdir, f"error-{local_rank}.txt"), "w") as f:
+            f.write(f"{time.time()}\n{traceback.format_exc()}")
+        raise
+    if local_rank == 0 and result is not None:
+        tmp = os.path.join(workdir, "result.pt.tmp")
+        torch.save(result, tmp)
+        os.replace(tmp, os.path.join(workdir, "result.pt"))
+
+
+def _worker_error(err: mp.ProcessException, workdir: str, nprocs: int) -> WorkerError:
+    rank = err.error_index  # the first process the parent saw exit non-zero
+    if isinstance(err, mp.ProcessExitedException) and err.signal_name:
+        # A killed rank is the cause: its peers only fail once they notice it is gone.
+        return WorkerError(
+            f"DDP rank {rank} (of {nprocs}) was killed by signal {err.signal_name} "
+            f"(exit code {err.exit_code}). The other ranks were stopped.", rank
+        )
+    errors = []
+    for r in range(nprocs):
+        path = os.path.join(workdir, f"error-{r}.txt")
+        if os.path.exists(path):
+            with open(path) as f:
+                stamp, _, tb = f.read().partition("\n")
+            errors.append((float(stamp), r, tb))
+    if errors:  # the earliest raise is the cause; later ones are peers losing their group
+        _, rank, tb = min(errors)
+        return WorkerError(f"DDP rank {rank} (of {nprocs}) failed:\n{tb}", rank)
+    return WorkerError(
+        f"DDP rank {rank} (of {nprocs}) exited with code {getattr(err, 'exit_code', '?')} before "
+        "reporting an error. If it died while starting up, check that the script's training code "
+        "is under `if __name__ == \"__main__\":` (workers re-import the script).", rank
+    )
+
+
+def _forward_signals(context: Any) -> dict[int, Any]:
+    """Pass SIGTERM/SIGINT on to the workers, which checkpoint and stop at the next step."""
+    if not _in_main_thread():
+        return {}
+
+    def forward(signum: int, frame: Any) -> None:
+        for proc in context.processes:
+            if proc.is_alive() and proc.pid is not None:
+                os.kill(proc.pid, signum)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, forward)
+    return previous
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,125 @@
+"""The Strategy interface. Every default here is what one process on one device needs."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from trainer.data import move_to_device
+
+
+class StepDispatcher(nn.Module):
+    """Routes ``forward(step_name, batch, batch_idx)`` to the user's ``*_step`` method.
+
+    Wrappers such as DistributedDataParallel hook their gradient sync into ``forward``, and
+    DataParallel replicates whatever ``forward`` runs; this is how a whole ``training_step``
+    (forward and loss) goes through them.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, step_name: str, batch: Any, batch_idx: int) -> Any:
+        return getattr(self.module, step_name)(batch, batch_idx)
+
+
+_NO_SYNC = contextlib.nullcontext()
+
+
+class Strategy:
+    """How batches reach devices, where steps run, and how processes agree.
+
+    A subclass overrides only what differs. The Trainer calls these methods and never asks
+    which strategy it has.
+    """
+
+    name = "base"
+    #: True when fit/validate/... ran in processes other than the caller's; the caller
+    #: then copies rank 0's results back.
+    spawned = False
+
+    def __init__(self) -> None:
+        self.root_device = torch.device("cpu")
+        self.global_rank = 0
+        self.local_rank = 0
+        self.world_size = 1
+        self.precision: Any = None  # set by the Trainer: autocast context and scaler
+        self.module: nn.Module | None = None  # the user's TrainModule, unwrapped
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    @property
+    def num_devices(self) -> int:
+        """How many devices one batch from the user's loader is spread over in this process."""
+        return 1
+
+    def describe(self) -> str:
+        return f"{self.name} on {self.root_device}"
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def launch(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` in the process(es) that train. Default: right here."""
+        return fn(*args)
+
+    def setup_environment(self) -> None:
+        """Join process groups, pick the device. Runs inside each training process."""
+
+    def setup_module(self, module: nn.Module) -> None:
+        self.module = module.to(self.root_device)
+
+    def teardown(self) -> None:
+        """Undo ``setup_environment`` so that the next fit can start clean."""
+
+    # --- data --------------------------------------------------------------------------
+    def process_dataloader(self, loader: Any, stage: str) -> Any:
+        return loader
+
+    def batch_to_device(self, batch: Any) -> Any:
+        return move_to_device(batch, self.root_device)
+
+    # --- steps -------------------------------------------------------------------------
+    def run_step(self, step_name: str, batch: Any, batch_idx: int) -> Any:
+        """Run ``module.<step_name>(batch, batch_idx)`` on this strategy's device(s)."""
+        with self.precision.autocast():
+            return getattr(self.module, step_name)(self.batch_to_device(batch), batch_idx)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def no_backward_sync(self) -> contextlib.AbstractContextManager:
+        """Context for an accumulation micro-step whose gradients need no sync yet."""
+        return _NO_SYNC
+
+    # --- collectives (identities on one process) ---------------------------------------
+    def barrier(self) -> None: ...
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (all ranks receive the list)."""
+        return [obj]
+
+    def reduce_metrics(
+        self, parts: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Sum each (weighted_sum, weight) pair across processes."""
+        return parts
+
+    @contextlib.contextmanager
+    def rank_zero_first(self) -> Iterator[None]:
+        yield
+
+    # --- checkpoints -------------------------------------------------------------------
+    def module_state_dict(self) -> dict[str, torch.Tensor]:
+        """The user's module's state dict, with no wrapper prefixes (``module.``)."""
+        return self.module.state_dict()

@@ -1,0 +1,155 @@
+"""DataParallel done right: one process, several GPUs, the whole step inside each replica.
+
+Classic ``nn.DataParallel`` runs only ``forward`` in the replicas and gathers every output
+onto GPU 0, where the loss is computed: GPU 0 holds all the activations' outputs and runs
+out of memory first, and the saved state dict carries ``module.`` prefixes. Here each
+replica runs the user's whole ``training_step`` (forward and loss) on its chunk; only the
+scalar losses travel, combined as a mean weighted by chunk size, so the loss and the
+gradients equal the single-device ones. The user's module is never wrapped, so its
+``state_dict()`` has no prefixes.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+import torch
+from torch.nn.parallel import replicate
+
+from trainer.data import apply_to_tensors, batch_size, move_to_device
+from trainer.metrics import MetricSink, current_sink, set_sink
+
+from .base import StepDispatcher, Strategy
+from .single_device import _check_device_exists
+
+
+def split_batch(batch: Any, n: int) -> list[tuple[Any, int]]:
+    """Split along dim 0 into at most ``n`` balanced, non-empty chunks: ``[(chunk, size), ...]``.
+
+    Tensors whose dim 0 is the batch size are sliced; everything else (scalars, strings,
+    tensors of another length) is given whole to every chunk.
+    """
+    total = batch_size(batch)
+    sizes = [total // n + (1 if i < total % n else 0) for i in range(n)]
+    chunks, start = [], 0
+    for size in sizes:
+        if size == 0:
+            break
+        stop = start + size
+        chunk = apply_to_tensors(
+            batch, lambda t, a=start, b=stop: t[a:b] if t.ndim and t.shape[0] == total else t
+        )
+        chunks.append((chunk, size))
+        start = stop
+    return chunks
+
+
+def combine_outputs(outputs: list[Any], weights: list[int], device: torch.device) -> Any:
+    """Merge per-replica outputs: scalars by weighted mean, batched tensors by concatenation
+    (in replica order, so predictions keep the batch's order), containers recursively."""
+    first = outputs[0]
+    if isinstance(first, torch.Tensor):
+        if first.ndim == 0:
+            total = float(sum(weights))
+            return sum(o.to(device) * (w / total) for o, w in zip(outputs, weights))
+        return torch.cat([o.to(device) for o in outputs], dim=0)
+    if isinstance(first, dict):
+        return type(first)((k, combine_outputs([o[k] for o in outputs], weights, device)) for k in first)
+    if isinstance(first, (list, tuple)) and not isinstance(first, str):
+        merged = [combine_outputs([o[i] for o in outputs], weights, device) for i in range(len(first))]
+        return type(first)(*merged) if hasattr(first, "_fields") else type(first)(merged)
+    return list(outputs)  # anything else: one entry per replica
+
+
+class DataParallelStrategy(Strategy):
+    """``strategy="dp"``: the loader's batch is the global batch, split across ``device_ids``."""
+
+    name = "dp"
+
+    def __init__(self, device_ids: list[int] | None = None, output_device: int | None = None) -> None:
+        super().__init__()
+        self.device_ids = list(device_ids) if device_ids is not None else None
+        self.output_device = output_device
+        self._dispatcher: StepDispatcher | None = None
+
+    def configure_devices(self, devices: str | int | list[int]) -> None:
+        gpus = torch.cuda.device_count()
+        if self.device_ids is None:
+            self.device_ids = (
+                list(range(gpus)) if devices == "auto"
+                else list(devices) if isinstance(devices, list)
+                else list(range(min(devices, gpus)))
+            )
+        for index in self.device_ids:
+            _check_device_exists("device_ids", torch.device("cuda", index))
+        if len(self.device_ids) < 2:
+            where = f"cuda:{self.device_ids[0]}" if self.device_ids else "cpu"
+            warnings.warn(
+                f"strategy='dp' needs 2 or more GPUs, but {gpus} visible GPU(s) were selected "
+                f"(devices={devices!r}); running on the single device {where} instead.",
+                stacklevel=3,
+            )
+            self.device_ids = self.device_ids[:1]
+        self.root_device = torch.device("cuda", self.device_ids[0]) if self.device_ids else torch.device("cpu")
+        if self.output_device is None:
+            self.output_device = self.device_ids[0] if self.device_ids else None
+
+    @property
+    def num_devices(self) -> int:
+        return max(len(self.device_ids or ()), 1)
+
+    def describe(self) -> str:
+        return f"dp on cuda:{self.device_ids}" if self.num_devices > 1 else f"dp (fallback) on {self.root_device}"
+
+    def setup_environment(self) -> None:
+        if self.root_device.type == "cuda":
+            torch.cuda.set_device(self.root_device)
+
+    def setup_module(self, module: torch.nn.Module) -> None:
+        super().setup_module(module)
+        self._dispatcher = StepDispatcher(self.module)
+
+    def run_step(self, step_name: str, batch: Any, batch_idx: int) -> Any:
+        if self.num_devices < 2:
+            return super().run_step(step_name, batch, batch_idx)
+        chunks = split_batch(batch, self.num_devices)
+        devices = [torch.device("cuda", i) for i in self.device_ids[: len(chunks)]]
+        inputs = [move_to_device(chunk, d) for (chunk, _), d in zip(chunks, devices)]
+        weights = [size for _, size in chunks]
+        replicas = replicate(self._dispatcher, devices, detach=not torch.is_grad_enabled())
+        outputs, sinks = self._run_replicas(replicas, inputs, devices, weights, step_name, batch_idx)
+        parent = current_sink()
+        if parent is not None and sinks[0].latest:
+            parent.merge_weighted(list(zip(sinks, weights)))
+        return combine_outputs(outputs, weights, torch.device("cuda", self.output_device))
+
+    def _run_replicas(self, replicas, inputs, devices, weights, step_name, batch_idx):  # noqa: ANN001
+        n = len(replicas)
+        outputs: list[Any] = [None] * n
+        sinks = [MetricSink() for _ in range(n)]
+        errors: list[BaseException | None] = [None] * n
+        grad_enabled = torch.is_grad_enabled()  # grad mode and autocast are thread-local
+
+        def work(i: int) -> None:
+            previous = set_sink(sinks[i])
+            sinks[i].batch_size = weights[i]
+            try:
+                with torch.cuda.device(devices[i]), torch.set_grad_enabled(grad_enabled), self.precision.autocast():
+                    outputs[i] = replicas[i](step_name, inputs[i], batch_idx)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+                errors[i] = err
+            finally:
+                set_sink(previous)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(1, n)]
+        for t in threads:
+            t.start()
+        work(0)  # the caller's thread takes the first replica
+        for t in threads:
+            t.join()
+        for i, err in enumerate(errors):
+            if err is not None:
+                raise RuntimeError(f"{step_name} failed in the DataParallel replica on {devices[i]}") from err
+        return outputs, sinks

@@ -1,0 +1,237 @@
+"""Process-based data parallel: one process per device, gradients all-reduced by DDP."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
+
+from trainer.data import rebuild_loader
+from trainer.seed import SEED_ENV
+
+from ._env import launched_env
+from ._spawn import spawn
+from .base import StepDispatcher, Strategy
+
+#: How long a collective may wait for a peer before the job fails (torch's NCCL default is 30 min).
+DEFAULT_TIMEOUT = timedelta(minutes=5)
+_START_METHODS = ("spawn", "forkserver", "fork")
+
+
+class DDPStrategy(Strategy):
+    """One process per device. Started from a plain script it spawns ``devices`` workers;
+    under ``torchrun`` (or SLURM's ``srun``) it joins the processes the launcher started.
+
+    The loader's batch size is per process: the global batch is ``batch_size * world_size``.
+    """
+
+    name = "ddp"
+
+    def __init__(
+        self,
+        backend: str | None = None,
+        start_method: str = "spawn",
+        find_unused_parameters: bool = False,
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
+    ) -> None:
+        super().__init__()
+        if start_method not in _START_METHODS:
+            raise ValueError(f"DDPStrategy(start_method={start_method!r}): valid values are {_START_METHODS}.")
+        if backend is not None and not isinstance(backend, str):
+            raise TypeError(f"DDPStrategy(backend={backend!r}): use None (auto), 'gloo' or 'nccl'.")
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+            timeout = timedelta(seconds=timeout)
+        if not isinstance(timeout, timedelta) or timeout.total_seconds() <= 0:
+            raise ValueError(f"DDPStrategy(timeout={timeout!r}): give a positive timedelta or seconds.")
+        self.backend = backend
+        self.start_method = start_method
+        self.find_unused_parameters = find_unused_parameters
+        self.timeout = timeout
+        self.num_processes = 1
+        self.device_ids: list[int] | None = None  # CUDA indices, one per local rank; None on CPU
+        self._owns_group = False
+        self._ddp: DistributedDataParallel | None = None
+
+    def configure_devices(self, devices: str | int | list[int]) -> None:
+        env = launched_env()
+        gpus = torch.cuda.device_count()
+        if env is not None:  # the launcher decided how many processes run here
+            if isinstance(devices, int) and devices != env.local_world_size:
+                raise ValueError(
+                    f"devices={devices!r} but the launcher started {env.local_world_size} process(es) on "
+                    "this node. Pass devices='auto' under torchrun, or make them match."
+                )
+            self.num_processes = env.world_size
+            if isinstance(devices, list):
+                self.device_ids = devices
+            elif gpus:
+                self.device_ids = list(range(env.local_world_size))
+            return
+        if devices == "auto":
+            self.num_processes = max(gpus, 1)
+            self.device_ids = list(range(gpus)) if gpus else None
+        elif isinstance(devices, list):
+            _check_gpu_indices(devices, gpus)
+            self.num_processes, self.device_ids = len(devices), devices
+        else:
+            if gpus and devices > gpus:
+                raise ValueError(
+                    f"devices={devices!r} with strategy='ddp', but only {gpus} CUDA device(s) are visible. "
+                    f"Use devices<={gpus}, or set CUDA_VISIBLE_DEVICES=''/-1 to run {devices} CPU processes."
+                )
+            self.num_processes = devices
+            self.device_ids = list(range(devices)) if gpus else None
+
+    def describe(self) -> str:
+        where = f"cuda:{self.device_ids}" if self.device_ids else "cpu"
+        return f"ddp ({self._backend()}) on {where}, world size {self.num_processes}"
+
+    def _backend(self) -> str:
+        return self.backend or ("nccl" if self.device_ids else "gloo")
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def launch(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if dist.is_initialized() or launched_env() is not None:
+            return fn(*args)
+        self.spawned = True  # set before pickling, so the workers know they were spawned
+        return spawn(fn, args, self.num_processes, self.start_method)
+
+    def setup_environment(self) -> None:
+        env = launched_env()
+        if env is None and not dist.is_initialized():
+            raise RuntimeError("DDPStrategy.setup_environment ran outside a launched process.")
+        if env is not None:
+            self.global_rank, self.world_size, self.local_rank = env.rank, env.world_size, env.local_rank
+        else:  # the user initialised the group; one process per device is still assumed
+            self.global_rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            self.local_rank = int(os.environ.get("LOCAL_RANK", self.global_rank))
+        if self.device_ids:
+            self.root_device = torch.device("cuda", self.device_ids[self.local_rank])
+            torch.cuda.set_device(self.root_device)
+        else:
+            self.root_device = torch.device("cpu")
+        if not dist.is_initialized():
+            dist.init_process_group(
+                self._backend(), rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
+                device_id=self.root_device if self.root_device.type == "cuda" else None,
+            )
+            self._owns_group = True
+
+    def setup_module(self, module: torch.nn.Module) -> None:
+        super().setup_module(module)
+        self._ddp = DistributedDataParallel(
+            StepDispatcher(self.module),
+            device_ids=[self.root_device.index] if self.root_device.type == "cuda" else None,
+            find_unused_parameters=self.find_unused_parameters,
+        )
+
+    def teardown(self) -> None:
+        self._ddp = None
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._owns_group = False
+
+    # --- data --------------------------------------------------------------------------
+    def process_dataloader(self, loader: Any, stage: str) -> Any:
+        if not isinstance(loader, DataLoader) or isinstance(loader.sampler, DistributedSampler):
+            return loader  # the user sharded it already, or it is not ours to rebuild
+        if stage == "train":
+            sampler: Sampler = DistributedSampler(
+                loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
+                shuffle=isinstance(loader.sampler, RandomSampler), seed=_sampler_seed(),
+                drop_last=loader.drop_last,
+            )
+        else:  # no padding: metrics and predictions count every sample exactly once
+            sampler = ContiguousShard(len(loader.dataset), self.world_size, self.global_rank)
+        return rebuild_loader(loader, sampler=sampler)
+
+    # --- steps -------------------------------------------------------------------------
+    def run_step(self, step_name: str, batch: Any, batch_idx: int) -> Any:
+        if step_name != "training_step":
+            # Evaluation needs no gradient sync; calling the module directly also lets ranks
+            # hold different numbers of evaluation batches without a collective per step.
+            return super().run_step(step_name, batch, batch_idx)
+        with self.precision.autocast():
+            return self._ddp(step_name, self.batch_to_device(batch), batch_idx)
+
+    def no_backward_sync(self) -> contextlib.AbstractContextManager:
+        return self._ddp.no_sync()
+
+    # --- collectives -------------------------------------------------------------------
+    def barrier(self) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def reduce_metrics(self, parts: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        # A rank with no evaluation batches logged nothing: agree on the names first.
+        names = sorted(set().union(*self.gather_objects(sorted(parts))))
+        if not names:
+            return {}
+        zero = torch.zeros((), dtype=torch.float64)
+        flat = torch.stack(
+            [v.detach().to("cpu", torch.float64) for n in names for v in parts.get(n, (zero, zero))]
+        ).to(self._collective_device())
+        # gloo has no AVG reduce: sum (value * weight) and the weights, divide later.
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat = flat.cpu()
+        return {n: (flat[2 * i], flat[2 * i + 1]) for i, n in enumerate(names)}
+
+    def _collective_device(self) -> torch.device:
+        return self.root_device if self._backend() == "nccl" else torch.device("cpu")
+
+    @contextlib.contextmanager
+    def rank_zero_first(self) -> Iterator[None]:
+        if not self.is_global_zero:
+            self.barrier()
+        yield
+        if self.is_global_zero:
+            self.barrier()
+
+
+class ContiguousShard(Sampler):
+    """Rank r gets the r-th contiguous slice of ``range(n)``; concatenated in rank order the
+    slices are the dataset in order, with no sample repeated or dropped."""
+
+    def __init__(self, n: int, world_size: int, rank: int) -> None:
+        per, extra = divmod(n, world_size)
+        self.start = rank * per + min(rank, extra)
+        self.stop = self.start + per + (1 if rank < extra else 0)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.stop))
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+def _sampler_seed() -> int:
+    return int(os.environ.get(SEED_ENV, "0"))
+
+
+def _check_gpu_indices(devices: list[int], gpus: int) -> None:
+    bad = [d for d in devices if d >= gpus]
+    if bad:
+        raise ValueError(
+            f"devices={devices!r}: {bad} do not exist; {gpus} CUDA device(s) are visible"
+            + (f" (indices 0..{gpus - 1}, relative to CUDA_VISIBLE_DEVICES)." if gpus else ". Use devices=<count> for CPU processes.")
+        )

@@ -1,0 +1,45 @@
+"""SIGTERM and SIGINT during fit: note them, and let the loop stop at the next step boundary."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+
+class StopSignals:
+    """While active, SIGTERM/SIGINT set ``received`` instead of killing the process.
+
+    A second SIGINT (Ctrl-C twice) restores the default behaviour and interrupts at once.
+    Handlers can only be installed from the main thread; elsewhere this does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignals":
+        self.received = None
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self.received == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+class Interrupted(RuntimeError):
+    """fit stopped because of SIGTERM or SIGINT, after writing ``last.ckpt`` when checkpointing is on."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum

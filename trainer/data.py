@@ -1,0 +1,115 @@
+"""Batches and loaders: moving nested batches, measuring them, and rebuilding loaders."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Sampler
+
+
+def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """Apply ``fn`` to every tensor in nested tuples, lists, dicts and dataclasses."""
+    if isinstance(data, torch.Tensor):
+        return fn(data)
+    if isinstance(data, (list, tuple)):
+        out = [apply_to_tensors(x, fn) for x in data]
+        if hasattr(data, "_fields"):  # namedtuple
+            return type(data)(*out)
+        return type(data)(out) if isinstance(data, list) else tuple(out)
+    if isinstance(data, dict):
+        return type(data)((k, apply_to_tensors(v, fn)) for k, v in data.items())
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        changes = {f.name: apply_to_tensors(getattr(data, f.name), fn) for f in dataclasses.fields(data) if f.init}
+        return dataclasses.replace(data, **changes)
+    return data
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    # non_blocking only helps from pinned memory; harmless otherwise.
+    non_blocking = device.type == "cuda"
+    return apply_to_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
+
+
+def batch_size(batch: Any) -> int:
+    """Length along dim 0 of the first tensor found (1 if there is none)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.ndim else 1
+    if isinstance(batch, (list, tuple)):
+        for x in batch:
+            n = batch_size(x)
+            if n:
+                return n
+        return 1
+    if isinstance(batch, dict):
+        for x in batch.values():
+            n = batch_size(x)
+            if n:
+                return n
+        return 1
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return batch_size([getattr(batch, f.name) for f in dataclasses.fields(batch)])
+    return 1
+
+
+def loader_length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:  # iterable-style dataset without __len__
+        return None
+
+
+class SkipBatches(Sampler):
+    """Yield a batch sampler's batches from ``skip`` on, without loading the skipped data.
+
+    ``after_skip`` runs once the skipped indices have been drawn: the resume path uses it to
+    put the RNG back to where the interrupted run was, after the sampler took its seed.
+    """
+
+    def __init__(self, batch_sampler: Any, skip: int, after_skip: Callable[[], None] | None = None) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip = skip
+        self.after_skip = after_skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        it = iter(self.batch_sampler)
+        for _ in range(self.skip):
+            next(it, None)
+        if self.after_skip is not None:
+            self.after_skip()
+            self.after_skip = None
+        yield from it
+
+    def __len__(self) -> int:
+        return max(0, len(self.batch_sampler) - self.skip)
+
+
+_LOADER_ARGS = (
+    "num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
+    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order",
+)
+
+
+def rebuild_loader(loader: DataLoader, *, sampler: Sampler | None = None, batch_sampler: Any = None) -> DataLoader:
+    """A copy of ``loader`` with another sampler or batch sampler and every other setting kept."""
+    if type(loader) is not DataLoader:
+        raise TypeError(
+            f"Cannot re-create the sampler of a {type(loader).__name__}: only torch.utils.data.DataLoader "
+            "is supported here. Pass a plain DataLoader, or give it a DistributedSampler yourself."
+        )
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    if batch_sampler is not None:
+        return DataLoader(loader.dataset, batch_sampler=batch_sampler, **kwargs)
+    if loader.batch_sampler is None:  # automatic batching disabled
+        return DataLoader(loader.dataset, batch_size=None, sampler=sampler, **kwargs)
+    return DataLoader(
+        loader.dataset, batch_size=loader.batch_size, sampler=sampler, drop_last=loader.drop_last, **kwargs
+    )
+
+
+def is_batch_sampler(obj: Any) -> bool:
+    return isinstance(obj, BatchSampler) or hasattr(obj, "batch_size")

@@ -1,0 +1,85 @@
+"""TrainModule: a torch.nn.Module that knows how to train itself."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from .metrics import current_sink
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+
+class TrainModule(nn.Module):
+    """Subclass this and define ``training_step`` (and optionally the other steps).
+
+    ``training_step`` returns the loss: a scalar tensor, or a dict with a ``"loss"`` key.
+    ``configure_optimizers`` returns an optimizer, ``(optimizer, scheduler)``, or
+    ``dict(optimizer=..., lr_scheduler=..., interval="epoch" | "step", monitor=...)``.
+    Leave it out to use ``Trainer(optimizer=lambda params: ...)`` instead.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._trainer: Trainer | None = None
+        self.hparams: dict[str, Any] = {}
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no training_step. Define "
+            "`def training_step(self, batch, batch_idx)` returning the loss."
+        )
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        return None
+
+    def log(self, name: str, value: Any, *, prog_bar: bool = False, batch_size: int | None = None) -> None:
+        """Record a scalar. Inside a step it is kept per step and as a batch-size-weighted epoch mean."""
+        sink = current_sink()
+        if sink is None:
+            raise RuntimeError(
+                f"self.log({name!r}, ...) was called outside a step. Call it from training_step, "
+                "validation_step, test_step or predict_step while the Trainer runs them."
+            )
+        sink.log(name, value, prog_bar, batch_size)
+
+    def save_hyperparameters(self, **extra: Any) -> None:
+        """Record the calling ``__init__``'s arguments (plus ``extra``) in ``self.hparams``.
+
+        They are written to TensorBoard's HParams tab and into every checkpoint.
+        """
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        if caller is not None:
+            info = inspect.getargvalues(caller)
+            for name in info.args[1:]:  # skip self
+                self.hparams[name] = info.locals[name]
+            if info.keywords:
+                self.hparams.update(info.locals[info.keywords])
+        self.hparams.update(extra)
+
+    @property
+    def trainer(self) -> "Trainer":
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call trainer.fit(model, ...).")
+        return self._trainer
+
+    @property
+    def device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The Trainer holds this module; don't drag it (and its open files) into pickles.
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
+        state = dict(state)
+        state["_trainer"] = None
+        return state

@@ -1,0 +1,68 @@
+"""Mixed precision: the autocast context and, for float16, the gradient scaler."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from ._checks import suggest
+
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+_ALIASES = {"32-true": "32", "bf16": "bf16-mixed", "16": "16-mixed"}
+
+
+def normalize_precision(value: Any) -> str:
+    key = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(key, str):
+        key = _ALIASES.get(key, key)
+        if key in PRECISIONS:
+            return key
+    valid = ", ".join(repr(p) for p in PRECISIONS)
+    raise ValueError(f"Unknown precision={value!r}. Valid: {valid}.{suggest(str(value), PRECISIONS)}")
+
+
+class Precision:
+    """Runs steps under autocast and scales float16 losses. ``"32"`` is a no-op."""
+
+    def __init__(self, precision: str, device: torch.device) -> None:
+        self.precision = precision
+        self.device_type = device.type
+        if precision == "16-mixed" and device.type != "cuda":
+            raise ValueError(
+                f"precision='16-mixed' needs a CUDA device, but the run is on {device.type!r}. "
+                "On a CPU use precision='bf16-mixed' (or '32')."
+            )
+        self.dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+        self.scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" else None
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        # autocast is thread-local: DataParallel replica threads enter this themselves.
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss if self.scaler is None else self.scaler.scale(loss)
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Step the optimizer; returns False when the scaler skipped it (inf/nan grads)."""
+        if self.scaler is None:
+            optimizer.step()
+            return True
+        scale = self.scaler.get_scale()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        return self.scaler.get_scale() >= scale
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.scaler is None else {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
