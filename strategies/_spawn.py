@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessException, ProcessExitedException
 
 # Seconds a failed run gives the surviving ranks to exit on their own, then again after
 # SIGTERM before SIGKILL. torch's default is 30 s each.
@@ -75,7 +76,7 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = 
     try:
         while not context.join(grace_period=SHUTDOWN_GRACE_S):
             pass
-    except mp.ProcessException as err:
+    except ProcessException as err:
         raise _worker_error(err, workdir, nprocs) from None
     finally:
         _restore_signals(forwarded)
@@ -123,9 +124,9 @@ def _worker(local_rank: int, payload: bytes, nprocs: int, port: int, base_seed: 
         os.replace(tmp, os.path.join(workdir, "result.pt"))
 
 
-def _worker_error(err: mp.ProcessException, workdir: str, nprocs: int) -> WorkerError:
+def _worker_error(err: ProcessException, workdir: str, nprocs: int) -> WorkerError:
     rank = err.error_index  # the first process the parent saw exit non-zero
-    if isinstance(err, mp.ProcessExitedException) and err.signal_name:
+    if isinstance(err, ProcessExitedException) and err.signal_name:
         # A killed rank is the cause: its peers only fail once they notice it is gone.
         return WorkerError(
             f"DDP rank {rank} (of {nprocs}) was killed by signal {err.signal_name} "

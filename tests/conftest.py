@@ -1,0 +1,47 @@
+"""Shared fixtures: every test starts in its own folder, with no process group and no launcher env."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+_LAUNCHER_ENV = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "TRAINER_GLOBAL_SEED", "TRAINER_SPAWNED_WORKER",
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    """Run in a temp dir (default log_dir='runs' lands there) with a clean environment."""
+    monkeypatch.chdir(tmp_path)
+    for name in _LAUNCHER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    rng = torch.get_rng_state()
+    yield
+    torch.set_rng_state(rng)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def requires_cuda(n: int = 1):
+    """Mark a test that needs ``n`` CUDA devices; it is skipped cleanly without them."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return pytest.mark.skipif(count < n, reason=f"needs {n} CUDA device(s), found {count}")
+
+
+@pytest.fixture
+def repo_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def script_env(repo_root) -> dict[str, str]:
+    """Environment for subprocesses that run scripts: this checkout's packages come first."""
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_ENV}
+    env["PYTHONPATH"] = repo_root + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
