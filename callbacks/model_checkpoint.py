@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import tempfile
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from trainer._checks import flag, one_of, positive_int
@@ -60,6 +62,9 @@ class ModelCheckpoint(Callback):
         self.best_model_path = ""
         self.last_model_path = ""
         self._last_step_saved = -1
+        self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
+        self._monitor_due = False  # a validation or epoch end has run, so the monitor must exist by now
+        self._warned_early = False
 
     @property
     def state_key(self) -> str:
@@ -78,49 +83,77 @@ class ModelCheckpoint(Callback):
             self.dirpath = os.path.join(base, "checkpoints")
         if trainer.is_global_zero:
             _check_writable(self.dirpath)
+            _remove_unfinished_saves(self.dirpath)
+        self._monitor_due = False
+
+    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._step_seen = trainer.global_step
 
     def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self._step_seen:
+            return  # an accumulation micro-batch: its gradients are not in any state we could save
+        self._step_seen = trainer.global_step
         n = self.every_n_train_steps
         if n is not None and trainer.global_step % n == 0 and trainer.global_step != self._last_step_saved:
             self._save(trainer, module)
 
+    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._monitor_due = True
+
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._monitor_due = True
         n = self.every_n_epochs
         if n is not None and (trainer.current_epoch + 1) % n == 0 and trainer.global_step != self._last_step_saved:
             self._save(trainer, module)
 
-    def save_last(self, trainer: Trainer, module: TrainModule) -> str:
+    def write_last(self, trainer: Trainer, module: TrainModule) -> str:
         """Write only ``last.ckpt`` (used when a signal stops the run). Every rank must call."""
         path = os.path.join(self.dirpath, LAST)
-        trainer.save_checkpoint(path)
         self.last_model_path = path
+        trainer.save_checkpoint(path)
         return path
 
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer, module: TrainModule) -> None:
-        self._last_step_saved = trainer.global_step
         score = self._score(trainer)
-        keep = self._keeps(score)
-        if not keep and not self.save_last:
-            return
-        path = os.path.join(self.dirpath, self._format(trainer)) if keep else os.path.join(self.dirpath, LAST)
-        trainer.save_checkpoint(path)  # collective: every rank takes part, rank 0 writes
-        if keep:
-            self._add_top_k(path, score, trainer.is_global_zero)
+        if score is None:  # the monitor is not logged yet; the epoch end at this step may still rank a file
             if self.save_last:
-                self._link_last(path, trainer)
+                self.write_last(trainer, module)
+            return
+        self._last_step_saved = trainer.global_step
+        keep = self._keeps(score)
+        if not keep:
+            if self.save_last:
+                self.write_last(trainer, module)
+            return
+        path = os.path.join(self.dirpath, self._format(trainer))
+        # Book-keeping first, so that the file records itself among the top k: a run resumed
+        # from it still knows every file it kept, and deletes the right ones later.
+        dropped = self._add_top_k(path, score)
         self.last_model_path = os.path.join(self.dirpath, LAST) if self.save_last else path
+        trainer.save_checkpoint(path)  # collective: every rank takes part, rank 0 writes
+        if trainer.is_global_zero and dropped is not None and dropped != path and os.path.exists(dropped):
+            os.remove(dropped)  # only now: its replacement is complete on disk
+        if self.save_last:
+            self._link_last(path, trainer)
 
-    def _score(self, trainer: Trainer) -> float:
+    def _score(self, trainer: Trainer) -> float | None:
+        """The monitored value; None while it may still be logged (no validation or epoch end yet)."""
         if self.monitor is None:
             return float(trainer.global_step)
-        if self.monitor not in trainer.callback_metrics:
-            raise ValueError(
-                f"ModelCheckpoint(monitor={self.monitor!r}) was never logged. Logged metrics: "
-                f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
-                "in validation_step (or training_step), or fix the name."
-            )
-        return float(trainer.callback_metrics[self.monitor])
+        if self.monitor in trainer.callback_metrics:
+            return float(trainer.callback_metrics[self.monitor])
+        message = (
+            f"ModelCheckpoint(monitor={self.monitor!r}) was never logged. Logged metrics: "
+            f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
+            "in validation_step (or training_step), or fix the name."
+        )
+        if self._monitor_due:
+            raise ValueError(message)
+        if not self._warned_early:  # a step checkpoint before the first validation
+            self._warned_early = True
+            warnings.warn(f"{message} Until it is, step checkpoints only update {LAST}.", stacklevel=2)
+        return None
 
     def _better(self, a: float, b: float) -> bool:
         if math.isnan(a):
@@ -144,33 +177,32 @@ class ModelCheckpoint(Callback):
                 worst = path
         return worst
 
-    def _add_top_k(self, path: str, score: float, writer: bool) -> None:
+    def _add_top_k(self, path: str, score: float) -> str | None:
+        """Record ``path``; return the file that fell out of the top k (None if none did)."""
         self.best_k_models[path] = score
+        dropped = None
         if self.save_top_k != -1 and len(self.best_k_models) > self.save_top_k:
             dropped = self._worst()
             del self.best_k_models[dropped]
-            if writer and dropped != path and os.path.exists(dropped):
-                os.remove(dropped)  # only now: its replacement is already complete on disk
         best = None
         for p, s in self.best_k_models.items():
             if best is None or self._better(s, self.best_k_models[best]):
                 best = p
         self.best_model_path = best or ""
+        return dropped
 
     def _link_last(self, path: str, trainer: Trainer) -> None:
         """Point ``last.ckpt`` at the file just written: a hard link swapped in atomically."""
         if trainer.is_global_zero:
             last = os.path.join(self.dirpath, LAST)
             tmp = os.path.join(self.dirpath, f".tmp-last-{os.getpid()}.ckpt")
+            if os.path.exists(tmp):
+                os.remove(tmp)
             try:
-                if os.path.exists(tmp):
-                    os.remove(tmp)
                 os.link(path, tmp)
-                os.replace(tmp, last)
-            except OSError:  # no hard links on this filesystem: write it again
-                trainer.strategy.barrier()
-                trainer.save_checkpoint(last)
-                return
+            except OSError:  # no hard links on this filesystem: copy (rank 0 alone, no collective)
+                shutil.copyfile(path, tmp)
+            os.replace(tmp, last)
         trainer.strategy.barrier()
 
     def _format(self, trainer: Trainer) -> str:
@@ -190,12 +222,14 @@ class ModelCheckpoint(Callback):
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
             "last_model_path": self.last_model_path,
+            "last_step_saved": self._last_step_saved,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best_k_models = dict(state_dict.get("best_k_models", {}))
         self.best_model_path = state_dict.get("best_model_path", "")
         self.last_model_path = state_dict.get("last_model_path", "")
+        self._last_step_saved = state_dict.get("last_step_saved", -1)
         if self.dirpath is None:
             self.dirpath = state_dict.get("dirpath")
 
@@ -215,3 +249,13 @@ def _check_writable(dirpath: str) -> None:
             f"ModelCheckpoint cannot write to dirpath={dirpath!r}: {err.strerror or err}. "
             "Pick a writable folder with ModelCheckpoint(dirpath=...) or Trainer(log_dir=...)."
         ) from None
+
+
+def _remove_unfinished_saves(dirpath: str) -> None:
+    """Temp files of saves a killed run never finished (the real files were never touched)."""
+    for name in os.listdir(dirpath):
+        if name.startswith(".tmp-") and name.endswith(".ckpt"):
+            try:
+                os.remove(os.path.join(dirpath, name))
+            except OSError:
+                pass

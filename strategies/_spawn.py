@@ -17,6 +17,9 @@ import torch
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException, ProcessExitedException
 
+from trainer._signals import Interrupted
+from trainer.seed import SEED_ENV
+
 # Seconds a failed run gives the surviving ranks to exit on their own, then again after
 # SIGTERM before SIGKILL. torch's default is 30 s each.
 SHUTDOWN_GRACE_S = 3.0
@@ -69,15 +72,18 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = 
             "optimizer=functools.partial(torch.optim.AdamW, lr=1e-3)), or launch the script with torchrun."
         ) from err
     context = mp.start_processes(
-        _worker, args=(payload, nprocs, port, base_seed, workdir), nprocs=nprocs, join=False,
+        _worker, args=(payload, nprocs, port, base_seed, os.environ.get(SEED_ENV), workdir), nprocs=nprocs, join=False,
         start_method=start_method,
     )
-    forwarded = _forward_signals(context)
+    received: list[int] = []  # signals this process got and passed on to the workers
+    forwarded = _forward_signals(context, received)
     try:
         while not context.join(grace_period=SHUTDOWN_GRACE_S):
             pass
     except ProcessException as err:
-        raise _worker_error(err, workdir, nprocs) from None
+        error = _worker_error(err, workdir, nprocs, received)
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise error from None
     finally:
         _restore_signals(forwarded)
         for proc in context.processes:  # whatever path we leave by, leave no orphans
@@ -95,12 +101,19 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = 
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _worker(local_rank: int, payload: bytes, nprocs: int, port: int, base_seed: int, workdir: str) -> None:
+def _worker(
+    local_rank: int, payload: bytes, nprocs: int, port: int, base_seed: int, global_seed: str | None, workdir: str
+) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank), LOCAL_RANK=str(local_rank),
         WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK="0",
     )
     os.environ[WORKER_ENV] = "1"
+    # The caller's seed at fit time, even if re-importing the script re-seeded this process.
+    if global_seed is None:
+        os.environ.pop(SEED_ENV, None)
+    else:
+        os.environ[SEED_ENV] = global_seed
     # Each rank draws its own dropout masks, reproducibly from the caller's RNG.
     random.seed(base_seed + local_rank)
     torch.manual_seed(base_seed + local_rank)
@@ -113,10 +126,13 @@ def _worker(local_rank: int, payload: bytes, nprocs: int, port: int, base_seed: 
     try:
         fn, args = pickle.loads(payload)
         result = fn(*args)
-    except BaseException:
+    except BaseException as err:
         # Timestamped, so the parent can tell the first failure from the ranks it took down.
         with open(os.path.join(workdir, f"error-{local_rank}.txt"), "w") as f:
             f.write(f"{time.time()}\n{traceback.format_exc()}")
+        if isinstance(err, Interrupted):  # a clean stop: the parent re-raises it as such
+            with open(os.path.join(workdir, f"interrupted-{local_rank}.txt"), "w") as f:
+                f.write(f"{err.signum}\n{err}")
         raise
     if local_rank == 0 and result is not None:
         tmp = os.path.join(workdir, "result.pt.tmp")
@@ -124,8 +140,17 @@ def _worker(local_rank: int, payload: bytes, nprocs: int, port: int, base_seed: 
         os.replace(tmp, os.path.join(workdir, "result.pt"))
 
 
-def _worker_error(err: ProcessException, workdir: str, nprocs: int) -> WorkerError:
+def _worker_error(err: ProcessException, workdir: str, nprocs: int, received: list[int]) -> Exception:
     rank = err.error_index  # the first process the parent saw exit non-zero
+    stopped = _interrupted(workdir, nprocs)
+    if stopped is not None:
+        return stopped
+    if isinstance(err, ProcessExitedException) and err.signal_name and received:
+        # The workers got our signal before fit could catch it (still starting up).
+        return Interrupted(
+            f"Training stopped by {signal.Signals(received[0]).name} before it started; no checkpoint was written.",
+            received[0],
+        )
     if isinstance(err, ProcessExitedException) and err.signal_name:
         # A killed rank is the cause: its peers only fail once they notice it is gone.
         return WorkerError(
@@ -149,12 +174,24 @@ def _worker_error(err: ProcessException, workdir: str, nprocs: int) -> WorkerErr
     )
 
 
-def _forward_signals(context: Any) -> dict[int, Any]:
+def _interrupted(workdir: str, nprocs: int) -> Interrupted | None:
+    """The workers stopped cleanly on a signal (rank 0 wrote last.ckpt): re-raise that here."""
+    for r in range(nprocs):
+        path = os.path.join(workdir, f"interrupted-{r}.txt")
+        if os.path.exists(path):
+            with open(path) as f:
+                signum, _, message = f.read().partition("\n")
+            return Interrupted(message, int(signum))
+    return None
+
+
+def _forward_signals(context: Any, received: list[int]) -> dict[int, Any]:
     """Pass SIGTERM/SIGINT on to the workers, which checkpoint and stop at the next step."""
     if not _in_main_thread():
         return {}
 
     def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
         for proc in context.processes:
             if proc.is_alive() and proc.pid is not None:
                 os.kill(proc.pid, signum)

@@ -14,7 +14,7 @@ import glob
 import logging
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -27,61 +27,116 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainer")
 FORMAT = "steadytrainer/1"
+LAST = "last.ckpt"
 
 
 class Resume:
     """The loaded checkpoint's loop position and RNG, applied at the first epoch it affects."""
 
-    def __init__(self, ckpt: dict[str, Any] | None = None, rank: int = 0) -> None:
+    def __init__(self, ckpt: dict[str, Any] | None = None, rank: int = 0, world_size: int = 1) -> None:
         self.pending = ckpt is not None
         if ckpt is None:
             return
         loop = ckpt["loop"]
-        self.epoch, self.batch = loop["epoch"], loop["batch_in_epoch"]
-        same_world = len(ckpt.get("rng", [])) == loop.get("world_size", -1) and rank < len(ckpt["rng"])
+        saved_world = loop.get("world_size", 1)
+        self.epoch, self.batch = loop["epoch"], _batch_position(loop, world_size)
+        same_world = saved_world == world_size and len(ckpt.get("rng", [])) == world_size
         # Across a change of world size the RNG streams cannot line up; weights and steps still carry over.
         self.rng = ckpt["rng"][rank] if same_world else None
-        self.epoch_start = ckpt["epoch_start"][rank] if same_world else None
+        starts = ckpt.get("epoch_start") or [None]
+        self.epoch_start = starts[rank] if same_world else None
+        # The DistributedSampler's seed is the same on every rank, so any rank's record will do.
+        self.sampler = ((starts[rank] if same_world else starts[0]) or {}).get("sampler")
 
     # --- loading -----------------------------------------------------------------------
     @classmethod
     def load(cls, trainer: Trainer, path: str | None) -> "Resume":
         """Restore everything from ``path`` (already resolved by :func:`resolve_path`)."""
+        trainer._epoch_start = trainer._epoch_loader = None  # nothing from an earlier fit leaks in
         if path is None:
             return cls()
         ckpt = _load_good(path)
+        strategy = trainer.strategy
         restore(trainer, ckpt)
-        log.info("Resumed from %s at epoch %d, step %d.", path, trainer.current_epoch, trainer.global_step)
-        return cls(ckpt, trainer.strategy.global_rank)
+        if strategy.is_global_zero:
+            log.info("Resumed from %s at epoch %d, step %d.", path, trainer.current_epoch, trainer.global_step)
+            if ckpt["loop"].get("world_size", 1) != strategy.world_size:
+                log.info(
+                    "The checkpoint was written with world size %d, this run has %d: weights, optimizer and "
+                    "step carry over, but the data order and random numbers will differ from an "
+                    "uninterrupted run.", ckpt["loop"].get("world_size", 1), strategy.world_size,
+                )
+        return cls(ckpt, strategy.global_rank, strategy.world_size)
 
     def batches(self, trainer: Trainer, loader: Any) -> Iterator[Any]:
         """The iterator for the current epoch; the only place that calls ``iter(loader)``."""
         epoch = trainer.state.current_epoch
+        if self.pending:
+            self._restore_sampler_seed(loader)
         for owner in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
             if hasattr(owner, "set_epoch"):
                 owner.set_epoch(epoch)
+        trainer._epoch_loader = loader  # checkpoints record its generators
         if not self.pending:
             trainer._epoch_start = ckpt_io.epoch_start_state(loader)
             return iter(loader)
         self.pending = False
         if self.rng is None:  # another world size: no exact RNG to put back
             trainer._epoch_start = ckpt_io.epoch_start_state(loader)
-            return _skip_by_iterating(iter(loader), self.batch)
+            return _skip(loader, self.batch)
+        rng = self.rng
+
+        def put_back_rng() -> None:
+            ckpt_io.set_rng_state(rng)
+            ckpt_io.set_generator_states(loader, rng.get("loader", []))
+
         if self.batch == 0:
-            ckpt_io.set_rng_state(self.rng)
+            put_back_rng()
             trainer._epoch_start = ckpt_io.epoch_start_state(loader)
             return iter(loader)
+        # Re-create the interrupted epoch's order, skip what it consumed, then continue its RNG.
         ckpt_io.set_epoch_start_state(loader, self.epoch_start)
         trainer._epoch_start = self.epoch_start
-        rng = self.rng
-        if getattr(loader, "batch_sampler", None) is None:
-            warnings.warn("The loader has no batch sampler; skipping consumed batches by loading them.", stacklevel=2)
-            return _skip_by_iterating(iter(loader), self.batch, after=lambda: ckpt_io.set_rng_state(rng))
-        skipping = SkipBatches(loader.batch_sampler, self.batch, after_skip=lambda: ckpt_io.set_rng_state(rng))
-        return iter(rebuild_loader(loader, batch_sampler=skipping))
+        return _skip(loader, self.batch, after=put_back_rng)
+
+    def _restore_sampler_seed(self, loader: Any) -> None:
+        """A DistributedSampler shuffles by seed + epoch: use the checkpoint's seed, whatever this run set."""
+        sampler = ckpt_io.seeded_sampler(loader)
+        if sampler is None or not self.sampler:
+            return
+        if sampler.seed != self.sampler["seed"]:
+            log.warning(
+                "The DistributedSampler's seed is %d in this run but %d in the checkpoint; using %d so "
+                "that the resumed run sees the same data order.", sampler.seed, self.sampler["seed"], self.sampler["seed"],
+            )
+            sampler.seed = self.sampler["seed"]
 
 
-def _skip_by_iterating(it: Iterator[Any], n: int, after: Any = None) -> Iterator[Any]:
+def _batch_position(loop: dict[str, Any], world_size: int) -> int:
+    """Batches consumed in the epoch, in this run's batches (each rank's share scales with 1/world)."""
+    saved_world = loop.get("world_size", 1)
+    return loop["batch_in_epoch"] * saved_world // world_size
+
+
+def _skip(loader: Any, n: int, after: Callable[[], None] | None = None) -> Iterator[Any]:
+    """``iter(loader)`` without its first ``n`` batches, skipped at the batch sampler so that
+    their data is never loaded. ``after`` runs once the sampler has drawn its order."""
+    if n == 0:
+        it = iter(loader)
+        if after is not None:
+            after()
+        return it
+    if getattr(loader, "batch_sampler", None) is not None:
+        try:
+            return iter(rebuild_loader(loader, batch_sampler=SkipBatches(loader.batch_sampler, n, after_skip=after)))
+        except TypeError:  # a DataLoader subclass we cannot re-create
+            pass
+    warnings.warn(
+        f"Resuming mid-epoch: cannot skip the {n} consumed batches at the sampler of this "
+        f"{type(loader).__name__}, so they are loaded and dropped. Use a plain torch DataLoader to avoid that.",
+        stacklevel=3,
+    )
+    it = iter(loader)
     for _ in range(n):
         next(it, None)
     if after is not None:
@@ -98,7 +153,10 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
             f"The checkpoint does not fit {type(module).__name__}: missing keys {missing or 'none'}, "
             f"unexpected keys {unexpected or 'none'}. Was it saved from another model?"
         )
-    module.load_state_dict(ckpt["model"])
+    try:
+        module.load_state_dict(ckpt["model"])
+    except RuntimeError as err:  # same keys, other shapes
+        raise CheckpointError(f"The checkpoint does not fit {type(module).__name__}: {err}") from None
     opt = trainer._opt
     if ckpt.get("optimizer") is not None:
         opt.optimizer.load_state_dict(ckpt["optimizer"])
@@ -112,7 +170,7 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     loop = ckpt["loop"]
     trainer.state.global_step = loop["global_step"]
     trainer.state.current_epoch = loop["epoch"]
-    trainer.state.batch_in_epoch = loop["batch_in_epoch"]
+    trainer.state.batch_in_epoch = _batch_position(loop, trainer.strategy.world_size)
     trainer.callback_metrics.update(ckpt.get("metrics", {}))
 
 
@@ -130,7 +188,9 @@ def capture(trainer: Trainer) -> dict[str, Any]:
         epoch, batch = state.current_epoch + 1, 0
     else:
         epoch, batch = state.current_epoch, state.batch_in_epoch
-    rng = strategy.gather_objects(ckpt_io.rng_state())
+    local_rng = ckpt_io.rng_state()
+    local_rng["loader"] = ckpt_io.generator_states(trainer._epoch_loader)  # a DataLoader(generator=g)
+    rng = strategy.gather_objects(local_rng)
     epoch_start = strategy.gather_objects(trainer._epoch_start)
     module = trainer.module
     return {
@@ -164,35 +224,38 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     strategy = trainer.strategy
     path = strategy.broadcast_object(_find_last(trainer) if strategy.is_global_zero else None)
     if path is None and strategy.is_global_zero:
-        log.info("ckpt_path='last': no checkpoint found in %s; starting from scratch.", _search_dirs(trainer))
+        log.info("ckpt_path='last': no checkpoint in %s; starting from scratch.", _search_pattern(trainer))
     return path
 
 
-def _search_dirs(trainer: Trainer) -> list[str]:
+def _search_pattern(trainer: Trainer) -> str:
+    """Where ``"last"`` looks: the ModelCheckpoint's dirpath, else every version of this run name."""
     cb = trainer.checkpoint_callback
     if cb is not None and cb.dirpath_given is not None:
-        return [cb.dirpath_given]
+        return os.path.join(glob.escape(cb.dirpath_given), "*.ckpt")
     if trainer.log_dir is None:
-        return [os.path.join(os.getcwd(), "checkpoints")]
-    return sorted(glob.glob(os.path.join(trainer.log_dir, trainer.name, "version_*", "checkpoints")))
+        return os.path.join(glob.escape(os.path.join(os.getcwd(), "checkpoints")), "*.ckpt")
+    return os.path.join(glob.escape(os.path.join(trainer.log_dir, trainer.name)), "version_*", "checkpoints", "*.ckpt")
 
 
 def _find_last(trainer: Trainer) -> str | None:
-    """The newest readable checkpoint; a corrupt newer one is skipped with a warning."""
-    files = [f for d in _search_dirs(trainer) for f in glob.glob(os.path.join(d, "*.ckpt"))]
-    files.sort(key=lambda f: (os.path.getmtime(f), os.path.basename(f) == "last.ckpt"), reverse=True)
+    """The newest checkpoint that loads safely; a corrupt, truncated or refused newer file is
+    skipped with a warning that names it."""
+    files = glob.glob(_search_pattern(trainer))  # temp files of unfinished saves start with "." and never match
+    # Newest first; last.ckpt is a hard link to the newest top-k file, so it wins their tie.
+    files.sort(key=lambda f: (os.stat(f).st_mtime_ns, os.path.basename(f) == LAST), reverse=True)
     for f in files:
         try:
-            ckpt_io.load(f)
+            _load_good(f, mmap=True)  # mapped, not read: checks the structure cheaply
         except CheckpointError as err:
-            warnings.warn(f"Skipping checkpoint {f}: {err}", stacklevel=3)
+            warnings.warn(f"ckpt_path='last': skipping {f}: {err}", stacklevel=3)
             continue
         return f
     return None
 
 
-def _load_good(path: str) -> dict[str, Any]:
-    ckpt = ckpt_io.load(path)
+def _load_good(path: str, mmap: bool = False) -> dict[str, Any]:
+    ckpt = ckpt_io.load(path, mmap=mmap)
     if "loop" not in ckpt:
         raise CheckpointError(
             f"{path!r} holds model weights but no training state, so fit cannot resume from it. "

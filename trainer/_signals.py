@@ -4,32 +4,45 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Any
 
 
 class StopSignals:
     """While active, SIGTERM/SIGINT set ``received`` instead of killing the process.
 
-    A second SIGINT (Ctrl-C twice) restores the default behaviour and interrupts at once.
-    Handlers can only be installed from the main thread; elsewhere this does nothing.
+    A second Ctrl-C restores the default behaviour and interrupts at once. One press can
+    reach a worker twice (from the terminal, and forwarded by its launcher, which shares
+    the terminal's process group), so a SIGINT within ``SIGINT_ECHO_S`` of the first counts
+    as the same press. Handlers can only be installed from the main thread; elsewhere this
+    does nothing.
     """
+
+    SIGINT_ECHO_S = 1.0
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._first_sigint: float | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "StopSignals":
         self.received = None
+        self._first_sigint = None
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and self.received == signal.SIGINT:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt
-        self.received = signum
+        if signum == signal.SIGINT:
+            now = time.monotonic()
+            if self._first_sigint is None:
+                self._first_sigint = now
+            elif now - self._first_sigint > self.SIGINT_ECHO_S:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                raise KeyboardInterrupt
+        if self.received is None:  # the first signal names the stop
+            self.received = signum
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():

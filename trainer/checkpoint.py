@@ -45,23 +45,40 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
         os.close(dir_fd)
 
 
-def load(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
-    """Load with ``weights_only=True``: tensors and plain containers only, no code runs."""
+def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """Load with ``weights_only=True``: tensors and plain containers only, no code runs.
+
+    ``mmap=True`` reads the structure and maps the tensors without reading them: a cheap
+    check that a file is complete and safe.
+    """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise CheckpointError(f"ckpt_path={path!r} does not exist (or is not a file).")
+    mmap = mmap and zipfile.is_zipfile(path)  # torch.load can map only the zip format
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         raise CheckpointError(
             f"Refusing to load {path!r}: it holds pickled objects other than tensors and plain "
-            f"containers, which could run code. Only weights_only=True loads are allowed. ({err})"
+            f"containers, which could run code, and checkpoints are only loaded with weights_only=True. "
+            f"({_unpickler_reason(err)}) Only load a file like this with torch.load(weights_only=False) "
+            "if you trust where it came from."
         ) from None
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
-        raise CheckpointError(f"{path!r} is not a readable checkpoint (truncated or corrupt?): {err}") from None
+    except Exception as err:  # noqa: BLE001 - garbage bytes fail in many ways (IndexError, EOFError, ...)
+        reason = str(err).splitlines()[0].split(". ")[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"{path!r} is not a readable checkpoint (truncated or corrupt?): {reason}") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"{path!r} is not a trainer checkpoint: it has no 'model' entry.")
     return ckpt
+
+
+def _unpickler_reason(err: Exception) -> str:
+    """The line of torch's long weights_only message that names what was refused."""
+    boilerplate = ("Weights only load failed", "Check the documentation", "Please file an issue")
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(boilerplate)]
+    reason = (useful or lines or [type(err).__name__])[0]
+    return reason.removeprefix("WeightsUnpickler error:").strip()
 
 
 # --- RNG states ----------------------------------------------------------------------------
@@ -107,16 +124,34 @@ def loader_generators(loader: Any) -> list[torch.Generator]:
     return found
 
 
+def generator_states(loader: Any) -> list[torch.Tensor]:
+    return [g.get_state() for g in loader_generators(loader)] if loader is not None else []
+
+
+def set_generator_states(loader: Any, states: list[torch.Tensor]) -> None:
+    for gen, saved in zip(loader_generators(loader), states):
+        gen.set_state(saved)
+
+
+def seeded_sampler(loader: Any) -> Any:
+    """The loader's sampler if it shuffles by ``seed + epoch`` (DistributedSampler does), else None."""
+    sampler = getattr(loader, "sampler", None)
+    return sampler if isinstance(getattr(sampler, "seed", None), int) and hasattr(sampler, "epoch") else None
+
+
 def epoch_start_state(loader: Any) -> dict[str, Any]:
-    """What re-creates an epoch's data order: the global torch RNG and the loader's generators,
-    taken just before ``iter(loader)``."""
-    return {"torch": torch.get_rng_state(), "generators": [g.get_state() for g in loader_generators(loader)]}
+    """What re-creates an epoch's data order, taken just before ``iter(loader)``: the global
+    torch RNG, the loader's generators, and a DistributedSampler's seed and epoch."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "generators": generator_states(loader)}
+    sampler = seeded_sampler(loader)
+    if sampler is not None:
+        state["sampler"] = {"seed": sampler.seed, "epoch": sampler.epoch}
+    return state
 
 
 def set_epoch_start_state(loader: Any, state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    for gen, saved in zip(loader_generators(loader), state["generators"]):
-        gen.set_state(saved)
+    set_generator_states(loader, state["generators"])
 
 
 def plain(value: Any) -> Any:

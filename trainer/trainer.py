@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 from callbacks.base import Callback
-from strategies import Strategy, select_strategy
+# Submodules, not the package: under `import strategies` the package is still half-loaded here.
+from strategies._select import select_strategy
+from strategies.base import Strategy
 
 from . import checkpoint as ckpt_io
 from ._checks import flag, one_of, positive_int, positive_number
@@ -98,7 +100,8 @@ class Trainer:
             )
         self._optimizer_factory = optimizer
         self._strategy = select_strategy(strategy, devices)
-        self.callbacks: list[Callback] = _check_callbacks(callbacks) + self._default_callbacks()
+        given = _check_callbacks(callbacks)
+        self.callbacks: list[Callback] = given + self._default_callbacks(given)
         self.state = TrainerState()
         self.callback_metrics: dict[str, float] = {}
         self.logged_metrics: dict[str, float] = {}  # the epoch means of the phase that just ended
@@ -120,8 +123,9 @@ class Trainer:
         self._step_cache: tuple[int, dict[str, float]] = (-1, {})
         self._epoch_complete = False
         self._epoch_start: dict[str, Any] | None = None  # RNG that re-creates this epoch's order
+        self._epoch_loader: Any = None  # the training loader; checkpoints record its generators
 
-    def _default_callbacks(self) -> list[Callback]:
+    def _default_callbacks(self, given: list[Callback]) -> list[Callback]:
         from callbacks import ModelCheckpoint, ProgressBar, TensorBoardLogger
 
         extra: list[Callback] = []
@@ -129,7 +133,7 @@ class Trainer:
             extra.append(ProgressBar())
         if self.log_dir is not None:
             extra.append(TensorBoardLogger())
-        if self.enable_checkpointing:
+        if self.enable_checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
             extra.append(ModelCheckpoint())
         return extra
 
@@ -329,6 +333,12 @@ class Trainer:
             )
         with self._signals:
             self._fit_loop(model, train_loader, val_loader, resume)
+        if self._signals.received is not None:  # came after the last stop check: finished, but say so
+            raise Interrupted(
+                f"{signal.Signals(self._signals.received).name} arrived after the last step boundary; training "
+                f"had finished (step {self.state.global_step}) and its checkpoints are complete.",
+                self._signals.received,
+            )
 
     def _fit_loop(self, model: TrainModule, train_loader: Any, val_loader: Any, resume: Resume) -> None:
         """The order of events, which is the contract callbacks rely on::
@@ -489,7 +499,7 @@ class Trainer:
         signum = self._signals.received or signal.SIGTERM
         path = None
         if self.checkpoint_callback is not None:
-            path = self.checkpoint_callback.save_last(self, self._module)
+            path = self.checkpoint_callback.write_last(self, self._module)
         where = f"; last checkpoint: {path}" if path else ""
         raise Interrupted(
             f"Training stopped by {signal.Signals(signum).name} at step {self.state.global_step} "

@@ -1,0 +1,185 @@
+"""ModelCheckpoint: which files exist after a run, what they are called, and what they hold."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from callbacks import ModelCheckpoint
+from tests._models import Classifier, loader, quiet
+from trainer import Trainer
+
+# 32 samples in batches of 16: 2 optimizer steps per epoch.
+STEPS_PER_EPOCH = 2
+
+
+class Scored(Classifier):
+    """Logs ``val_metric = scores[epoch]`` in validation, so the top-k order is known in advance."""
+
+    def __init__(self, scores: list[float]) -> None:
+        super().__init__()
+        self.scores = scores
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_metric", float(self.scores[self.trainer.current_epoch]))
+
+
+def fit(model, *, epochs: int, ckpt_path=None, val: bool = True, **trainer_kw) -> Trainer:
+    options = quiet(enable_checkpointing=True, max_epochs=epochs)
+    options.update(trainer_kw)
+    trainer = Trainer(**options)
+    trainer.fit(model, loader(32), loader(16) if val else None, ckpt_path=ckpt_path)
+    return trainer
+
+
+def files(folder: str = "checkpoints") -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+def step_of(path: str) -> int:
+    return torch.load(path, weights_only=True)["loop"]["global_step"]
+
+
+# --- top-k -----------------------------------------------------------------------------------
+SCORES = [3.0, 1.0, 2.0, 0.5, 4.0]
+
+
+@pytest.mark.parametrize(
+    "mode, kept_epochs, best_epoch",
+    [("min", [1, 3], 3), ("max", [0, 4], 4)],
+)
+def test_top_k_keeps_the_best_files_by_the_monitored_metric(mode, kept_epochs, best_epoch):
+    cb = ModelCheckpoint(monitor="val_metric", mode=mode, save_top_k=2)
+    fit(Scored(SCORES), epochs=5, callbacks=[cb])
+
+    def name(epoch: int) -> str:
+        return f"epoch={epoch}-step={(epoch + 1) * STEPS_PER_EPOCH}-val_metric={SCORES[epoch]:.4g}.ckpt"
+
+    assert files() == sorted([name(e) for e in kept_epochs] + ["last.ckpt"])
+    assert cb.best_model_path == os.path.join(os.getcwd(), "checkpoints", name(best_epoch))
+    assert cb.best_model_score == SCORES[best_epoch]
+    assert step_of("checkpoints/last.ckpt") == 5 * STEPS_PER_EPOCH  # always the newest, kept or not
+
+
+def test_save_top_k_minus_one_keeps_every_file_and_zero_keeps_only_last(tmp_path):
+    fit(Classifier(), epochs=3, callbacks=[ModelCheckpoint(dirpath="all", save_top_k=-1)])
+    fit(Classifier(), epochs=3, callbacks=[ModelCheckpoint(dirpath="none", save_top_k=0)])
+
+    assert files("all") == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt", "last.ckpt"]
+    assert files("none") == ["last.ckpt"]
+    assert step_of("none/last.ckpt") == 6
+
+
+def test_last_ckpt_is_a_hard_link_to_the_newest_file():
+    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=1)])
+
+    assert files() == ["epoch=1-step=4.ckpt", "last.ckpt"]
+    assert os.path.samefile("checkpoints/last.ckpt", "checkpoints/epoch=1-step=4.ckpt")
+
+
+def test_last_ckpt_is_copied_where_hard_links_are_not_supported(monkeypatch):
+    def no_links(src, dst):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)  # e.g. some network and FUSE filesystems
+    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint()])
+
+    assert not os.path.samefile("checkpoints/last.ckpt", "checkpoints/epoch=1-step=4.ckpt")
+    with open("checkpoints/last.ckpt", "rb") as a, open("checkpoints/epoch=1-step=4.ckpt", "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_file_names_say_what_the_numbers_are():
+    cb = ModelCheckpoint(monitor="val_metric", filename="{epoch}-{val_metric:.2f}", save_top_k=-1)
+    fit(Scored(SCORES), epochs=2, callbacks=[cb], log_dir="logs", name="exp")
+
+    folder = os.path.join("logs", "exp", "version_0", "checkpoints")  # dirpath defaults into the run folder
+    assert files(folder) == ["epoch=0-val_metric=3.00.ckpt", "epoch=1-val_metric=1.00.ckpt", "last.ckpt"]
+
+
+def test_a_resumed_run_still_deletes_the_files_it_no_longer_keeps():
+    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(save_top_k=1)])
+    assert files() == ["epoch=1-step=4.ckpt", "last.ckpt"]
+
+    fit(Classifier(), epochs=4, callbacks=[ModelCheckpoint(save_top_k=1)], ckpt_path="last")
+
+    # The file it resumed from knew it was in the top k, so it was replaced, not orphaned.
+    assert files() == ["epoch=3-step=8.ckpt", "last.ckpt"]
+
+
+# --- monitor ---------------------------------------------------------------------------------
+def test_a_monitor_that_is_never_logged_is_an_error_listing_the_logged_metrics():
+    cb = ModelCheckpoint(monitor="val_los")
+    with pytest.raises(ValueError) as err:
+        fit(Classifier(), epochs=2, callbacks=[cb])
+
+    message = str(err.value)
+    assert "ModelCheckpoint(monitor='val_los') was never logged" in message
+    assert "'train_loss'" in message and "'val_acc'" in message and "'val_loss'" in message
+
+
+def test_step_checkpoints_before_the_first_validation_only_update_last():
+    cb = ModelCheckpoint(monitor="val_loss", every_n_train_steps=1, save_top_k=-1)
+    with pytest.warns(UserWarning, match="Until it is, step checkpoints only update last.ckpt"):
+        fit(Classifier(), epochs=2, callbacks=[cb])
+
+    # Step 1 came before any validation; from step 2 (epoch 0's end) on, val_loss ranks files.
+    assert [f.split("-val_loss")[0] for f in files()] == ["epoch=0-step=2", "epoch=1-step=3", "epoch=1-step=4", "last.ckpt"]
+
+
+# --- when checkpoints are taken ----------------------------------------------------------------
+def test_step_checkpoints_are_only_taken_at_optimizer_step_boundaries():
+    cb = ModelCheckpoint(every_n_train_steps=1, every_n_epochs=None, save_top_k=-1)
+    fit(Classifier(), epochs=1, callbacks=[cb], accumulate_grad_batches=2, val=False)  # 2 batches per step
+
+    names = [f for f in files() if f != "last.ckpt"]
+    assert names == ["epoch=0-step=1.ckpt"]  # global_step is 0 after batch 0, but nothing is complete then
+    assert torch.load("checkpoints/epoch=0-step=1.ckpt", weights_only=True)["loop"]["batch_in_epoch"] == 2
+
+
+def test_a_default_model_checkpoint_is_added_unless_one_is_given():
+    assert isinstance(Trainer(**quiet(enable_checkpointing=True)).checkpoint_callback, ModelCheckpoint)
+    mine = ModelCheckpoint(dirpath="mine")
+    trainer = Trainer(**quiet(enable_checkpointing=True, callbacks=[mine]))
+    assert [cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)] == [mine]
+    assert Trainer(**quiet(enable_checkpointing=False)).checkpoint_callback is None
+
+
+def test_temp_files_of_a_killed_save_are_removed_at_the_next_fit():
+    os.makedirs("checkpoints")
+    with open("checkpoints/.tmp-abc123.ckpt", "wb") as f:
+        f.write(b"half a checkpoint")
+
+    fit(Classifier(), epochs=1, callbacks=[ModelCheckpoint()])
+
+    assert files() == ["epoch=0-step=2.ckpt", "last.ckpt"]
+
+
+def test_checkpoint_state_survives_a_resume():
+    cb = ModelCheckpoint(monitor="val_metric", save_top_k=2)
+    fit(Scored(SCORES), epochs=3, callbacks=[cb])
+    resumed = ModelCheckpoint(monitor="val_metric", save_top_k=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit(Scored(SCORES), epochs=5, callbacks=[resumed], ckpt_path="last")
+
+    assert resumed.best_model_score == 0.5
+    assert len(resumed.best_k_models) == 2 and sorted(resumed.best_k_models.values()) == [0.5, 1.0]
+    assert len(files()) == 3  # two best files and last.ckpt
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(mode="mni"), "mode"),
+        (dict(save_top_k=-2), "save_top_k"),
+        (dict(every_n_train_steps=0), "every_n_train_steps"),
+        (dict(monitor=""), "monitor"),
+    ],
+)
+def test_bad_arguments_are_refused_when_built(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        ModelCheckpoint(**kwargs)

@@ -1,0 +1,144 @@
+"""A user's training script for the resume tests: run it, kill it, run it again unchanged.
+
+It does what the issue asks of the user and nothing more: ``seed_everything(0)`` at the
+top, a shuffled DataLoader, dropout, and ``fit(..., ckpt_path="last")``. The test-only part
+is ``--pause HOOK:STEP`` (write ``paused`` and sleep there, so the test can kill the job at
+a known point), ``--signal-wait STEP`` (write ``paused`` and wait there until a signal has
+arrived) and ``--crash-once STEP`` (rank 1 dies at that step unless ``crashed`` exists).
+The final weights go to ``final.pt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from callbacks import Callback, ModelCheckpoint
+from trainer import Trainer, TrainModule, seed_everything
+
+seed_everything(0)
+
+
+class Net(TrainModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 2))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self.net(x), y))
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+        return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+
+
+class Pause(Callback):
+    """At ``hook`` with ``global_step == step`` (every rank): write ``paused`` and wait to be killed."""
+
+    def __init__(self, where: str) -> None:
+        self.hook, step = where.split(":")
+        self.step = int(step)
+
+    def _maybe(self, trainer: Trainer, hook: str) -> None:
+        if hook == self.hook and trainer.global_step == self.step:
+            if trainer.is_global_zero:
+                with open("paused", "w") as f:
+                    f.write(str(os.getpid()))
+            time.sleep(120)
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._maybe(trainer, "batch_start")
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self._maybe(trainer, "batch_end")
+
+    def on_validation_start(self, trainer, module):
+        self._maybe(trainer, "val_start")
+
+
+class WaitForSignal(Callback):
+    """At the batch end of ``step`` (every rank): write ``paused``, then wait until this rank's
+    stop handler has seen SIGTERM/SIGINT, so that the test knows where the signal landed."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step != self.step:
+            return
+        if trainer.is_global_zero:
+            with open("paused", "w") as f:
+                f.write(str(os.getpid()))
+        deadline = time.monotonic() + 60
+        while trainer._signals.received is None and time.monotonic() < deadline:  # test-only peek
+            time.sleep(0.01)
+
+    def on_exception(self, trainer, module, exception):
+        print(f"rank {trainer.strategy.global_rank} stopped by {type(exception).__name__}", flush=True)
+
+
+class CrashOnce(Callback):
+    """Rank 1 dies at ``step`` on the first attempt only (the ``crashed`` file remembers)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step and trainer.strategy.global_rank == 1 and not os.path.exists("crashed"):
+            open("crashed", "w").close()
+            os._exit(3)
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--strategy", default="single")
+    p.add_argument("--devices", default="1")
+    p.add_argument("--max-epochs", type=int, default=3)
+    p.add_argument("--every", type=int, default=3, help="ModelCheckpoint(every_n_train_steps=...)")
+    p.add_argument("--seed", type=int, default=None, help="re-seed differently after the import-time seed")
+    p.add_argument("--pause", default=None)
+    p.add_argument("--signal-wait", type=int, default=None)
+    p.add_argument("--crash-once", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.seed is not None:
+        seed_everything(args.seed)
+
+    g = torch.Generator().manual_seed(1)  # the data itself is fixed; only its order is shuffled
+    x, y = torch.randn(96, 8, generator=g), torch.randint(0, 2, (96,), generator=g)
+    train = DataLoader(TensorDataset(x[:64], y[:64]), batch_size=8, shuffle=True)
+    val = DataLoader(TensorDataset(x[64:], y[64:]), batch_size=16)
+    # save_top_k=-1 keeps every file, so a test can compare each one with the uninterrupted run's.
+    callbacks: list[Callback] = [ModelCheckpoint(every_n_train_steps=args.every, save_top_k=-1)]
+    if args.pause:
+        callbacks.append(Pause(args.pause))  # after ModelCheckpoint: a pause at batch_end follows the save
+    if args.signal_wait is not None:
+        callbacks.append(WaitForSignal(args.signal_wait))
+    if args.crash_once is not None:
+        callbacks.append(CrashOnce(args.crash_once))
+    model = Net()
+    trainer = Trainer(
+        strategy=args.strategy, devices=int(args.devices) if args.devices.isdigit() else args.devices,
+        max_epochs=args.max_epochs, val_check_interval=3, enable_progress_bar=False, callbacks=callbacks,
+    )
+    trainer.fit(model, train, val, ckpt_path="last")
+    if trainer.is_global_zero:
+        torch.save(model.state_dict(), "final.pt")
+        print(f"done epoch={trainer.current_epoch} step={trainer.global_step}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,263 @@
+"""Checkpoint files: what they hold, that they load with no framework code, and that unsafe,
+truncated or mismatched files are refused with a clear error (and a fallback for "last")."""
+
+from __future__ import annotations
+
+import copy
+import glob
+import logging
+import os
+import pickle
+import time
+
+import pytest
+import torch
+
+import trainer as trainer_pkg
+from callbacks import Callback, ModelCheckpoint
+from tests._models import Classifier, loader, quiet
+from trainer import CheckpointError, Trainer
+from trainer.checkpoint import save_atomic
+from trainer.precision import Precision
+
+
+class Scheduled(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.Adam(self.parameters(), lr=0.01)
+        return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+
+class StartStep(Callback):
+    """Records where fit started: the step, and the weights as they were at that moment."""
+
+    def on_train_start(self, trainer, module):
+        self.step, self.epoch = trainer.global_step, trainer.current_epoch
+        self.weights = {k: v.clone() for k, v in module.state_dict().items()}
+        self.optimizer = copy.deepcopy(trainer.optimizer.state_dict())
+
+
+def fit(model=None, *, epochs=2, ckpt_path=None, callbacks=(), **kw) -> Trainer:
+    options = quiet(enable_checkpointing=True, max_epochs=epochs, callbacks=list(callbacks))
+    options.update(kw)
+    t = Trainer(**options)
+    t.fit(model if model is not None else Classifier(dropout=0.2), loader(32, shuffle=True), loader(16), ckpt_path=ckpt_path)
+    return t
+
+
+@pytest.fixture
+def trainer_log():
+    """Lines the "trainer" logger writes (it does not propagate, so caplog misses them)."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("trainer")
+    logger.addHandler(handler)
+    yield lines
+    logger.removeHandler(handler)
+
+
+# --- what a checkpoint holds --------------------------------------------------------------------
+def test_checkpoint_holds_the_full_training_state():
+    t = fit(Scheduled(dropout=0.2, hidden=12), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=3, save_top_k=-1)])
+    epoch_end = torch.load("checkpoints/epoch=1-step=4.ckpt", weights_only=True)
+    mid_epoch = torch.load("checkpoints/epoch=1-step=3.ckpt", weights_only=True)
+
+    assert epoch_end["model"].keys() == t.module.state_dict().keys()
+    assert epoch_end["optimizer"]["state"][0]["exp_avg"].shape == (12, 8)  # Adam's moments
+    assert epoch_end["lr_scheduler"]["last_epoch"] == 2
+    assert epoch_end["precision"] == {}  # no GradScaler in 32-bit
+    # An epoch-end checkpoint resumes at the next epoch; a step checkpoint inside its epoch.
+    assert epoch_end["loop"] == {"epoch": 2, "batch_in_epoch": 0, "global_step": 4, "world_size": 1}
+    assert mid_epoch["loop"] == {"epoch": 1, "batch_in_epoch": 1, "global_step": 3, "world_size": 1}
+    assert epoch_end["callbacks"]["ModelCheckpoint[monitor=None]"]["best_k_models"]
+    (rng,) = epoch_end["rng"]  # one per rank
+    assert set(rng) >= {"python", "torch", "loader"} and rng["torch"].dtype == torch.uint8
+    (start,) = mid_epoch["epoch_start"]  # the RNG just before this epoch's iter(loader)
+    assert start["torch"].dtype == torch.uint8 and not torch.equal(start["torch"], rng["torch"])
+    assert epoch_end["version"] == trainer_pkg.__version__
+    assert epoch_end["hparams"] == {"features": 8, "hidden": 12, "classes": 2, "dropout": 0.2, "lr": 0.1, "optimizer": "sgd"}
+    assert epoch_end["trainer"]["max_epochs"] == 2 and epoch_end["trainer"]["strategy"] == "single"
+    assert "val_loss" in epoch_end["metrics"]
+
+
+def test_the_model_entry_loads_into_the_bare_model_with_plain_torch():
+    t = fit(Classifier(hidden=12), epochs=1)
+
+    bare = Classifier(hidden=12)
+    bare.load_state_dict(torch.load("checkpoints/epoch=0-step=2.ckpt", weights_only=True)["model"])  # strict
+    for k, v in t.module.state_dict().items():
+        assert torch.equal(bare.state_dict()[k], v)
+
+
+def test_grad_scaler_state_is_saved_and_restored():
+    # 16-mixed needs CUDA, so on CPU check the key logic with a CPU GradScaler.
+    saving = Precision("32", torch.device("cpu"))
+    assert saving.state_dict() == {}
+    saving.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=7)
+    save_atomic({"model": {}, "precision": saving.state_dict()}, "scaler.ckpt")
+
+    loading = Precision("32", torch.device("cpu"))
+    loading.scaler = torch.amp.GradScaler("cpu")
+    loading.load_state_dict(torch.load("scaler.ckpt", weights_only=True)["precision"])
+    assert loading.scaler.get_scale() == 2.0**10 and loading.scaler.get_growth_interval() == 7
+    Precision("32", torch.device("cpu")).load_state_dict({"scaler": saving.scaler.state_dict()})  # no scaler: ignored
+
+
+# --- refusing unsafe files ------------------------------------------------------------------
+class RunsCode:
+    """Unpickling this runs a shell command: the kind of file weights_only must refuse."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _crafted_checkpoint(path: str, marker: str) -> None:
+    """A real checkpoint with one extra entry that runs code when unpickled."""
+    good = torch.load(glob.glob("checkpoints/*.ckpt")[0], weights_only=True)
+    good["extra"] = RunsCode(marker)
+    torch.save(good, path)
+    os.utime(path, (time.time() + 10, time.time() + 10))  # the newest file in the folder
+
+
+def test_a_checkpoint_carrying_code_is_refused_and_the_code_never_runs():
+    fit(epochs=1)
+    _crafted_checkpoint("evil.ckpt", "pwned")
+
+    with pytest.raises(CheckpointError, match=r"Refusing to load 'evil.ckpt'.*could run code.*GLOBAL posix.system"):
+        fit(epochs=2, ckpt_path="evil.ckpt")
+    assert not os.path.exists("pwned")
+
+    torch.load("evil.ckpt", weights_only=False)  # the file is real: an unsafe load does run it
+    assert os.path.exists("pwned")
+
+
+def test_a_raw_pickle_carrying_code_is_refused():
+    fit(epochs=1)
+    with open("evil.ckpt", "wb") as f:
+        pickle.dump({"model": RunsCode("pwned")}, f, protocol=2)
+
+    with pytest.raises(CheckpointError, match="Refusing to load"):
+        fit(epochs=2, ckpt_path="evil.ckpt")
+    assert not os.path.exists("pwned")
+
+
+def test_last_skips_a_refused_file_with_a_warning_and_uses_the_previous_one(trainer_log):
+    fit(epochs=1)
+    _crafted_checkpoint("checkpoints/epoch=9-step=99.ckpt", "pwned")
+
+    start = StartStep()
+    with pytest.warns(UserWarning, match=r"skipping .*epoch=9-step=99.ckpt: Refusing to load"):
+        fit(epochs=2, ckpt_path="last", callbacks=[start])
+
+    assert not os.path.exists("pwned")
+    assert (start.epoch, start.step) == (1, 2)
+    assert any(line.startswith("Resumed from") and line.endswith("last.ckpt at epoch 1, step 2.") for line in trainer_log)
+
+
+# --- truncated and corrupt files ------------------------------------------------------------
+def test_a_truncated_last_ckpt_falls_back_to_the_previous_checkpoint():
+    fit(epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=2)])
+    last = "checkpoints/last.ckpt"
+    with open(last, "rb") as f:
+        data = f.read()
+    os.remove(last)  # last.ckpt is a hard link: truncating it in place would truncate its twin
+    with open(last, "wb") as f:
+        f.write(data[: len(data) // 2])
+    os.remove("checkpoints/epoch=1-step=4.ckpt")  # ... so drop the twin: "previous" is step 3
+    expected = torch.load("checkpoints/epoch=1-step=3.ckpt", weights_only=True)
+
+    start = StartStep()
+    with pytest.warns(UserWarning, match=r"skipping .*last.ckpt: .*not a readable checkpoint \(truncated or corrupt\?\)"):
+        fit(epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=2)])
+
+    assert (start.epoch, start.step) == (1, 3)
+    for k, v in expected["model"].items():
+        assert torch.equal(start.weights[k], v)
+
+
+def test_a_truncated_file_passed_explicitly_is_an_error_naming_it():
+    fit(epochs=1)
+    with open("checkpoints/epoch=0-step=2.ckpt", "rb") as f:
+        data = f.read()
+    with open("broken.ckpt", "wb") as f:
+        f.write(data[:100])
+
+    with pytest.raises(CheckpointError, match=r"'broken.ckpt' is not a readable checkpoint"):
+        fit(epochs=2, ckpt_path="broken.ckpt")
+
+
+def test_last_with_no_checkpoint_starts_fresh_and_says_where_it_looked(trainer_log):
+    start = StartStep()
+    fit(epochs=1, ckpt_path="last", callbacks=[start])
+
+    assert start.step == 0
+    assert any("no checkpoint in" in line and "checkpoints" in line and "starting from scratch" in line for line in trainer_log)
+
+
+# --- files that do not fit -----------------------------------------------------------------
+def test_a_model_whose_keys_do_not_match_gets_the_missing_and_unexpected_keys():
+    fit(epochs=1)
+
+    class Renamed(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.head = self.net  # the same layers under a second name
+
+    with pytest.raises(CheckpointError) as err:
+        fit(Renamed(), epochs=2, ckpt_path="checkpoints/last.ckpt")
+    message = str(err.value)
+    assert "missing keys ['head.0.bias', 'head.0.weight', 'head.3.bias', 'head.3.weight']" in message
+    assert "unexpected keys none" in message
+
+
+def test_a_model_with_other_shapes_is_an_error_naming_the_sizes():
+    fit(epochs=1)
+    with pytest.raises(CheckpointError, match=r"size mismatch for net.0.weight"):
+        fit(Classifier(hidden=32), epochs=2, ckpt_path="checkpoints/last.ckpt")
+
+
+def test_a_weights_only_file_cannot_resume_fit_and_says_how_to_load_it():
+    torch.save({"model": Classifier().state_dict()}, "weights.ckpt")
+    with pytest.raises(CheckpointError, match=r"no training state.*load_state_dict"):
+        fit(epochs=1, ckpt_path="weights.ckpt")
+
+
+# --- writing ---------------------------------------------------------------------------------
+class FailsToPickle:
+    def __reduce__(self):
+        raise RuntimeError("disk full, say")
+
+
+def test_a_failed_save_leaves_the_previous_file_intact_and_no_temp_files():
+    save_atomic({"model": {"w": torch.ones(3)}}, "model.ckpt")
+    with pytest.raises(RuntimeError, match="disk full"):
+        save_atomic({"model": {"w": torch.zeros(3)}, "extra": FailsToPickle()}, "model.ckpt")
+
+    assert torch.equal(torch.load("model.ckpt", weights_only=True)["model"]["w"], torch.ones(3))
+    assert os.listdir(".") == ["model.ckpt"]
+
+
+# --- across strategies -------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_ddp_checkpoint_loads_into_the_bare_model_and_resumes_on_one_device():
+    t = Trainer(**quiet(enable_checkpointing=True, strategy="ddp", devices=2, max_epochs=1))
+    t.fit(Classifier(optimizer="adam"), loader(64, shuffle=True))  # 2 ranks x 2 steps of 16
+    ckpt = torch.load("checkpoints/epoch=0-step=2.ckpt", weights_only=True)
+
+    assert not any(k.startswith("module.") for k in ckpt["model"])
+    bare = Classifier()
+    bare.load_state_dict(ckpt["model"])  # strict: every key fits
+    assert len(ckpt["rng"]) == 2 and not torch.equal(ckpt["rng"][0]["torch"], ckpt["rng"][1]["torch"])
+    assert [s["sampler"]["seed"] for s in ckpt["epoch_start"]] == [0, 0]  # DistributedSampler's
+
+    start = StartStep()
+    fit(Classifier(optimizer="adam"), epochs=2, ckpt_path="checkpoints/epoch=0-step=2.ckpt", callbacks=[start])
+    assert (start.epoch, start.step) == (1, 2)
+    for k, v in ckpt["model"].items():
+        assert torch.equal(start.weights[k], v)
+    assert start.optimizer["state"][0]["step"] == 2 and torch.equal(
+        start.optimizer["state"][0]["exp_avg"], ckpt["optimizer"]["state"][0]["exp_avg"]
+    )

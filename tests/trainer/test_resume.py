@@ -1,0 +1,356 @@
+"""Bit-exact resume: real jobs killed by real signals, restarted with ``ckpt_path="last"``.
+
+Each job runs ``_resume_script.py`` (a user's script: ``seed_everything(0)`` at the top,
+shuffled DataLoader, dropout, momentum, a StepLR scheduler, validation every 3 batches,
+``ModelCheckpoint(every_n_train_steps=3)``) in its own process group. The test waits until
+the job reaches a chosen point, kills or signals it there, restarts the same script, and
+checks that the final weights, and every checkpoint written on the way, are ``torch.equal``
+to an uninterrupted run's.
+
+Single device, 64 samples in batches of 8: 8 steps per epoch, 3 epochs (24 steps); step
+checkpoints at 3, 6, 9, ..., epoch checkpoints at 8, 16, 24. DDP(2): 4 steps per epoch.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from callbacks import Callback, ModelCheckpoint
+from tests._models import Classifier, dataset, loader, quiet
+from trainer import Interrupted, Trainer, seed_everything
+from trainer._signals import StopSignals
+
+SCRIPT = str(Path(__file__).with_name("_resume_script.py"))
+DDP = ["--strategy", "ddp", "--devices", "2"]
+DDP_EPOCHS = ["--max-epochs", "5"]  # 20 steps: stop requests are agreed at steps 8 and 16
+
+
+# --- running and stopping jobs ---------------------------------------------------------------
+class Job:
+    """The script running in ``cwd``, in its own process group (the parent and its DDP workers)."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], launcher: list[str] | None = None) -> None:
+        self.cwd = cwd
+        n = len(list(cwd.glob("job-*.log")))
+        self.log_path = cwd / f"job-{n}.log"
+        for stale in ("paused",):
+            (cwd / stale).unlink(missing_ok=True)
+        env = {**env, "OMP_NUM_THREADS": "1"}  # 2 cores: don't let each rank spin up a thread pool
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, *(launcher or []), SCRIPT, *args], cwd=cwd, env=env,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_until_paused(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not (self.cwd / "paused").exists():
+            if self.proc.poll() is not None:
+                pytest.fail(f"the job exited ({self.proc.returncode}) before reaching its pause point:\n{self.log}")
+            if time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"the job did not reach its pause point within {timeout} s:\n{self.log}")
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        """``kill -9`` of the whole job, as a scheduler or the OOM killer would."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"the job did not finish within {timeout} s:\n{self.log}")
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str], **kw) -> Job:
+    job = Job(args, cwd, env, **kw)
+    assert job.wait() == 0, job.log
+    return job
+
+
+def killed_at(args: list[str], where: str, cwd: Path, env: dict[str, str]) -> Job:
+    job = Job([*args, "--pause", where], cwd, env)
+    job.wait_until_paused()
+    job.kill()
+    assert job.proc.returncode == -signal.SIGKILL
+    return job
+
+
+def resumed_from(job: Job) -> tuple[str, int, int] | None:
+    """(file name, epoch, step) from the job's "Resumed from" line; None if it started fresh."""
+    m = re.search(r"Resumed from (\S+) at epoch (\d+), step (\d+)", job.log)
+    return None if m is None else (os.path.basename(m.group(1)), int(m.group(2)), int(m.group(3)))
+
+
+# --- comparing with the uninterrupted run ----------------------------------------------------
+_references: dict[tuple[str, ...], Path] = {}
+
+
+@pytest.fixture
+def reference(tmp_path_factory, script_env):
+    """The uninterrupted run's folder for the given script arguments (run once per session)."""
+
+    def get(args: list[str], launcher: list[str] | None = None) -> Path:
+        key = (*(launcher or []), *args)
+        if key not in _references:
+            folder = tmp_path_factory.mktemp("reference")
+            run(args, folder, script_env, launcher=launcher)
+            _references[key] = folder
+        return _references[key]
+
+    return get
+
+
+def checkpoints(folder: Path) -> dict[str, str]:
+    """Every step/epoch checkpoint under ``folder`` (all run versions), by file name."""
+    files = glob.glob(str(folder / "runs" / "default" / "version_*" / "checkpoints" / "*.ckpt"))
+    return {os.path.basename(f): f for f in files if not f.endswith("last.ckpt")}
+
+
+def assert_same_training(folder: Path, ref: Path) -> None:
+    """The final weights, and every checkpoint, equal the uninterrupted run's bit for bit."""
+    final, expected = torch.load(folder / "final.pt"), torch.load(ref / "final.pt")
+    assert final.keys() == expected.keys()
+    for k in expected:
+        assert torch.equal(final[k], expected[k]), f"final weights differ at {k}"
+    ours, theirs = checkpoints(folder), checkpoints(ref)
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        a, b = torch.load(ours[name], weights_only=True), torch.load(theirs[name], weights_only=True)
+        for key in ("model", "optimizer", "lr_scheduler", "loop", "rng", "epoch_start"):
+            assert _equal(a[key], b[key]), f"{name}: {key!r} differs from the uninterrupted run's"
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+# --- kill -9 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "where, expected_resume",
+    [
+        pytest.param("batch_end:2", None, id="before-first-checkpoint"),
+        # killed at step 5: the step-3 checkpoint, taken right after a mid-epoch validation
+        pytest.param("batch_end:5", ("epoch=0-step=3.ckpt", 0, 3), id="mid-epoch"),
+        # killed before epoch 1's first batch: the epoch-0 checkpoint (and last.ckpt, its hard link)
+        pytest.param("batch_start:8", ("last.ckpt", 1, 8), id="epoch-boundary"),
+        pytest.param("batch_end:20", ("epoch=2-step=18.ckpt", 2, 18), id="last-epoch"),
+    ],
+)
+@pytest.mark.slow
+def test_kill9_then_restart_is_bit_exact(where, expected_resume, tmp_path, script_env, reference):
+    ref = reference([])
+    killed_at([], where, tmp_path, script_env)
+    job = run([], tmp_path, script_env)
+
+    if expected_resume is None:
+        assert "no checkpoint in" in job.log and "starting from scratch" in job.log
+    else:
+        assert resumed_from(job) == expected_resume or resumed_from(job) == ("last.ckpt", *expected_resume[1:])
+    assert_same_training(tmp_path, ref)
+
+
+@pytest.mark.slow
+def test_ddp_kill9_mid_epoch_then_on_epoch_boundary(tmp_path, script_env, reference):
+    args = [*DDP, *DDP_EPOCHS]
+    ref = reference(args)
+    killed_at(args, "batch_end:7", tmp_path, script_env)  # step 6 is 2 batches into epoch 1
+    job = Job([*args, "--pause", "batch_start:12"], tmp_path, script_env)  # before epoch 3's first batch
+    job.wait_until_paused()
+    job.kill()
+    assert resumed_from(job)[1:] == (1, 6)
+    job = run(args, tmp_path, script_env)
+
+    assert resumed_from(job)[1:] == (3, 12)
+    assert_same_training(tmp_path, ref)
+
+
+# --- SIGTERM and Ctrl-C ----------------------------------------------------------------------
+@pytest.mark.slow
+def test_sigterm_saves_last_and_resume_is_bit_exact(tmp_path, script_env, reference):
+    ref = reference([])
+    job = Job(["--signal-wait", "5"], tmp_path, script_env)
+    job.wait_until_paused()
+    os.kill(job.proc.pid, signal.SIGTERM)
+
+    assert job.wait() != 0  # a scheduler must see the interruption
+    assert "Interrupted: Training stopped by SIGTERM at step 5" in job.log
+    last = tmp_path / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 5  # the very next step boundary
+    job = run([], tmp_path, script_env)
+    assert resumed_from(job) == ("last.ckpt", 0, 5)
+    assert_same_training(tmp_path, ref)
+
+
+@pytest.mark.slow
+def test_ddp_sigterm_then_ctrl_c_then_resume_is_bit_exact(tmp_path, script_env, reference):
+    args = [*DDP, *DDP_EPOCHS]
+    ref = reference(args)
+    last = tmp_path / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+
+    # SIGTERM to the launching process only: it passes it on to both workers.
+    job = Job([*args, "--signal-wait", "2"], tmp_path, script_env)
+    job.wait_until_paused()
+    os.kill(job.proc.pid, signal.SIGTERM)
+    assert job.wait() != 0, job.log
+    assert "trainer._signals.Interrupted: Training stopped by SIGTERM at step 8" in job.log  # ranks agree every 8 steps
+    assert "rank 0 stopped by Interrupted" in job.log and "rank 1 stopped by Interrupted" in job.log
+    assert "WorkerError" not in job.log
+    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 8
+
+    # Ctrl-C in a terminal: SIGINT to the whole process group (each worker also gets the
+    # parent's forwarded copy, which must not count as a second, forcing Ctrl-C). This run
+    # also seeds differently: the checkpoint's RNG and DistributedSampler seed must win.
+    job = Job([*args, "--signal-wait", "10", "--seed", "1"], tmp_path, script_env)
+    job.wait_until_paused()
+    os.killpg(job.proc.pid, signal.SIGINT)
+    assert job.wait() != 0, job.log
+    # Step 8 was epoch 1's last batch: the resumed run starts by finishing that epoch
+    # (its validation, its scheduler step) and only then moves on to epoch 2.
+    assert resumed_from(job) == ("last.ckpt", 1, 8)
+    assert "DistributedSampler's seed is 1 in this run but 0 in the checkpoint" in job.log
+    assert "Training stopped by SIGINT at step 16" in job.log
+    assert "KeyboardInterrupt" not in job.log and "WorkerError" not in job.log
+    assert "rank 0 stopped by Interrupted" in job.log and "rank 1 stopped by Interrupted" in job.log
+
+    job = run(args, tmp_path, script_env)
+    assert resumed_from(job) == ("last.ckpt", 3, 16)  # again an epoch's last batch
+    assert_same_training(tmp_path, ref)
+
+
+# --- torchrun --max-restarts ---------------------------------------------------------------
+@pytest.mark.slow
+def test_torchrun_restart_carries_on_from_last_checkpoint(tmp_path, script_env, reference):
+    torchrun = ["-m", "torch.distributed.run", "--max-restarts=1", "--standalone", "--nproc_per_node=2"]
+    args = ["--strategy", "ddp", "--devices", "auto", *DDP_EPOCHS]
+    ref = reference(args, launcher=torchrun)
+
+    job = run([*args, "--crash-once", "7"], tmp_path, script_env, launcher=torchrun)
+
+    assert (tmp_path / "crashed").exists()  # rank 1 did die on the first attempt
+    assert resumed_from(job) == ("epoch=1-step=6.ckpt", 1, 6) or resumed_from(job) == ("last.ckpt", 1, 6)
+    assert_same_training(tmp_path, ref)
+
+
+# --- in-process: the subtle cases, a crash simulated by an exception ------------------------------
+class Crash(Exception):
+    pass
+
+
+class CrashAt(Callback):
+    """Raise at ``hook`` when ``global_step == step``: the process state after it is thrown away."""
+
+    def __init__(self, hook: str, step: int) -> None:
+        self.hook, self.step = hook, step
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if self.hook == "batch_start" and trainer.global_step == self.step:
+            raise Crash
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self.hook == "batch_end" and trainer.global_step == self.step:
+            raise Crash
+
+
+def train(crash: tuple[str, int] | None = None, loader_cls=DataLoader, generator: bool = False, **trainer_kw):
+    """What the user's script does, from seed_everything(0) on; returns the final weights."""
+    seed_everything(0)
+    model = Classifier(dropout=0.5, optimizer="adam")
+    g = torch.Generator().manual_seed(5) if generator else None
+    train_loader = loader_cls(dataset(64), batch_size=8, shuffle=True, generator=g)
+    callbacks = [ModelCheckpoint(dirpath="ck", every_n_train_steps=trainer_kw.pop("every", 3), save_top_k=-1)]
+    if crash is not None:
+        callbacks.append(CrashAt(*crash))
+    options = quiet(max_epochs=3, callbacks=callbacks)
+    options.update(trainer_kw)
+    try:
+        Trainer(**options).fit(model, train_loader, loader(32), ckpt_path="last")
+    except Crash:
+        return None
+    return model.state_dict()
+
+
+def assert_resumes_exactly(*crashes: tuple[str, int], **kw) -> None:
+    expected = train(**kw)
+    shutil.rmtree("ck")
+    for crash in crashes:
+        assert train(crash, **kw) is None
+    final = train(**kw)
+    for k, v in expected.items():
+        assert torch.equal(final[k], v), f"{k} differs after resuming from crashes at {crashes}"
+
+
+def test_resume_with_gradient_accumulation_is_bit_exact():
+    # 2 batches per optimizer step, a step checkpoint every 2 steps. The first crash comes
+    # before any step checkpoint (only complete accumulation groups may be saved), the
+    # second right after resuming (the resumed run must not save in the middle of a group).
+    assert_resumes_exactly(("batch_start", 1), ("batch_end", 3), ("batch_start", 3), accumulate_grad_batches=2, every=2)
+
+
+def test_resume_with_a_loader_generator_is_bit_exact():
+    # DataLoader(generator=g) draws the order from g, not the global RNG: g's state is saved too.
+    assert_resumes_exactly(("batch_start", 8), ("batch_end", 13), generator=True)
+
+
+def test_resume_with_a_dataloader_subclass_skips_by_loading_and_is_bit_exact():
+    class MyLoader(DataLoader):
+        pass
+
+    with pytest.warns(UserWarning, match="cannot skip the 3 consumed batches at the sampler of this MyLoader"):
+        assert_resumes_exactly(("batch_end", 4), loader_cls=MyLoader)
+
+
+def test_a_signal_after_the_last_step_boundary_still_ends_fit_with_interrupted():
+    class SignalAtTheEnd(Callback):
+        def on_train_end(self, trainer, module):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Interrupted, match="SIGTERM arrived after the last step boundary; training had finished"):
+        Trainer(**quiet(max_epochs=1, callbacks=[SignalAtTheEnd()])).fit(Classifier(), loader(32))
+
+
+def test_sigint_in_process_saves_last_and_a_second_ctrl_c_interrupts_at_once(monkeypatch):
+    class CtrlC(Callback):
+        def __init__(self, presses: int) -> None:
+            self.presses = presses
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if trainer.global_step == 2:
+                for _ in range(self.presses):
+                    os.kill(os.getpid(), signal.SIGINT)  # handled before kill() returns
+                    time.sleep(0.06)
+
+    monkeypatch.setattr(StopSignals, "SIGINT_ECHO_S", 0.05)
+    with pytest.raises(Interrupted, match="stopped by SIGINT at step 2") as err:
+        Trainer(**quiet(max_epochs=3, enable_checkpointing=True, callbacks=[CtrlC(1)])).fit(Classifier(), loader(32))
+    assert err.value.signum == signal.SIGINT
+    assert torch.load("checkpoints/last.ckpt", weights_only=True)["loop"]["global_step"] == 2
+
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(**quiet(max_epochs=3, callbacks=[CtrlC(2)])).fit(Classifier(), loader(32))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers are put back
