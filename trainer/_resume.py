@@ -5,7 +5,8 @@ from the global torch RNG (or the loader's generator) and RandomSampler draws it
 the first ``next``. So a checkpoint keeps, per rank, the RNG as it was just before that
 ``iter`` (to re-create the order) and the RNG at the save (to continue dropout and the like
 exactly). A mid-epoch resume re-creates the order, skips the consumed batches at the
-sampler level (their data is never loaded), then restores the save-time RNG.
+sampler level (their data is never loaded), then restores the save-time RNG, and puts back
+the values logged so far in the epoch (its means feed schedulers and checkpoint monitors).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Resume:
 
     def __init__(self, ckpt: dict[str, Any] | None = None, rank: int = 0, world_size: int = 1) -> None:
         self.pending = ckpt is not None
+        self.rank = rank
         if ckpt is None:
             return
         loop = ckpt["loop"]
@@ -43,10 +45,11 @@ class Resume:
         same_world = saved_world == world_size and len(ckpt.get("rng", [])) == world_size
         # Across a change of world size the RNG streams cannot line up; weights and steps still carry over.
         self.rng = ckpt["rng"][rank] if same_world else None
+        self.train_metrics = ckpt.get("train_metrics", [None] * world_size)[rank] if same_world else None
         starts = ckpt.get("epoch_start") or [None]
         self.epoch_start = starts[rank] if same_world else None
         # The DistributedSampler's seed is the same on every rank, so any rank's record will do.
-        self.sampler = ((starts[rank] if same_world else starts[0]) or {}).get("sampler")
+        self.sampler_state = ((starts[rank] if same_world else starts[0]) or {}).get("sampler")
 
     # --- loading -----------------------------------------------------------------------
     @classmethod
@@ -94,6 +97,8 @@ class Resume:
             put_back_rng()
             trainer._epoch_start = ckpt_io.epoch_start_state(loader)
             return iter(loader)
+        if self.train_metrics is not None and trainer._train_sink is not None:
+            trainer._train_sink.load_state_dict(self.train_metrics, trainer.strategy.root_device)
         # Re-create the interrupted epoch's order, skip what it consumed, then continue its RNG.
         ckpt_io.set_epoch_start_state(loader, self.epoch_start)
         trainer._epoch_start = self.epoch_start
@@ -102,14 +107,15 @@ class Resume:
     def _restore_sampler_seed(self, loader: Any) -> None:
         """A DistributedSampler shuffles by seed + epoch: use the checkpoint's seed, whatever this run set."""
         sampler = ckpt_io.seeded_sampler(loader)
-        if sampler is None or not self.sampler:
+        if sampler is None or not self.sampler_state:
             return
-        if sampler.seed != self.sampler["seed"]:
+        seed = self.sampler_state["seed"]
+        if sampler.seed != seed and self.rank == 0:
             log.warning(
                 "The DistributedSampler's seed is %d in this run but %d in the checkpoint; using %d so "
-                "that the resumed run sees the same data order.", sampler.seed, self.sampler["seed"], self.sampler["seed"],
+                "that the resumed run sees the same data order.", sampler.seed, seed, seed,
             )
-            sampler.seed = self.sampler["seed"]
+        sampler.seed = seed
 
 
 def _batch_position(loop: dict[str, Any], world_size: int) -> int:
@@ -192,6 +198,9 @@ def capture(trainer: Trainer) -> dict[str, Any]:
     local_rng["loader"] = ckpt_io.generator_states(trainer._epoch_loader)  # a DataLoader(generator=g)
     rng = strategy.gather_objects(local_rng)
     epoch_start = strategy.gather_objects(trainer._epoch_start)
+    # Mid-epoch, the epoch's logged values so far (per rank): the resumed epoch's means need them.
+    sink = trainer._train_sink if batch > 0 else None
+    train_metrics = strategy.gather_objects(None if sink is None else sink.state_dict())
     module = trainer.module
     return {
         "format": FORMAT,
@@ -208,6 +217,7 @@ def capture(trainer: Trainer) -> dict[str, Any]:
         "metrics": dict(trainer.callback_metrics),
         "rng": rng,
         "epoch_start": epoch_start,
+        "train_metrics": train_metrics,
         "strategy": strategy.name,
         "hparams": ckpt_io.plain(getattr(module, "hparams", {})),
         "trainer": ckpt_io.plain(trainer.hparams()),

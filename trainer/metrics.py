@@ -105,6 +105,35 @@ class MetricSink:
             prog = any(name in s.prog_bar for s, _ in parts)
             self.log(name, value, prog_bar=prog, batch_size=total)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The values logged so far, as CPU tensors: a mid-epoch checkpoint carries them so that
+        the resumed epoch's means (and whatever monitors them) come out as if never stopped."""
+        series = {
+            name: {
+                "values": torch.stack([v.detach().to("cpu", torch.float64).reshape(()) for v in s.values])
+                if s.values else torch.zeros(0, dtype=torch.float64),
+                "weights": list(s.weights),
+                "total": None if s.total is None else s.total.detach().cpu(),
+                "weight": s.weight,
+                "prog_bar": s.prog_bar,
+            }
+            for name, s in self._series.items()
+        }
+        latest = {name: torch.as_tensor(v).detach().to("cpu", torch.float64) for name, v in self.latest.items()}
+        return {"series": series, "latest": latest}
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
+        for name, saved in state["series"].items():
+            series = self._series[name] = _Series(saved["prog_bar"])
+            # float64 holds every float32 exactly, and collapse() computes in float64 anyway.
+            series.values = list(saved["values"].to(device).unbind())
+            series.weights = list(saved["weights"])
+            series.total = None if saved["total"] is None else saved["total"].to(device)
+            series.weight = saved["weight"]
+            if saved["prog_bar"]:
+                self.prog_bar.add(name)
+        self.latest.update(state["latest"])
+
     def latest_floats(self) -> dict[str, float]:
         """The most recent value of each name, as floats (syncs with the device once)."""
         if not self.latest:

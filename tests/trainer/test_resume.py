@@ -277,16 +277,25 @@ class CrashAt(Callback):
             raise Crash
 
 
-def train(crash: tuple[str, int] | None = None, loader_cls=DataLoader, generator: bool = False, **trainer_kw):
+class OnPlateau(Classifier):
+    """Halves the learning rate when the training loss's epoch mean stops improving."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.5)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5, threshold=0.05)
+        return {"optimizer": opt, "lr_scheduler": plateau, "monitor": "train_loss"}
+
+
+def train(crash: tuple[str, int] | None = None, loader_cls=DataLoader, generator: bool = False, model_cls=Classifier, **trainer_kw):
     """What the user's script does, from seed_everything(0) on; returns the final weights."""
     seed_everything(0)
-    model = Classifier(dropout=0.5, optimizer="adam")
+    model = model_cls(dropout=0.5, optimizer="adam")
     g = torch.Generator().manual_seed(5) if generator else None
     train_loader = loader_cls(dataset(64), batch_size=8, shuffle=True, generator=g)
     callbacks = [ModelCheckpoint(dirpath="ck", every_n_train_steps=trainer_kw.pop("every", 3), save_top_k=-1)]
     if crash is not None:
         callbacks.append(CrashAt(*crash))
-    options = quiet(max_epochs=3, callbacks=callbacks)
+    options = quiet(max_epochs=trainer_kw.pop("max_epochs", 3), callbacks=callbacks)
     options.update(trainer_kw)
     try:
         Trainer(**options).fit(model, train_loader, loader(32), ckpt_path="last")
@@ -315,6 +324,12 @@ def test_resume_with_gradient_accumulation_is_bit_exact():
 def test_resume_with_a_loader_generator_is_bit_exact():
     # DataLoader(generator=g) draws the order from g, not the global RNG: g's state is saved too.
     assert_resumes_exactly(("batch_start", 8), ("batch_end", 13), generator=True)
+
+
+def test_resume_mid_epoch_keeps_the_epochs_logged_values_for_what_monitors_them():
+    # The epoch mean of train_loss decides the learning rate: after a mid-epoch resume it
+    # must include the batches from before the crash.
+    assert_resumes_exactly(("batch_end", 13), model_cls=OnPlateau, max_epochs=4)
 
 
 def test_resume_with_a_dataloader_subclass_skips_by_loading_and_is_bit_exact():

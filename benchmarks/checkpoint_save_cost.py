@@ -1,0 +1,115 @@
+"""How much a checkpoint save costs, next to a training step.
+
+    python benchmarks/checkpoint_save_cost.py [--device cpu|cuda] [--steps 60] [--saves 20]
+
+For each model it trains ``--steps`` optimizer steps (Adam, batch 64) and times each step,
+then times ``trainer.save_checkpoint`` (capture the full state, write a temp file, fsync,
+os.replace, fsync the folder) ``--saves`` times. Medians are printed, and the ratio says
+how many training steps one save costs; with ``ModelCheckpoint(every_n_train_steps=k)``
+the overhead is about ratio / k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from callbacks import Callback  # noqa: E402
+from strategies import SingleDeviceStrategy  # noqa: E402
+from trainer import Trainer, TrainModule  # noqa: E402
+
+
+class Model(TrainModule):
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+def mlp(width: int) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+
+
+def cnn() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 8 * 8, 256), nn.ReLU(), nn.Dropout(0.1), nn.Linear(256, 10),
+    )
+
+
+class Timer(Callback):
+    def __init__(self, folder: str, saves: int) -> None:
+        self.folder, self.saves = folder, saves
+        self.steps: list[float] = []
+        self.save_times: list[float] = []
+        self._t = 0.0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()
+        self.steps.append(time.perf_counter() - self._t)
+
+    def on_train_end(self, trainer, module):
+        for i in range(self.saves):
+            t = time.perf_counter()
+            trainer.save_checkpoint(os.path.join(self.folder, f"save-{i % 2}.ckpt"))
+            self.save_times.append(time.perf_counter() - t)
+
+
+def measure(name: str, net: nn.Module, device: str, steps: int, saves: int) -> None:
+    data = TensorDataset(torch.randn(64 * steps, 3, 32, 32), torch.randint(0, 10, (64 * steps,)))
+    model = Model(net)
+    params = sum(p.numel() for p in model.parameters())
+    with tempfile.TemporaryDirectory(dir=os.getcwd()) as folder:
+        timer = Timer(folder, saves)
+        trainer = Trainer(
+            strategy=SingleDeviceStrategy(device), max_steps=steps, enable_progress_bar=False, log_dir=None,
+            enable_checkpointing=False, callbacks=[timer], log_every_n_steps=10**9,
+        )
+        trainer.fit(model, DataLoader(data, batch_size=64, shuffle=True))
+        size = os.path.getsize(os.path.join(folder, "save-0.ckpt"))
+    step = statistics.median(timer.steps[5:])  # skip warm-up steps
+    save = statistics.median(timer.save_times)
+    print(
+        f"{name:<10} {params / 1e6:7.2f} M params  file {size / 2**20:7.1f} MiB  "
+        f"step {step * 1e3:8.2f} ms  save {save * 1e3:8.2f} ms  save/step {save / step:6.2f}"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--saves", type=int, default=20)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} threads, batch 64 of 3x32x32, Adam")
+    measure("cnn", cnn(), args.device, args.steps, args.saves)
+    measure("mlp-512", mlp(512), args.device, args.steps, args.saves)
+    measure("mlp-2048", mlp(2048), args.device, args.steps, args.saves)
+
+
+if __name__ == "__main__":
+    main()
