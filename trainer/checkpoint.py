@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import random
@@ -17,9 +18,11 @@ class CheckpointError(ValueError):
 
 
 def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``obj`` so that ``path`` is either the old file or the complete new one.
+    """Write ``obj`` so that ``path`` is either the old file or the complete new one, and
+    only ever a file that ``torch.load(weights_only=True)`` reads back.
 
-    temp file in the same directory -> flush -> fsync -> os.replace -> fsync the directory.
+    temp file in the same directory -> flush -> fsync -> check it loads -> os.replace ->
+    fsync the directory.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -30,6 +33,7 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
+        _check_loads(tmp, obj, path)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -43,6 +47,44 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _check_loads(tmp: str, obj: dict[str, Any], path: str) -> None:
+    """Refuse now, not at resume time, a checkpoint that only an unsafe load could read:
+    e.g. a callback's state holding a numpy float."""
+    try:
+        torch.load(tmp, map_location="cpu", weights_only=True, mmap=True)  # reads the structure only
+    except pickle.UnpicklingError as err:
+        where, kind = _first_unloadable(obj, "checkpoint")
+        raise CheckpointError(
+            f"Not writing {path!r}: {where} is a {kind}, which torch.load(weights_only=True) refuses "
+            f"({_unpickler_reason(err)}). Keep plain Python values and tensors in checkpoints, "
+            "e.g. float(x) for a numpy number or torch.as_tensor(a) for an array."
+        ) from None
+
+
+def _first_unloadable(value: Any, where: str) -> tuple[str, str]:
+    """The path of the first entry that does not survive a weights_only round trip (slow; errors only)."""
+    children: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        children = [(f"{where}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        children = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    for child_where, child in children:
+        if not _round_trips(child):
+            return _first_unloadable(child, child_where)
+    return where, type(value).__module__ + "." + type(value).__qualname__
+
+
+def _round_trips(value: Any) -> bool:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    buffer.seek(0)
+    try:
+        torch.load(buffer, weights_only=True)
+    except pickle.UnpicklingError:
+        return False
+    return True
 
 
 def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
@@ -73,12 +115,15 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False)
 
 
 def _unpickler_reason(err: Exception) -> str:
-    """The line of torch's long weights_only message that names what was refused."""
+    """The sentence of torch's long weights_only message that names what was refused."""
+    text = str(err)
+    if "WeightsUnpickler error:" in text:
+        reason = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0]
+        return reason.split(" Please use")[0]  # drop the advice to allowlist it
     boilerplate = ("Weights only load failed", "Check the documentation", "Please file an issue")
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith(boilerplate)]
-    reason = (useful or lines or [type(err).__name__])[0]
-    return reason.removeprefix("WeightsUnpickler error:").strip()
+    return (useful or lines or [type(err).__name__])[0]
 
 
 # --- RNG states ----------------------------------------------------------------------------

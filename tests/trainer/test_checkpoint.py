@@ -241,6 +241,18 @@ def test_a_failed_save_leaves_the_previous_file_intact_and_no_temp_files():
     assert os.listdir(".") == ["model.ckpt"]
 
 
+def test_a_checkpoint_that_could_not_be_loaded_back_is_refused_when_saved():
+    np = pytest.importorskip("numpy")
+
+    class KeepsANumpyFloat(Callback):
+        def state_dict(self):
+            return {"best": np.float64(0.25)}
+
+    with pytest.raises(CheckpointError, match=r"checkpoint\['callbacks'\]\['KeepsANumpyFloat'\]\['best'\] is a numpy.float64"):
+        fit(epochs=1, callbacks=[KeepsANumpyFloat()])
+    assert os.listdir("checkpoints") == []  # nothing that a resume would choke on later
+
+
 # --- across strategies -------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_ddp_checkpoint_loads_into_the_bare_model_and_resumes_on_one_device():
