@@ -8,6 +8,9 @@ import glob
 import logging
 import os
 import pickle
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -251,6 +254,41 @@ def test_a_checkpoint_that_could_not_be_loaded_back_is_refused_when_saved():
     with pytest.raises(CheckpointError, match=r"checkpoint\['callbacks'\]\['KeepsANumpyFloat'\]\['best'\] is a numpy.float64"):
         fit(epochs=1, callbacks=[KeepsANumpyFloat()])
     assert os.listdir("checkpoints") == []  # nothing that a resume would choke on later
+
+
+_SAVE_FOREVER = """
+import torch
+from trainer.checkpoint import save_atomic
+
+state = {"model": {"w": torch.randn(4_000_000)}}  # 16 MB: each save takes a while
+for step in range(10**6):
+    state["step"] = step
+    save_atomic(state, "last.ckpt")
+    print(step, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_kill9_in_the_middle_of_a_save_leaves_the_previous_file_whole(tmp_path, script_env):
+    proc = subprocess.Popen([sys.executable, "-c", _SAVE_FOREVER], cwd=tmp_path, env=script_env, stdout=subprocess.PIPE, text=True)
+    in_a_save = lambda: glob.glob(str(tmp_path / ".tmp-*.ckpt"))  # noqa: E731
+    try:
+        for _ in range(2):
+            proc.stdout.readline()  # two saves are complete
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if in_a_save():
+                os.kill(proc.pid, signal.SIGSTOP)  # freeze it, then make sure it froze inside the save
+                if in_a_save():
+                    break
+                os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.001)
+    finally:
+        proc.kill()  # SIGKILL, in the middle of writing the next checkpoint
+        proc.wait()
+
+    assert in_a_save(), "the kill should have landed inside a save"
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["step"] >= 1  # whole: the previous save
 
 
 # --- across strategies -------------------------------------------------------------------------
