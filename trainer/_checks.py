@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Iterable
 
 
 def suggest(value: str, choices: Iterable[str]) -> str:
-    """' Did you mean 'x'?' for the closest choice, or ''."""
-    close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.5)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    """' Did you mean 'x'?' for the closest choice (typo distance), or ''."""
+    value = str(value).lower()
+    scored = sorted(
+        (score, abs(len(c) - len(value)), c)
+        for c in choices
+        if (score := _score(value, c.lower())) <= max(1, min(len(value), len(c)) // 2)
+    )
+    return f" Did you mean {scored[0][2]!r}?" if scored else ""
+
+
+def _score(value: str, choice: str) -> int:
+    # A typo of the whole name, or of a prefix ('bf16' for 'bf16-mixed', 'ddp_spawn' for 'ddp').
+    n = min(len(value), len(choice))
+    return min(_distance(value, choice), _distance(value[:n], choice[:n]) + 1)
+
+
+def _distance(a: str, b: str) -> int:
+    """Edit distance counting a swap of neighbours as one edit ('dpp' -> 'ddp' is 1)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 def positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: int = 1) -> int | None:

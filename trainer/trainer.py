@@ -360,10 +360,11 @@ class Trainer:
             teardown("fit")                       (in _run)
         """
         hooks, state = self._hooks, self.state
+        if not model.training:  # a model handed over in eval mode trains; submodules the
+            model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
         hooks.call("on_fit_start", self, model)
         hooks.call("on_train_start", self, model)
         while not self._done():
-            model.train()
             self._train_sink = sink = MetricSink()
             previous_sink = set_sink(sink)
             try:
@@ -382,10 +383,10 @@ class Trainer:
                 self._opt.step_scheduler(self.callback_metrics)
             hooks.call("on_train_epoch_end", self, model)
             self._epoch_complete = False
+            if stopped:  # the epoch was cut short: current_epoch counts only completed ones
+                break
             state.current_epoch += 1
             state.batch_in_epoch = 0
-            if stopped:
-                break
             state.should_stop = self._agree(state.should_stop)
         hooks.call("on_train_end", self, model)
         hooks.call("on_fit_end", self, model)
