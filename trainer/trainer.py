@@ -16,8 +16,12 @@ from callbacks.base import Callback
 from strategies import Strategy, select_strategy
 
 from . import checkpoint as ckpt_io
-from ._checks import flag, one_of, positive_int, positive_number
+from ._checks import (
+    bad_loss, check_callbacks, check_loader, check_model, flag, interval, limit, loss_of, one_of, positive_int,
+    positive_number,
+)
 from ._hooks import Hooks
+from ._run_dir import run_dir
 from ._resume import Resume, capture, resolve_path
 from ._signals import Interrupted, StopSignals
 from .data import batch_size, loader_length
@@ -73,7 +77,7 @@ class Trainer:
         self.gradient_clip_val = positive_number("gradient_clip_val", gradient_clip_val)
         self.gradient_clip_algorithm = one_of("gradient_clip_algorithm", gradient_clip_algorithm, ("norm", "value"))
         self.check_val_every_n_epoch = positive_int("check_val_every_n_epoch", check_val_every_n_epoch, allow_none=True)
-        self.val_check_interval = _interval("val_check_interval", val_check_interval)
+        self.val_check_interval = interval("val_check_interval", val_check_interval)
         self.log_every_n_steps = positive_int("log_every_n_steps", log_every_n_steps)
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir={log_dir!r} must be a path (str or os.PathLike), or None to turn logging off.")
@@ -83,10 +87,10 @@ class Trainer:
         self.name = name
         self.enable_progress_bar = flag("enable_progress_bar", enable_progress_bar)
         self.enable_checkpointing = flag("enable_checkpointing", enable_checkpointing)
-        self.limit_train_batches = _limit("limit_train_batches", limit_train_batches, allow_zero=False)
-        self.limit_val_batches = _limit("limit_val_batches", limit_val_batches)
-        self.limit_test_batches = _limit("limit_test_batches", limit_test_batches)
-        self.limit_predict_batches = _limit("limit_predict_batches", limit_predict_batches)
+        self.limit_train_batches = limit("limit_train_batches", limit_train_batches, allow_zero=False)
+        self.limit_val_batches = limit("limit_val_batches", limit_val_batches)
+        self.limit_test_batches = limit("limit_test_batches", limit_test_batches)
+        self.limit_predict_batches = limit("limit_predict_batches", limit_predict_batches)
         if seed is not None:
             positive_int("seed", seed, minimum=0)
         self.seed = seed
@@ -98,7 +102,7 @@ class Trainer:
             )
         self._optimizer_factory = optimizer
         self._strategy = select_strategy(strategy, devices)
-        self.callbacks: list[Callback] = _check_callbacks(callbacks) + self._default_callbacks()
+        self.callbacks: list[Callback] = check_callbacks(callbacks) + self._default_callbacks()
         self.state = TrainerState()
         self.callback_metrics: dict[str, float] = {}
         self.logged_metrics: dict[str, float] = {}  # the epoch means of the phase that just ended
@@ -201,10 +205,10 @@ class Trainer:
 
     # --- entry points ------------------------------------------------------------------
     def fit(self, model: TrainModule, train_dataloaders: Any, val_dataloaders: Any = None, *, ckpt_path: str | os.PathLike | None = None) -> None:
-        _check_model(model)
-        _check_loader("train_dataloaders", train_dataloaders)
+        check_model(model)
+        check_loader("train_dataloaders", train_dataloaders)
         if val_dataloaders is not None:
-            _check_loader("val_dataloaders", val_dataloaders)
+            check_loader("val_dataloaders", val_dataloaders)
         if self.max_epochs is None and self.max_steps is None:
             raise ValueError("fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both.")
         if ckpt_path is not None and os.fspath(ckpt_path) != "last" and not os.path.isfile(ckpt_path):
@@ -219,17 +223,17 @@ class Trainer:
         return self._evaluate("test", model, dataloaders)
 
     def predict(self, model: TrainModule, dataloaders: Any) -> list[Any]:
-        _check_model(model, needs_training_step=False)
-        _check_loader("dataloaders", dataloaders)
+        check_model(model, needs_training_step=False)
+        check_loader("dataloaders", dataloaders)
         result = self._strategy.launch(self._run, "predict", model, dataloaders, None, None)
         return self._absorb(model, result)
 
     def _evaluate(self, stage: str, model: TrainModule, dataloaders: Any) -> dict[str, float]:
-        _check_model(model, needs_training_step=False)
+        check_model(model, needs_training_step=False)
         step = "validation_step" if stage == "validate" else "test_step"
         if not callable(getattr(model, step, None)):
             raise TypeError(f"trainer.{stage}() needs {type(model).__name__}.{step}(self, batch, batch_idx).")
-        _check_loader("dataloaders", dataloaders)
+        check_loader("dataloaders", dataloaders)
         result = self._strategy.launch(self._run, stage, model, dataloaders, None, None)
         return self._absorb(model, result)
 
@@ -274,7 +278,7 @@ class Trainer:
         ckpt_path = resolve_path(self, ckpt_path)
         if self.log_dir is not None and (self.run_dir is None or stage == "fit"):
             self.run_dir = strategy.broadcast_object(
-                _run_dir(self.log_dir, self.name, ckpt_path) if strategy.is_global_zero else None
+                run_dir(self.log_dir, self.name, ckpt_path) if strategy.is_global_zero else None
             )
         self._hooks.call("setup", self, model, stage)
         try:
@@ -410,9 +414,9 @@ class Trainer:
             completes = batch_idx - group_start + 1 == group
             with strategy.no_backward_sync() if not completes else _NULL:
                 output = strategy.run_step("training_step", batch, batch_idx)
-                loss = output if type(output) is torch.Tensor else _loss_of(output)
+                loss = output if type(output) is torch.Tensor else loss_of(output)
                 if loss.ndim or not loss.requires_grad:
-                    _bad_loss(loss)
+                    bad_loss(loss)
                 for fn in hooks.on_before_backward:
                     fn(self, model, loss)
                 strategy.backward(self._precision.scale(loss / group if group > 1 else loss))
@@ -568,97 +572,6 @@ class Trainer:
 
 
 _NULL = contextlib.nullcontext()  # reused: entering it per step allocates nothing
-
-
-def _run_dir(log_dir: str, name: str, resume_path: str | None) -> str:
-    """``<log_dir>/<name>/version_<n>``: the resumed run's own folder, or the next free one."""
-    base = os.path.abspath(os.path.join(log_dir, name))
-    if resume_path is not None:
-        version_dir = os.path.dirname(os.path.dirname(os.path.abspath(resume_path)))
-        if os.path.dirname(version_dir) == base and os.path.basename(version_dir).startswith("version_"):
-            return version_dir
-    os.makedirs(base, exist_ok=True)
-    taken = [int(d[8:]) for d in os.listdir(base) if d.startswith("version_") and d[8:].isdigit()]
-    n = max(taken, default=-1) + 1
-    while True:  # another run may take the same number between listdir and mkdir
-        try:
-            os.mkdir(os.path.join(base, f"version_{n}"))
-            return os.path.join(base, f"version_{n}")
-        except FileExistsError:
-            n += 1
-
-
-def _loss_of(output: Any) -> torch.Tensor:
-    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
-        return output["loss"]
-    raise TypeError(
-        f"training_step returned {type(output).__name__} {output!r:.80}; it must return the loss as a "
-        "scalar tensor, or a dict with a 'loss' tensor."
-    )
-
-
-def _bad_loss(loss: torch.Tensor) -> None:
-    if loss.ndim:
-        raise ValueError(
-            f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. "
-            "Reduce it, e.g. loss.mean()."
-        )
-    raise ValueError(
-        "training_step returned a loss that does not require grad, so backward() cannot train "
-        "anything. Compute it from the model's outputs, and don't call .detach(), .item() or "
-        "torch.no_grad() on the way."
-    )
-
-
-def _check_model(model: Any, needs_training_step: bool = True) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")
-    if needs_training_step and not callable(getattr(model, "training_step", None)):
-        raise TypeError(
-            f"{type(model).__name__} has no training_step. Subclass trainer.TrainModule and define "
-            "training_step(self, batch, batch_idx)."
-        )
-    if needs_training_step and isinstance(model, TrainModule) and type(model).training_step is TrainModule.training_step:
-        raise TypeError(f"{type(model).__name__} does not define training_step(self, batch, batch_idx).")
-
-
-def _check_loader(name: str, loader: Any) -> None:
-    if not hasattr(loader, "__iter__"):
-        raise TypeError(f"{name}={loader!r} is not iterable; pass a torch.utils.data.DataLoader.")
-    if loader_length(loader) == 0:
-        raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
-
-
-def _check_callbacks(callbacks: Any) -> list[Callback]:
-    if callbacks is None:
-        return []
-    if isinstance(callbacks, Callback):
-        callbacks = [callbacks]
-    callbacks = list(callbacks)
-    for cb in callbacks:
-        if not isinstance(cb, Callback):
-            raise TypeError(f"callbacks contains {cb!r}, which is not a callbacks.Callback.")
-    return callbacks
-
-
-def _interval(name: str, value: Any) -> int | float | None:
-    if value is None:
-        return None
-    if isinstance(value, float):
-        if not 0.0 < value <= 1.0:
-            raise ValueError(f"{name}={value!r}: a float is a fraction of the epoch in (0, 1].")
-        return value
-    return positive_int(name, value)
-
-
-def _limit(name: str, value: Any, allow_zero: bool = True) -> int | float | None:
-    if value is None:
-        return None
-    if isinstance(value, float):
-        if not 0.0 < value <= 1.0:
-            raise ValueError(f"{name}={value!r}: a float is a fraction of the batches in (0, 1]; an int is a count.")
-        return value
-    return positive_int(name, value, minimum=0 if allow_zero else 1)
 
 
 def _limited(n: int | None, limit: int | float | None) -> int | float:
