@@ -108,6 +108,7 @@ class Trainer:
         self.run_dir: str | None = None  # <log_dir>/<name>/version_<n>, set by the TensorBoard logger
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
+        self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: Any = None
         self._opt: OptimizerSetup | None = None
@@ -196,7 +197,11 @@ class Trainer:
         return options
 
     def skip_optimizer_step(self) -> None:
-        """Called from ``on_before_optimizer_step``: drop this step's gradients instead of stepping."""
+        """Called from ``on_before_optimizer_step``: drop this step's gradients instead of stepping.
+
+        Under DDP every rank must make the same call (agree first, e.g. with
+        ``strategy.all_reduce_sum``), as ``callbacks.NaNGuard`` does.
+        """
         self._skip_step = True
 
     # --- entry points ------------------------------------------------------------------
@@ -272,7 +277,8 @@ class Trainer:
         self._hooks = Hooks(self.callbacks)
         self.state = TrainerState(stage=stage)
         ckpt_path = resolve_path(self, ckpt_path)
-        if self.log_dir is not None and (self.run_dir is None or stage == "fit"):
+        # predict logs nothing, so it gets no run folder.
+        if self.log_dir is not None and stage != "predict" and (self.run_dir is None or stage == "fit"):
             self.run_dir = strategy.broadcast_object(
                 _run_dir(self.log_dir, self.name, ckpt_path) if strategy.is_global_zero else None
             )
@@ -317,6 +323,7 @@ class Trainer:
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         self.num_training_batches = _limited(n, self.limit_train_batches)
+        self.val_dataloaders = val_loader  # callbacks read it (EarlyStopping: is there validation?)
         resume = Resume.load(self, ckpt_path)
         if self.is_global_zero:
             per_device = getattr(train_loader, "batch_size", None) or "?"
@@ -442,8 +449,9 @@ class Trainer:
                 torch.nn.utils.clip_grad_value_(params, self.gradient_clip_val)
         for fn in self._hooks.on_before_optimizer_step:
             fn(self, model, optimizer)
-        if self._skip_step:
-            self._skip_step = False
+        skipped, self._skip_step = self._skip_step, False
+        if skipped:
+            precision.skip()
         else:
             precision.step(optimizer)
         optimizer.zero_grad()
@@ -451,7 +459,8 @@ class Trainer:
         if opt.interval == "step" and opt.scheduler is not None:
             opt.step_scheduler(self.callback_metrics)
         if state.global_step % self.log_every_n_steps == 0:
-            self._check_finite(loss)
+            if not skipped:  # a skipped step's loss was judged already (the same way on every rank)
+                self._check_finite(loss)
             self.callback_metrics.update(self.step_metrics())
 
     def _check_finite(self, loss: torch.Tensor) -> None:
@@ -563,6 +572,7 @@ class Trainer:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_module"] = None  # sent separately as fit's argument
+        state["val_dataloaders"] = None  # likewise (and a dataset is costly to pickle twice)
         return state
 
 
