@@ -98,7 +98,8 @@ class Trainer:
             )
         self._optimizer_factory = optimizer
         self._strategy = select_strategy(strategy, devices)
-        self.callbacks: list[Callback] = _check_callbacks(callbacks) + self._default_callbacks()
+        given = _check_callbacks(callbacks)
+        self.callbacks: list[Callback] = given + self._default_callbacks(given)
         self.state = TrainerState()
         self.callback_metrics: dict[str, float] = {}
         self.logged_metrics: dict[str, float] = {}  # the epoch means of the phase that just ended
@@ -122,15 +123,20 @@ class Trainer:
         self._epoch_complete = False
         self._epoch_start: dict[str, Any] | None = None  # RNG that re-creates this epoch's order
 
-    def _default_callbacks(self) -> list[Callback]:
+    def _default_callbacks(self, given: list[Callback]) -> list[Callback]:
+        """The built-ins, except those the user passed configured (e.g. ``ProgressBar(refresh_s=1)``):
+        two bars would both draw, and two loggers or checkpointers would write the same files."""
         from callbacks import ModelCheckpoint, ProgressBar, TensorBoardLogger
 
+        def wanted(kind: type) -> bool:
+            return not any(isinstance(cb, kind) for cb in given)
+
         extra: list[Callback] = []
-        if self.enable_progress_bar:
+        if self.enable_progress_bar and wanted(ProgressBar):
             extra.append(ProgressBar())
-        if self.log_dir is not None:
+        if self.log_dir is not None and wanted(TensorBoardLogger):
             extra.append(TensorBoardLogger())
-        if self.enable_checkpointing:
+        if self.enable_checkpointing and wanted(ModelCheckpoint):
             extra.append(ModelCheckpoint())
         return extra
 
