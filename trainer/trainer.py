@@ -7,13 +7,12 @@ import logging
 import math
 import os
 import signal
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch import nn
 
 from callbacks.base import Callback
-from strategies import Strategy, select_strategy
 
 from . import checkpoint as ckpt_io
 from ._checks import flag, one_of, positive_int, positive_number
@@ -27,6 +26,9 @@ from .optim import OptimizerSetup, resolve_optimizers
 from .precision import Precision, normalize_precision
 from .seed import seed_everything
 from .state import TrainerState
+
+if TYPE_CHECKING:
+    from strategies import Strategy
 
 log = logging.getLogger("trainer")
 _STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop requests (DDP)
@@ -97,6 +99,10 @@ class Trainer:
                 "e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
             )
         self._optimizer_factory = optimizer
+        # Imported here: strategies import trainer's helpers, and a spawned DDP worker
+        # imports the strategies package first (to find its entry point).
+        from strategies import select_strategy
+
         self._strategy = select_strategy(strategy, devices)
         given = _check_callbacks(callbacks)
         self.callbacks: list[Callback] = given + self._default_callbacks(given)
