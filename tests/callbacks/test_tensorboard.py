@@ -150,6 +150,10 @@ def test_a_resumed_run_continues_its_curves_in_the_same_folder_without_repeated_
                     callbacks=[ModelCheckpoint(save_top_k=-1)])
     first.fit(RecordsLosses(), loader(64), loader(32))
     after_epoch_0 = glob.glob(os.path.join(first.run_dir, "checkpoints", "epoch=0-*.ckpt"))[0]
+    # TensorBoard reads a run's files in name order; a name starts with the second it was made
+    # in, then a per-process counter (".9" sorts after ".10"). A real resume comes seconds later.
+    made = int(os.path.basename(glob.glob(os.path.join(first.run_dir, "events.out.tfevents.*"))[0]).split(".")[3])
+    time.sleep(max(0.0, made + 1.01 - time.time()))
     # As if the first run had crashed after epoch 0 having logged up to step 12: resume there.
     resumed = Trainer(max_epochs=3, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
     resumed.fit(RecordsLosses(), loader(64), loader(32), ckpt_path=after_epoch_0)
