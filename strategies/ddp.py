@@ -169,8 +169,11 @@ class DDPStrategy(Strategy):
             dist.barrier()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        # NCCL reduces only CUDA tensors; callers pass small CPU flag tensors.
+        device = tensor.device
+        tensor = tensor.to(self._collective_device())
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        return tensor
+        return tensor.to(device)
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         box = [obj]

@@ -7,13 +7,12 @@ import logging
 import math
 import os
 import signal
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch import nn
 
 from callbacks.base import Callback
-from strategies import Strategy, select_strategy
 
 from . import checkpoint as ckpt_io
 from ._checks import (
@@ -31,6 +30,9 @@ from .optim import OptimizerSetup, resolve_optimizers
 from .precision import Precision, normalize_precision
 from .seed import seed_everything
 from .state import TrainerState
+
+if TYPE_CHECKING:
+    from strategies import Strategy
 
 log = logging.getLogger("trainer")
 _STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop requests (DDP)
@@ -101,8 +103,13 @@ class Trainer:
                 "e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
             )
         self._optimizer_factory = optimizer
+        # Imported here: strategies import trainer's helpers, and a spawned DDP worker
+        # imports the strategies package first (to find its entry point).
+        from strategies import select_strategy
+
         self._strategy = select_strategy(strategy, devices)
-        self.callbacks: list[Callback] = check_callbacks(callbacks) + self._default_callbacks()
+        given = check_callbacks(callbacks)
+        self.callbacks: list[Callback] = given + self._default_callbacks(given)
         self.state = TrainerState()
         self.callback_metrics: dict[str, float] = {}
         self.logged_metrics: dict[str, float] = {}  # the epoch means of the phase that just ended
@@ -112,6 +119,7 @@ class Trainer:
         self.run_dir: str | None = None  # <log_dir>/<name>/version_<n>, set by the TensorBoard logger
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
+        self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: Any = None
         self._opt: OptimizerSetup | None = None
@@ -125,15 +133,20 @@ class Trainer:
         self._epoch_complete = False
         self._epoch_start: dict[str, Any] | None = None  # RNG that re-creates this epoch's order
 
-    def _default_callbacks(self) -> list[Callback]:
+    def _default_callbacks(self, given: list[Callback]) -> list[Callback]:
+        """The built-ins, except those the user passed configured (e.g. ``ProgressBar(refresh_s=1)``):
+        two bars would both draw, and two loggers or checkpointers would write the same files."""
         from callbacks import ModelCheckpoint, ProgressBar, TensorBoardLogger
 
+        def wanted(kind: type) -> bool:
+            return not any(isinstance(cb, kind) for cb in given)
+
         extra: list[Callback] = []
-        if self.enable_progress_bar:
+        if self.enable_progress_bar and wanted(ProgressBar):
             extra.append(ProgressBar())
-        if self.log_dir is not None:
+        if self.log_dir is not None and wanted(TensorBoardLogger):
             extra.append(TensorBoardLogger())
-        if self.enable_checkpointing:
+        if self.enable_checkpointing and wanted(ModelCheckpoint):
             extra.append(ModelCheckpoint())
         return extra
 
@@ -200,7 +213,11 @@ class Trainer:
         return options
 
     def skip_optimizer_step(self) -> None:
-        """Called from ``on_before_optimizer_step``: drop this step's gradients instead of stepping."""
+        """Called from ``on_before_optimizer_step``: drop this step's gradients instead of stepping.
+
+        Under DDP every rank must make the same call (agree first, e.g. with
+        ``strategy.all_reduce_sum``), as ``callbacks.NaNGuard`` does.
+        """
         self._skip_step = True
 
     # --- entry points ------------------------------------------------------------------
@@ -276,7 +293,8 @@ class Trainer:
         self._hooks = Hooks(self.callbacks)
         self.state = TrainerState(stage=stage)
         ckpt_path = resolve_path(self, ckpt_path)
-        if self.log_dir is not None and (self.run_dir is None or stage == "fit"):
+        # predict logs nothing, so it gets no run folder.
+        if self.log_dir is not None and stage != "predict" and (self.run_dir is None or stage == "fit"):
             self.run_dir = strategy.broadcast_object(
                 run_dir(self.log_dir, self.name, ckpt_path) if strategy.is_global_zero else None
             )
@@ -321,6 +339,7 @@ class Trainer:
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         self.num_training_batches = _limited(n, self.limit_train_batches)
+        self.val_dataloaders = val_loader  # callbacks read it (EarlyStopping: is there validation?)
         resume = Resume.load(self, ckpt_path)
         if self.is_global_zero:
             per_device = getattr(train_loader, "batch_size", None) or "?"
@@ -447,8 +466,9 @@ class Trainer:
                 torch.nn.utils.clip_grad_value_(params, self.gradient_clip_val)
         for fn in self._hooks.on_before_optimizer_step:
             fn(self, model, optimizer)
-        if self._skip_step:
-            self._skip_step = False
+        skipped, self._skip_step = self._skip_step, False
+        if skipped:
+            precision.skip()
         else:
             precision.step(optimizer)
         optimizer.zero_grad()
@@ -456,7 +476,8 @@ class Trainer:
         if opt.interval == "step" and opt.scheduler is not None:
             opt.step_scheduler(self.callback_metrics)
         if state.global_step % self.log_every_n_steps == 0:
-            self._check_finite(loss)
+            if not skipped:  # a skipped step's loss was judged already (the same way on every rank)
+                self._check_finite(loss)
             self.callback_metrics.update(self.step_metrics())
 
     def _check_finite(self, loss: torch.Tensor) -> None:
@@ -568,6 +589,7 @@ class Trainer:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_module"] = None  # sent separately as fit's argument
+        state["val_dataloaders"] = None  # likewise (and a dataset is costly to pickle twice)
         return state
 
 
