@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import replicate
 
-from trainer.data import apply_to_tensors, batch_size, move_to_device
+from trainer.data import apply_to_tensors, move_to_device
 from trainer.metrics import MetricSink, current_sink, set_sink
 
 from .base import StepDispatcher, Strategy, check_cuda_indices

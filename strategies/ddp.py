@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import warnings
 from datetime import timedelta
@@ -124,7 +125,8 @@ class DDPStrategy(Strategy):
             self.root_device = torch.device("cpu")
         if not dist.is_initialized():
             dist.init_process_group(
-                self._backend(), rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
+                self._backend(), store=_group_store(self.global_rank, self.world_size, self.timeout),
+                rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
                 device_id=self.root_device if self.root_device.type == "cuda" else None,
             )
             self._owns_group = True
@@ -238,6 +240,25 @@ class ContiguousShard(Sampler):
 
     def __len__(self) -> int:
         return self.stop - self.start
+
+
+_stores: dict[tuple[str, str, int], dist.Store] = {}
+_groups_started = itertools.count()
+
+
+def _group_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:
+    """A fresh key space, for one process group, on a rendezvous store kept for the process's life.
+
+    torch names the default group's rendezvous keys the same every time, so a second group
+    on the same store (fit after fit under torchrun, whose agent keeps the store) can read
+    the first group's stale addresses and hang or be refused (pytorch/pytorch#55967). A
+    store made anew each time would instead race for MASTER_PORT. Every rank starts its
+    groups in the same order, so the counter agrees across ranks.
+    """
+    key = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], world_size)
+    if key not in _stores:
+        _stores[key], _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+    return dist.PrefixStore(f"trainer/{next(_groups_started)}", _stores[key])
 
 
 def _sampler_seed() -> int:
