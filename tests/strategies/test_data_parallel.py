@@ -190,6 +190,7 @@ def test_explicit_gpus_on_a_cpu_machine_are_an_error_not_a_fallback():
 # --- the real path: CUDA only -------------------------------------------------------------
 class AutocastProbe(Classifier):
     """Records, in whichever replica thread runs it, whether autocast is on and what a matmul gives."""
+    # (An assert in a test model is fine: a failure in a replica re-raises in the caller.)
 
     def __init__(self) -> None:
         super().__init__()
@@ -197,6 +198,7 @@ class AutocastProbe(Classifier):
 
     def training_step(self, batch, batch_idx):
         x, _ = batch
+        assert self.device == x.device  # a replica reports its own GPU
         self.seen.append((str(x.device), torch.is_autocast_enabled("cuda"), self.net[0](x).dtype))
         return super().training_step(batch, batch_idx)
 
