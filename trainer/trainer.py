@@ -342,16 +342,23 @@ class Trainer:
         self.val_dataloaders = val_loader  # callbacks read it (EarlyStopping: is there validation?)
         resume = Resume.load(self, ckpt_path)
         if self.is_global_zero:
-            per_device = getattr(train_loader, "batch_size", None) or "?"
-            global_batch = per_device * strategy.num_devices * strategy.world_size * self.accumulate_grad_batches if per_device != "?" else "?"
-            log.info(
-                "Training with %s; devices per process %d, world size %d; global batch %s "
-                "(per-device %s x devices %d x accumulation %d).", strategy.describe(), strategy.num_devices,
-                strategy.world_size, global_batch, per_device // strategy.num_devices if per_device != "?" else "?",
-                strategy.num_devices * strategy.world_size, self.accumulate_grad_batches,
-            )
+            log.info("%s", self._fit_summary(train_loader))
         with self._signals:
             self._fit_loop(model, train_loader, val_loader, resume)
+
+    def _fit_summary(self, train_loader: Any) -> str:
+        """E.g. 'Training with ddp (gloo) on cpu; 2 device(s), world size 2;
+        global batch 64 = 16 per device x 2 device(s) x 2 accumulation.'"""
+        strategy, accumulate = self._strategy, self.accumulate_grad_batches
+        devices = strategy.num_devices * strategy.world_size
+        tail = f"x {devices} device(s) x {accumulate} accumulation"
+        loader_batch = getattr(train_loader, "batch_size", None)  # per process; dp splits it across its devices
+        if loader_batch:
+            total = loader_batch * strategy.world_size * accumulate
+            batch = f"{total} = {loader_batch / strategy.num_devices:g} per device {tail}"
+        else:
+            batch = f"= per-device batch {tail}"
+        return f"Training with {strategy.describe()}; {devices} device(s), world size {strategy.world_size}; global batch {batch}."
 
     def _fit_loop(self, model: TrainModule, train_loader: Any, val_loader: Any, resume: Resume) -> None:
         """The order of events, which is the contract callbacks rely on::
@@ -529,7 +536,8 @@ class Trainer:
         model, hooks, strategy = self._module, self._hooks, self._strategy
         step_name = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}[phase]
         n = _limited(loader_length(loader), limit)
-        if n == 0:
+        # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
+        if n == 0 and (limit == 0 or strategy.world_size == 1):
             return [] if phase == "predict" else None
         modes = [m.training for m in model.modules()]
         model.eval()
