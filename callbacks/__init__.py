@@ -1,8 +1,19 @@
-"""Hooks into the training loop, and the callbacks that ship with the trainer."""
+"""Hooks into the training loop, and the callbacks that ship with the trainer.
+
+Learning rates need no callback of their own: ``TensorBoardLogger`` (on by default) writes
+``lr`` (``lr/group<i>`` per param group) at every logging step.
+"""
 
 from .base import Callback
+from .early_stopping import EarlyStopping
+from .lambda_callback import LambdaCallback
 from .model_checkpoint import ModelCheckpoint
+from .nan_guard import NaNGuard
 from .progress import ProgressBar
 from .tensorboard import TensorBoardLogger
+from .timer import Timer
 
-__all__ = ["Callback", "ModelCheckpoint", "ProgressBar", "TensorBoardLogger"]
+__all__ = [
+    "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "NaNGuard", "ProgressBar",
+    "TensorBoardLogger", "Timer",
+]

@@ -14,9 +14,12 @@ class Callback:
     """Hooks into the loop. Each hook takes ``(trainer, module, ...)``.
 
     The call order is the one in ``Trainer._fit_loop``'s docstring. Callbacks run in the order
-    the user gave them, then the built-ins (progress bar, TensorBoard, checkpoints). Only the
-    hooks a callback overrides are ever called, so an unused hook costs nothing per step.
-    ``state_dict``/``load_state_dict`` ride in checkpoints under ``state_key``.
+    the user gave them, then the built-ins (progress bar, TensorBoard, checkpoints), with no
+    reordering by type; a built-in the user passed configured replaces the default one. Only
+    the hooks a callback overrides (in its class, or as an instance attribute, as
+    ``LambdaCallback`` does) are ever called, so an unused hook costs nothing per step.
+    ``state_dict``/``load_state_dict`` ride in checkpoints under ``state_key``; under DDP,
+    rank 0's state is loaded back into the caller's callbacks after fit.
     """
 
     @property

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer._checks import positive_number
+
 from .base import Callback
 
 if TYPE_CHECKING:
@@ -17,27 +19,32 @@ if TYPE_CHECKING:
 
 
 class ProgressBar(Callback):
-    """One bar per training epoch (step, loss, ``prog_bar=True`` values) and a short-lived
-    one for validation. Refreshed at most every ``refresh_s`` seconds: between refreshes a
-    step costs a counter increment and a clock read. Without a terminal (CI logs) it prints
-    a plain line every ``line_every_s`` seconds instead of carriage-return updates.
+    """One bar per training epoch (batches, step, loss, ``prog_bar=True`` values) and a
+    short-lived one for each validation, test or predict run. Global rank 0 only.
+
+    Refreshed at most every ``refresh_s`` seconds: between refreshes a step costs a counter
+    increment and a clock read (the loss is read off the device only at a refresh). Without
+    a terminal (CI logs, files) it prints a plain line every ``line_every_s`` seconds and one
+    per epoch instead of carriage-return updates.
     """
 
     def __init__(self, refresh_s: float = 0.2, line_every_s: float = 30.0) -> None:
-        self.refresh_s = refresh_s
-        self.line_every_s = line_every_s
+        self.refresh_s = positive_number("ProgressBar(refresh_s)", refresh_s, allow_none=False)
+        self.line_every_s = positive_number("ProgressBar(line_every_s)", line_every_s, allow_none=False)
         self._bar: tqdm | None = None
-        self._val_bar: tqdm | None = None
+        self._eval_bar: tqdm | None = None
         self._active = False
         self._tty = False
-        self._pending = 0
-        self._next = 0.0
+        self._pending = 0  # batches since the last refresh
+        self._next = 0.0  # perf_counter time of the next refresh
         self._epoch_t0 = 0.0
+        self._first_batch = 0  # a resumed epoch starts past the batches it already ran
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._active = trainer.is_global_zero
         self._tty = sys.stderr.isatty()
 
+    # --- training ----------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
         if not self._active:
             return
@@ -45,11 +52,12 @@ class ProgressBar(Callback):
         self._epoch_t0 = time.perf_counter()
         self._next = self._epoch_t0 + (self.refresh_s if self._tty else self.line_every_s)
         self._pending = 0
+        self._first_batch = trainer.state.batch_in_epoch
         if self._tty:
             from tqdm import tqdm
 
             self._bar = tqdm(
-                total=None if total == float("inf") else int(total), initial=trainer.state.batch_in_epoch,
+                total=None if total == float("inf") else int(total), initial=self._first_batch,
                 desc=f"Epoch {trainer.current_epoch}", dynamic_ncols=True, leave=True, mininterval=self.refresh_s,
             )
 
@@ -61,9 +69,6 @@ class ProgressBar(Callback):
         if now < self._next:
             return
         self._next = now + (self.refresh_s if self._tty else self.line_every_s)
-        self._show(trainer, outputs, batch_idx)
-
-    def _show(self, trainer: Trainer, outputs: Any, batch_idx: int) -> None:
         values = self._values(trainer, outputs)
         if self._bar is not None:
             self._bar.update(self._pending)
@@ -71,14 +76,14 @@ class ProgressBar(Callback):
         else:
             total = trainer.num_training_batches
             of = "" if total == float("inf") else f"/{int(total)}"
-            rate = (batch_idx + 1 - 0) / max(time.perf_counter() - self._epoch_t0, 1e-9)
-            shown = " ".join(f"{k}={v}" for k, v in values.items())
-            print(f"epoch {trainer.current_epoch} batch {batch_idx + 1}{of} step {trainer.global_step} {shown} ({rate:.1f} it/s)", file=sys.stderr, flush=True)
+            rate = (batch_idx + 1 - self._first_batch) / max(now - self._epoch_t0, 1e-9)
+            shown = "".join(f" {k}={v}" for k, v in values.items())
+            _line(f"epoch {trainer.current_epoch} batch {batch_idx + 1}{of}{shown} ({rate:.1f} batches/s)")
         self._pending = 0
 
     def _values(self, trainer: Trainer, outputs: Any) -> dict[str, str]:
+        values = {"step": str(trainer.global_step)}
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        values = {}
         if isinstance(loss, torch.Tensor):
             values["loss"] = f"{float(loss.detach()):.4g}"
         for name, value in trainer.step_metrics(prog_bar_only=True).items():
@@ -88,7 +93,9 @@ class ProgressBar(Callback):
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not self._active:
             return
-        shown = {k: f"{v:.4g}" for k, v in trainer.callback_metrics.items() if k in trainer.prog_bar_names}
+        # The epoch means of prog_bar values, with the validation ones that just ran.
+        shown = {"step": str(trainer.global_step)}
+        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in trainer.prog_bar_names)
         if self._bar is not None:
             self._bar.update(self._pending)
             self._bar.set_postfix(shown, refresh=True)
@@ -96,32 +103,63 @@ class ProgressBar(Callback):
             self._bar = None
         else:
             took = time.perf_counter() - self._epoch_t0
-            print(f"epoch {trainer.current_epoch} done in {took:.1f}s, step {trainer.global_step} "
-                  + " ".join(f"{k}={v}" for k, v in shown.items()), file=sys.stderr, flush=True)
+            _line(f"epoch {trainer.current_epoch} done in {took:.1f}s" + "".join(f" {k}={v}" for k, v in shown.items()))
         self._pending = 0
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
-        if self._active and self._tty and trainer.state.stage == "fit":
+    # --- validation, test, predict: a bar while they run, on a terminal ----------------
+    def _eval_start(self, desc: str) -> None:
+        if self._active and self._tty:
             from tqdm import tqdm
 
-            self._val_bar = tqdm(desc="Validation", leave=False, dynamic_ncols=True, mininterval=self.refresh_s)
+            self._eval_bar = tqdm(desc=desc, leave=False, dynamic_ncols=True, mininterval=self.refresh_s)
+
+    def _eval_batch(self) -> None:
+        if self._eval_bar is not None:
+            self._eval_bar.update(1)  # tqdm itself redraws at most every mininterval
+
+    def _eval_end(self) -> None:
+        if self._eval_bar is not None:
+            self._eval_bar.close()
+            self._eval_bar = None
+
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._eval_start("Validation")
 
     def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._val_bar is not None:
-            self._val_bar.update(1)
+        self._eval_batch()
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if self._val_bar is not None:
-            self._val_bar.close()
-            self._val_bar = None
+        self._eval_end()
+
+    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._eval_start("Test")
+
+    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._eval_batch()
+
+    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._eval_end()
+
+    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._eval_start("Predict")
+
+    def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._eval_batch()
+
+    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._eval_end()
 
     def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        for bar in (self._bar, self._val_bar):
+        for bar in (self._bar, self._eval_bar):
             if bar is not None:
                 bar.close()
-        self._bar = self._val_bar = None
+        self._bar = self._eval_bar = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_bar"] = state["_val_bar"] = None
+        state["_bar"] = state["_eval_bar"] = None
         return state
+
+
+def _line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

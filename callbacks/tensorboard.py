@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from trainer._checks import positive_number
+
 from .base import Callback
 
 if TYPE_CHECKING:
@@ -16,29 +18,77 @@ if TYPE_CHECKING:
 class TensorBoardLogger(Callback):
     """Writes to the run's folder, ``<log_dir>/<name>/version_<n>`` (global rank 0 only).
 
-    Tags: every ``self.log`` value per step (every ``log_every_n_steps``) under its own name
-    and its epoch mean as ``<name>_epoch``; validation values under their names;
-    ``lr`` (``lr/group<i>`` with several param groups); ``throughput/samples_per_sec`` and
-    ``throughput/steps_per_sec``; ``epoch``; ``grad_norm`` when clipping is on; and the
-    hyperparameters with the final metrics in the HParams tab.
+    Tags, all against ``global_step``:
+
+    - every value logged in ``training_step``, under its own name, every ``log_every_n_steps``
+      optimizer steps, and its epoch mean as ``<name>_epoch`` at each epoch's end;
+    - values logged in ``validation_step``/``test_step``: their means, under their own names;
+    - ``lr`` (``lr/group<i>`` when the optimizer has several param groups);
+    - ``throughput/samples_per_sec`` and ``throughput/steps_per_sec`` (training only:
+      validation time is left out; samples are counted over all processes);
+    - ``epoch``; ``grad_norm`` (before clipping) when ``gradient_clip_val`` is set;
+    - the Trainer's options (``trainer/<option>``) and the model's ``save_hyperparameters``
+      arguments in the HParams tab, whose metric columns are the run's scalars (so the
+      validation metrics show their final values).
+
+    Events reach the disk every ``flush_secs`` seconds, at each epoch's end and validation,
+    on an error, and when fit ends. ``predict`` writes nothing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, flush_secs: float = 30.0) -> None:
+        self.flush_secs = positive_number("TensorBoardLogger(flush_secs)", flush_secs, allow_none=False)
         self.writer: SummaryWriter | None = None
+        # The step the last fit reached: standalone validate/test write there, at the end of the
+        # fit's curves where those weights belong, rather than back at step 0.
+        self.fit_step = 0
         self._last_step = -1
         self._clock: tuple[float, int, int] | None = None  # (time, step, samples) at the last write
+        self._paused_at: float | None = None
 
+    # --- opening and closing -----------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        # fit opens its writer in on_fit_start, once a resumed checkpoint has set global_step.
+        if stage in ("validate", "test"):
+            self._open(trainer, purge_step=None)
+
+    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+        # A resumed run appends to its own folder; points the crashed run wrote after the
+        # checkpoint are dropped (purge_step) so that the curves continue without a fork.
+        self._open(trainer, purge_step=trainer.global_step + 1 if trainer.global_step else None)
+        if self.writer is not None:
+            self.writer.file_writer.add_summary(_session_start(_hparams(trainer, module)), trainer.global_step)
+            self.writer.flush()  # the run shows up in TensorBoard at once
+
+    def _open(self, trainer: Trainer, purge_step: int | None) -> None:
         if trainer.is_global_zero and trainer.run_dir is not None and self.writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(trainer.run_dir)
+            self.writer = SummaryWriter(trainer.run_dir, purge_step=purge_step, flush_secs=self.flush_secs)
 
+    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self.fit_step = trainer.global_step
+        if self.writer is not None:
+            # Only a finished fit is marked: a resumed run's folder then ends up "success".
+            self.writer.file_writer.add_summary(_session_end_success(), trainer.global_step)
+            self.writer.flush()
+
+    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    # --- training ----------------------------------------------------------------------
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._last_step = trainer.global_step  # a resumed run already wrote this step
         self._clock = (time.perf_counter(), trainer.global_step, trainer.samples_seen)
 
     def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
+        # Under gradient accumulation several batches end at the same step: write it once.
         if self.writer is None or step % trainer.log_every_n_steps or step == self._last_step:
             return
         self._last_step = step
@@ -65,7 +115,16 @@ class TensorBoardLogger(Callback):
             self.writer.add_scalar(f"{name}_epoch", value, trainer.global_step)
         self.writer.flush()
 
+    # --- validation and test -----------------------------------------------------------
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._paused_at = time.perf_counter()
+
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if self._paused_at is not None and self._clock is not None and trainer.state.stage == "fit":
+            # Throughput measures training: move the clock's start past the validation.
+            t0, s0, n0 = self._clock
+            self._clock = (t0 + time.perf_counter() - self._paused_at, s0, n0)
+        self._paused_at = None
         self._write_eval(trainer)
 
     def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
@@ -74,33 +133,62 @@ class TensorBoardLogger(Callback):
     def _write_eval(self, trainer: Trainer) -> None:
         if self.writer is None:
             return
+        step = trainer.global_step if trainer.state.stage == "fit" else self.fit_step
         for name, value in trainer.logged_metrics.items():
-            self.writer.add_scalar(name, value, trainer.global_step)
+            self.writer.add_scalar(name, value, step)
         self.writer.flush()
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if self.writer is None:
-            return
-        from torch.utils.tensorboard.summary import hparams
+    # --- state -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"fit_step": self.fit_step}
 
-        params = {**{f"trainer/{k}": v for k, v in trainer.hparams().items()}, **getattr(module, "hparams", {})}
-        params = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in params.items()}
-        metrics = {f"hparams/{k}": v for k, v in trainer.callback_metrics.items()}
-        for summary in hparams(params, metrics):
-            self.writer.file_writer.add_summary(summary)
-        for name, value in metrics.items():
-            self.writer.add_scalar(name, value, trainer.global_step)
-
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
-        if self.writer is not None:
-            self.writer.flush()
-
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.fit_step = int(state_dict.get("fit_step", 0))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["writer"] = None  # never pickled into DDP workers
         return state
+
+
+def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, bool | int | float | str]:
+    """The Trainer's options and the model's hparams, as values the HParams tab can show.
+
+    Options left at None are left out, so that a column keeps one type (a number or a
+    string) across runs and stays sortable and filterable.
+    """
+    params = {**{f"trainer/{k}": v for k, v in trainer.hparams().items()}, **getattr(module, "hparams", {})}
+    return {str(k): v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items() if v is not None}
+
+
+# The HParams tab reads one "session start" (the values) per run and builds its columns from
+# all runs; its metric columns are the runs' scalars. We write no "experiment" summary:
+# TensorBoard would take the first run's as the whole experiment's, hiding the columns
+# that other runs add. (tensorboard's own summary helpers need TensorFlow: built here.)
+def _session_start(hparams: dict[str, bool | int | float | str]) -> Any:
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    info = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
+    for name, value in hparams.items():
+        if isinstance(value, bool):  # before int: True is an int too
+            info.hparams[name].bool_value = value
+        elif isinstance(value, (int, float)):
+            info.hparams[name].number_value = value
+        else:
+            info.hparams[name].string_value = value
+    return _hparams_summary("session_start_info", plugin_data_pb2.HParamsPluginData(session_start_info=info))
+
+
+def _session_end_success() -> Any:
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    info = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
+    return _hparams_summary("session_end_info", plugin_data_pb2.HParamsPluginData(session_end_info=info))
+
+
+def _hparams_summary(kind: str, data: Any) -> Any:
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import metadata
+
+    tag = {"session_start_info": metadata.SESSION_START_INFO_TAG, "session_end_info": metadata.SESSION_END_INFO_TAG}[kind]
+    return Summary(value=[Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)])

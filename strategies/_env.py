@@ -38,7 +38,7 @@ def launched_env() -> ClusterEnv | None:
             rank=int(env["SLURM_PROCID"]),
             world_size=int(env["SLURM_NTASKS"]),
             local_rank=int(env["SLURM_LOCALID"]),
-            local_world_size=int(env.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]),
+            local_world_size=_slurm_tasks_on_this_node(env),
         )
     return None
 
@@ -51,6 +51,24 @@ def _slurm_rendezvous(env: os._Environ) -> None:
     if "MASTER_PORT" not in env:
         # A port derived from the job id, so every task of one job agrees without talking.
         env["MASTER_PORT"] = str(15000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
+
+
+def _slurm_tasks_on_this_node(env: os._Environ) -> int:
+    """From SLURM_NTASKS_PER_NODE, else this node's entry of the step's tasks-per-node
+    list ('2(x3),1' is 2, 2, 2, 1), else all tasks (one node)."""
+    if "SLURM_NTASKS_PER_NODE" in env:
+        return int(env["SLURM_NTASKS_PER_NODE"])
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    if not spec:
+        return int(env["SLURM_NTASKS"])
+    counts: list[int] = []
+    for part in spec.split(","):
+        m = re.fullmatch(r"([0-9]+)(?:\(x([0-9]+)\))?", part.strip())
+        if m is None:
+            raise ValueError(f"SLURM tasks-per-node {spec!r} is not in SLURM's 'N(xM),K' form.")
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    node = int(env.get("SLURM_NODEID", "0"))
+    return counts[min(node, len(counts) - 1)]
 
 
 def _first_host(nodelist: str) -> str:

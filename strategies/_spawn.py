@@ -23,7 +23,6 @@ from trainer.seed import SEED_ENV
 # Seconds a failed run gives the surviving ranks to exit on their own, then again after
 # SIGTERM before SIGKILL. torch's default is 30 s each.
 SHUTDOWN_GRACE_S = 3.0
-WORKER_ENV = "TRAINER_SPAWNED_WORKER"
 
 
 class WorkerError(RuntimeError):
@@ -41,8 +40,13 @@ def free_port() -> int:
 
 
 def check_main_guard() -> None:
-    """Refuse to spawn from a process that is itself still being spawned."""
-    if mp.parent_process() is not None and os.environ.get(WORKER_ENV) is None:
+    """Refuse to spawn while this process is itself still starting up as a spawned child.
+
+    A spawned child first re-imports the parent's ``__main__`` (multiprocessing marks that
+    phase with ``_inheriting``). Unguarded training code would then spawn from every child;
+    Python's own check only fires later, with an error that does not say why.
+    """
+    if getattr(mp.current_process(), "_inheriting", False):
         raise RuntimeError(
             "Trainer.fit with strategy='ddp' was called while a worker process was starting up. "
             "Each worker re-imports your script, so the code that calls fit must sit under "
@@ -71,26 +75,24 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = 
             "(a lambda cannot be pickled; use functools.partial, e.g. "
             "optimizer=functools.partial(torch.optim.AdamW, lr=1e-3)), or launch the script with torchrun."
         ) from err
-    context = mp.start_processes(
-        _worker, args=(payload, nprocs, port, base_seed, os.environ.get(SEED_ENV), workdir), nprocs=nprocs, join=False,
-        start_method=start_method,
-    )
-    received: list[int] = []  # signals this process got and passed on to the workers
-    forwarded = _forward_signals(context, received)
     try:
-        while not context.join(grace_period=SHUTDOWN_GRACE_S):
-            pass
-    except ProcessException as err:
-        error = _worker_error(err, workdir, nprocs, received)
-        shutil.rmtree(workdir, ignore_errors=True)
-        raise error from None
-    finally:
-        _restore_signals(forwarded)
-        for proc in context.processes:  # whatever path we leave by, leave no orphans
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-    try:
+        context = mp.start_processes(
+            _worker, args=(payload, nprocs, port, base_seed, os.environ.get(SEED_ENV), workdir), nprocs=nprocs,
+            join=False, start_method=start_method,
+        )
+        received: list[int] = []  # signals this process got and passed on to the workers
+        forwarded = _forward_signals(context, received)
+        try:
+            while not context.join(grace_period=SHUTDOWN_GRACE_S):
+                pass
+        except ProcessException as err:
+            raise _worker_error(err, workdir, nprocs, received) from None
+        finally:
+            _restore_signals(forwarded)
+            for proc in context.processes:  # whatever path we leave by, leave no orphans
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
         result_path = os.path.join(workdir, "result.pt")
         if not os.path.exists(result_path):
             return None
@@ -108,7 +110,6 @@ def _worker(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank), LOCAL_RANK=str(local_rank),
         WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK="0",
     )
-    os.environ[WORKER_ENV] = "1"
     # The caller's seed at fit time, even if re-importing the script re-seeded this process.
     if global_seed is None:
         os.environ.pop(SEED_ENV, None)

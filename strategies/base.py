@@ -60,7 +60,23 @@ class Strategy:
         return 1
 
     def describe(self) -> str:
+        """The strategy and where it runs, for the line logged at the start of fit."""
         return f"{self.name} on {self.root_device}"
+
+    def configure_devices(self, devices: str | int | list[int]) -> None:
+        """Take ``Trainer(devices=...)`` (already checked by ``normalize_devices``).
+
+        The default is one device: ``"auto"``, ``1`` or ``[index]``.
+        """
+        count = 1 if devices == "auto" else devices if isinstance(devices, int) else len(devices)
+        if count > 1:
+            raise ValueError(
+                f"devices={devices!r} with strategy={self.name!r}, which runs on one device. "
+                "Use strategy='ddp' (one process per device) or strategy='dp', or devices=1."
+            )
+        if isinstance(devices, list):
+            check_cuda_indices("devices", devices, devices)
+            self.root_device = torch.device("cuda", devices[0])
 
     # --- lifecycle ---------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -123,3 +139,19 @@ class Strategy:
     def module_state_dict(self) -> dict[str, torch.Tensor]:
         """The user's module's state dict, with no wrapper prefixes (``module.``)."""
         return self.module.state_dict()
+
+
+def check_cuda_indices(arg: str, value: Any, indices: list[int], cpu_fix: str = "use devices=1 or 'auto'") -> None:
+    """Raise a ValueError naming ``arg`` if an index is not a visible CUDA device.
+
+    Indices are relative to ``CUDA_VISIBLE_DEVICES``, as torch's are.
+    """
+    count = torch.cuda.device_count()
+    missing = [i for i in indices if not 0 <= i < count]
+    if not missing:
+        return
+    fix = f"valid indices are 0..{count - 1} (relative to CUDA_VISIBLE_DEVICES)" if count else f"to run on the CPU, {cpu_fix}"
+    raise ValueError(
+        f"{arg}={value!r}: CUDA device {', '.join(map(str, missing))} does not exist; this machine has "
+        f"{count} visible CUDA device(s), so {fix}."
+    )

@@ -11,6 +11,7 @@ gradients equal the single-device ones. The user's module is never wrapped, so i
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 from typing import Any
@@ -18,20 +19,22 @@ from typing import Any
 import torch
 from torch.nn.parallel import replicate
 
-from trainer.data import apply_to_tensors, batch_size, move_to_device
+from trainer.data import apply_to_tensors, move_to_device
 from trainer.metrics import MetricSink, current_sink, set_sink
 
-from .base import StepDispatcher, Strategy
-from .single_device import _check_device_exists
+from .base import StepDispatcher, Strategy, check_cuda_indices
 
 
 def split_batch(batch: Any, n: int) -> list[tuple[Any, int]]:
     """Split along dim 0 into at most ``n`` balanced, non-empty chunks: ``[(chunk, size), ...]``.
 
-    Tensors whose dim 0 is the batch size are sliced; everything else (scalars, strings,
-    tensors of another length) is given whole to every chunk.
+    The batch size is dim 0 of the first tensor that has a dim 0. Tensors of that length are
+    sliced; everything else (scalars, strings, tensors of another length) goes whole to every
+    chunk. A batch smaller than ``n`` gives fewer chunks, one sample each.
     """
-    total = batch_size(batch)
+    total = _batch_len(batch)
+    if total is None:
+        return [(batch, 1)]
     sizes = [total // n + (1 if i < total % n else 0) for i in range(n)]
     chunks, start = [], 0
     for size in sizes:
@@ -46,9 +49,25 @@ def split_batch(batch: Any, n: int) -> list[tuple[Any, int]]:
     return chunks
 
 
+def _batch_len(batch: Any) -> int | None:
+    found: list[int] = []
+
+    def first_dim(t: torch.Tensor) -> torch.Tensor:
+        if t.ndim and not found:
+            found.append(t.shape[0])
+        return t
+
+    apply_to_tensors(batch, first_dim)  # visits tensors in the batch's own order
+    return found[0] if found else None
+
+
 def combine_outputs(outputs: list[Any], weights: list[int], device: torch.device) -> Any:
     """Merge per-replica outputs: scalars by weighted mean, batched tensors by concatenation
-    (in replica order, so predictions keep the batch's order), containers recursively."""
+    (in replica order, so predictions keep the batch's order), containers recursively.
+
+    With ``weights`` the chunk sizes, the weighted mean of per-chunk mean losses is the
+    mean over the whole batch, so the loss and its gradients equal one device's.
+    """
     first = outputs[0]
     if isinstance(first, torch.Tensor):
         if first.ndim == 0:
@@ -57,9 +76,14 @@ def combine_outputs(outputs: list[Any], weights: list[int], device: torch.device
         return torch.cat([o.to(device) for o in outputs], dim=0)
     if isinstance(first, dict):
         return type(first)((k, combine_outputs([o[k] for o in outputs], weights, device)) for k in first)
-    if isinstance(first, (list, tuple)) and not isinstance(first, str):
+    if isinstance(first, (list, tuple)):
         merged = [combine_outputs([o[i] for o in outputs], weights, device) for i in range(len(first))]
         return type(first)(*merged) if hasattr(first, "_fields") else type(first)(merged)
+    if dataclasses.is_dataclass(first) and not isinstance(first, type):
+        return dataclasses.replace(first, **{
+            f.name: combine_outputs([getattr(o, f.name) for o in outputs], weights, device)
+            for f in dataclasses.fields(first) if f.init
+        })
     return list(outputs)  # anything else: one entry per replica
 
 
@@ -70,28 +94,49 @@ class DataParallelStrategy(Strategy):
 
     def __init__(self, device_ids: list[int] | None = None, output_device: int | None = None) -> None:
         super().__init__()
+        if device_ids is not None and (
+            not isinstance(device_ids, (list, tuple)) or not device_ids
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in device_ids)
+        ):
+            raise ValueError(f"DataParallelStrategy(device_ids={device_ids!r}) must be a non-empty list of CUDA indices, e.g. [0, 1].")
+        if output_device is not None and (isinstance(output_device, bool) or not isinstance(output_device, int)):
+            raise TypeError(f"DataParallelStrategy(output_device={output_device!r}) must be a CUDA index or None.")
         self.device_ids = list(device_ids) if device_ids is not None else None
         self.output_device = output_device
         self._dispatcher: StepDispatcher | None = None
 
     def configure_devices(self, devices: str | int | list[int]) -> None:
         gpus = torch.cuda.device_count()
-        if self.device_ids is None:
-            self.device_ids = (
-                list(range(gpus)) if devices == "auto"
-                else list(devices) if isinstance(devices, list)
-                else list(range(min(devices, gpus)))
+        if self.device_ids is not None:
+            if devices != "auto":
+                raise ValueError(
+                    f"devices={devices!r} and DataParallelStrategy(device_ids={self.device_ids!r}) both choose "
+                    "the devices. Give only one of them."
+                )
+            check_cuda_indices("DataParallelStrategy(device_ids)", self.device_ids, self.device_ids)
+        elif isinstance(devices, list):
+            check_cuda_indices("devices", devices, devices)
+            self.device_ids = devices
+        elif devices == "auto" or gpus < 2:
+            self.device_ids = list(range(gpus))
+        elif devices > gpus:
+            raise ValueError(
+                f"devices={devices!r} with strategy='dp', but only {gpus} CUDA devices are visible. "
+                f"Use devices={gpus} (or 'auto')."
             )
-        for index in self.device_ids:
-            _check_device_exists("device_ids", torch.device("cuda", index))
+        else:
+            self.device_ids = list(range(devices))
+        if self.output_device is not None:
+            check_cuda_indices("DataParallelStrategy(output_device)", self.output_device, [self.output_device])
         if len(self.device_ids) < 2:
+            # Warned here, while the Trainer is built: once, and never per fit or per step.
             where = f"cuda:{self.device_ids[0]}" if self.device_ids else "cpu"
             warnings.warn(
-                f"strategy='dp' needs 2 or more GPUs, but {gpus} visible GPU(s) were selected "
-                f"(devices={devices!r}); running on the single device {where} instead.",
-                stacklevel=3,
+                f"strategy='dp' needs 2 or more GPUs, but devices={devices!r} gives it {len(self.device_ids)} "
+                f"({gpus} visible); running on the single device {where} instead.",
+                stacklevel=4,  # the line that built the Trainer
             )
-            self.device_ids = self.device_ids[:1]
+            self.output_device = None
         self.root_device = torch.device("cuda", self.device_ids[0]) if self.device_ids else torch.device("cpu")
         if self.output_device is None:
             self.output_device = self.device_ids[0] if self.device_ids else None
@@ -101,7 +146,9 @@ class DataParallelStrategy(Strategy):
         return max(len(self.device_ids or ()), 1)
 
     def describe(self) -> str:
-        return f"dp on cuda:{self.device_ids}" if self.num_devices > 1 else f"dp (fallback) on {self.root_device}"
+        if self.num_devices < 2:
+            return f"dp (fallback to one device) on {self.root_device}"
+        return "dp on " + ", ".join(f"cuda:{i}" for i in self.device_ids)
 
     def setup_environment(self) -> None:
         if self.root_device.type == "cuda":

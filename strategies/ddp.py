@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import warnings
 from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
+from torch.utils.data import (
+    BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, Sampler, SequentialSampler,
+)
 
 from trainer.data import rebuild_loader
 from trainer.seed import SEED_ENV
 
 from ._env import launched_env
 from ._spawn import spawn
-from .base import StepDispatcher, Strategy
+from .base import StepDispatcher, Strategy, check_cuda_indices
 
 #: How long a collective may wait for a peer before the job fails (torch's NCCL default is 30 min).
 DEFAULT_TIMEOUT = timedelta(minutes=5)
@@ -62,35 +66,38 @@ class DDPStrategy(Strategy):
         env = launched_env()
         gpus = torch.cuda.device_count()
         if env is not None:  # the launcher decided how many processes run here
-            if isinstance(devices, int) and devices != env.local_world_size:
+            count = env.local_world_size if devices == "auto" else devices if isinstance(devices, int) else len(devices)
+            if count != env.local_world_size:
                 raise ValueError(
                     f"devices={devices!r} but the launcher started {env.local_world_size} process(es) on "
-                    "this node. Pass devices='auto' under torchrun, or make them match."
+                    "this node. Pass devices='auto' under torchrun or srun, or make them match."
                 )
             self.num_processes = env.world_size
             if isinstance(devices, list):
+                check_cuda_indices("devices", devices, devices)
                 self.device_ids = devices
             elif gpus:
+                check_cuda_indices("devices", devices, list(range(env.local_world_size)))
                 self.device_ids = list(range(env.local_world_size))
             return
         if devices == "auto":
             self.num_processes = max(gpus, 1)
             self.device_ids = list(range(gpus)) if gpus else None
         elif isinstance(devices, list):
-            _check_gpu_indices(devices, gpus)
+            check_cuda_indices("devices", devices, devices, cpu_fix="use devices=<count> for CPU processes")
             self.num_processes, self.device_ids = len(devices), devices
         else:
             if gpus and devices > gpus:
                 raise ValueError(
                     f"devices={devices!r} with strategy='ddp', but only {gpus} CUDA device(s) are visible. "
-                    f"Use devices<={gpus}, or set CUDA_VISIBLE_DEVICES=''/-1 to run {devices} CPU processes."
+                    f"Use devices<={gpus}, or set CUDA_VISIBLE_DEVICES='' to run {devices} CPU processes."
                 )
             self.num_processes = devices
             self.device_ids = list(range(devices)) if gpus else None
 
     def describe(self) -> str:
-        where = f"cuda:{self.device_ids}" if self.device_ids else "cpu"
-        return f"ddp ({self._backend()}) on {where}, world size {self.num_processes}"
+        where = ", ".join(f"cuda:{i}" for i in self.device_ids) if self.device_ids else "cpu"
+        return f"ddp ({self._backend()}) on {where}"
 
     def _backend(self) -> str:
         return self.backend or ("nccl" if self.device_ids else "gloo")
@@ -118,7 +125,8 @@ class DDPStrategy(Strategy):
             self.root_device = torch.device("cpu")
         if not dist.is_initialized():
             dist.init_process_group(
-                self._backend(), rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
+                self._backend(), store=_group_store(self.global_rank, self.world_size, self.timeout),
+                rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
                 device_id=self.root_device if self.root_device.type == "cuda" else None,
             )
             self._owns_group = True
@@ -139,13 +147,23 @@ class DDPStrategy(Strategy):
 
     # --- data --------------------------------------------------------------------------
     def process_dataloader(self, loader: Any, stage: str) -> Any:
+        """Give each rank its share of the data; the loader's batch size stays per process."""
         if not isinstance(loader, DataLoader) or isinstance(loader.sampler, DistributedSampler):
             return loader  # the user sharded it already, or it is not ours to rebuild
+        if isinstance(loader.dataset, IterableDataset):
+            if self.is_global_zero:
+                warnings.warn(
+                    "strategy='ddp' cannot split an IterableDataset: every process reads all of it "
+                    "unless the dataset shards itself by torch.distributed.get_rank().", stacklevel=2
+                )
+            return loader
+        _check_plain_sampling(loader)
         if stage == "train":
             sampler: Sampler = DistributedSampler(
                 loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
-                shuffle=isinstance(loader.sampler, RandomSampler), seed=_sampler_seed(),
-                drop_last=loader.drop_last,
+                shuffle=isinstance(loader.sampler, RandomSampler), drop_last=loader.drop_last,
+                # One permutation for all ranks, or their shards would overlap: rank 0's seed.
+                seed=self.broadcast_object(_sampler_seed()),
             )
         else:  # no padding: metrics and predictions count every sample exactly once
             sampler = ContiguousShard(len(loader.dataset), self.world_size, self.global_rank)
@@ -169,8 +187,11 @@ class DDPStrategy(Strategy):
             dist.barrier()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        # NCCL reduces only CUDA tensors; callers pass small CPU flag tensors.
+        device = tensor.device
+        tensor = tensor.to(self._collective_device())
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        return tensor
+        return tensor.to(device)
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         box = [obj]
@@ -224,14 +245,40 @@ class ContiguousShard(Sampler):
         return self.stop - self.start
 
 
+_stores: dict[tuple[str, str, int], dist.Store] = {}
+_groups_started = itertools.count()
+
+
+def _group_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:
+    """A fresh key space, for one process group, on a rendezvous store kept for the process's life.
+
+    torch names the default group's rendezvous keys the same every time, so a second group
+    on the same store (fit after fit under torchrun, whose agent keeps the store) can read
+    the first group's stale addresses and hang or be refused (pytorch/pytorch#55967). A
+    store made anew each time would instead race for MASTER_PORT. Every rank starts its
+    groups in the same order, so the counter agrees across ranks.
+    """
+    key = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], world_size)
+    if key not in _stores:
+        _stores[key], _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+    return dist.PrefixStore(f"trainer/{next(_groups_started)}", _stores[key])
+
+
 def _sampler_seed() -> int:
     return int(os.environ.get(SEED_ENV, "0"))
 
 
-def _check_gpu_indices(devices: list[int], gpus: int) -> None:
-    bad = [d for d in devices if d >= gpus]
-    if bad:
+def _check_plain_sampling(loader: DataLoader) -> None:
+    """Only the plain samplers can be swapped for a DistributedSampler without changing meaning."""
+    sampler = loader.sampler
+    plain = type(sampler) is SequentialSampler or (
+        type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+    )
+    if not plain or (loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler):
+        custom = loader.batch_sampler if plain else sampler
         raise ValueError(
-            f"devices={devices!r}: {bad} do not exist; {gpus} CUDA device(s) are visible"
-            + (f" (indices 0..{gpus - 1}, relative to CUDA_VISIBLE_DEVICES)." if gpus else ". Use devices=<count> for CPU processes.")
+            f"strategy='ddp' must split the loader across processes, but it uses {type(custom).__name__}, "
+            "which it cannot split without changing what it does. Give the DataLoader a "
+            "torch.utils.data.DistributedSampler (or a sampler that shards by rank) yourself; it is then "
+            "left alone."
         )

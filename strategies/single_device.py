@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Strategy
+from .base import Strategy, check_cuda_indices
 
 
 def default_device() -> torch.device:
@@ -16,30 +16,30 @@ class SingleDeviceStrategy(Strategy):
 
     def __init__(self, device: torch.device | str | int | None = None) -> None:
         super().__init__()
+        self._device_given = device is not None
         if device is None:
             self.root_device = default_device()
-        else:
-            try:
-                self.root_device = torch.device(device)
-            except (RuntimeError, TypeError):
-                raise ValueError(
-                    f"SingleDeviceStrategy(device={device!r}) is not a device. "
-                    "Use e.g. 'cpu', 'cuda', 'cuda:1' or torch.device('cuda', 0)."
-                ) from None
-        _check_device_exists("device", self.root_device)
+            return
+        try:
+            self.root_device = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ValueError(
+                f"SingleDeviceStrategy(device={device!r}) is not a device. "
+                "Use e.g. 'cpu', 'cuda', 'cuda:1' or torch.device('cuda', 0)."
+            ) from None
+        if self.root_device.type == "cuda":
+            check_cuda_indices(
+                "SingleDeviceStrategy(device)", device, [self.root_device.index or 0], cpu_fix="use device='cpu'"
+            )
+
+    def configure_devices(self, devices: str | int | list[int]) -> None:
+        if self._device_given and isinstance(devices, list):
+            raise ValueError(
+                f"devices={devices!r} and SingleDeviceStrategy(device={str(self.root_device)!r}) both choose "
+                "the device. Give only one of them."
+            )
+        super().configure_devices(devices)
 
     def setup_environment(self) -> None:
         if self.root_device.type == "cuda":
             torch.cuda.set_device(self.root_device)
-
-
-def _check_device_exists(arg: str, device: torch.device) -> None:
-    if device.type != "cuda":
-        return
-    count = torch.cuda.device_count()
-    index = device.index or 0
-    if index >= count:
-        raise ValueError(
-            f"{arg}={str(device)!r} does not exist: this machine has {count} visible CUDA device(s)"
-            + (f" (valid indices 0..{count - 1})." if count else "; use 'cpu'.")
-        )

@@ -2,14 +2,46 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from callbacks.base import Callback
+
+from .data import loader_length
+from .module import TrainModule
 
 
 def suggest(value: str, choices: Iterable[str]) -> str:
-    """' Did you mean 'x'?' for the closest choice, or ''."""
-    close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.5)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    """' Did you mean 'x'?' for the closest choice (typo distance), or ''."""
+    value = str(value).lower()
+    scored = sorted(
+        (score, abs(len(c) - len(value)), c)
+        for c in choices
+        if (score := _score(value, c.lower())) <= max(1, min(len(value), len(c)) // 2)
+    )
+    return f" Did you mean {scored[0][2]!r}?" if scored else ""
+
+
+def _score(value: str, choice: str) -> int:
+    # A typo of the whole name, or of a prefix ('bf16' for 'bf16-mixed', 'ddp_spawn' for 'ddp').
+    n = min(len(value), len(choice))
+    return min(_distance(value, choice), _distance(value[:n], choice[:n]) + 1)
+
+
+def _distance(a: str, b: str) -> int:
+    """Edit distance counting a swap of neighbours as one edit ('dpp' -> 'ddp' is 1)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 def positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: int = 1) -> int | None:
@@ -43,3 +75,76 @@ def flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name}={value!r} must be True or False.")
     return value
+
+
+def loss_of(output: Any) -> torch.Tensor:
+    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
+        return output["loss"]
+    raise TypeError(
+        f"training_step returned {type(output).__name__} {output!r:.80}; it must return the loss as a "
+        "scalar tensor, or a dict with a 'loss' tensor."
+    )
+
+
+def bad_loss(loss: torch.Tensor) -> None:
+    if loss.ndim:
+        raise ValueError(
+            f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. "
+            "Reduce it, e.g. loss.mean()."
+        )
+    raise ValueError(
+        "training_step returned a loss that does not require grad, so backward() cannot train "
+        "anything. Compute it from the model's outputs, and don't call .detach(), .item() or "
+        "torch.no_grad() on the way."
+    )
+
+
+def check_model(model: Any, needs_training_step: bool = True) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")
+    if needs_training_step and not callable(getattr(model, "training_step", None)):
+        raise TypeError(
+            f"{type(model).__name__} has no training_step. Subclass trainer.TrainModule and define "
+            "training_step(self, batch, batch_idx)."
+        )
+    if needs_training_step and isinstance(model, TrainModule) and type(model).training_step is TrainModule.training_step:
+        raise TypeError(f"{type(model).__name__} does not define training_step(self, batch, batch_idx).")
+
+
+def check_loader(name: str, loader: Any) -> None:
+    if not hasattr(loader, "__iter__"):
+        raise TypeError(f"{name}={loader!r} is not iterable; pass a torch.utils.data.DataLoader.")
+    if loader_length(loader) == 0:
+        raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
+
+
+def check_callbacks(callbacks: Any) -> list[Callback]:
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, Callback):
+        callbacks = [callbacks]
+    callbacks = list(callbacks)
+    for cb in callbacks:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks contains {cb!r}, which is not a callbacks.Callback.")
+    return callbacks
+
+
+def interval(name: str, value: Any) -> int | float | None:
+    if value is None:
+        return None
+    if isinstance(value, float):
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"{name}={value!r}: a float is a fraction of the epoch in (0, 1].")
+        return value
+    return positive_int(name, value)
+
+
+def limit(name: str, value: Any, allow_zero: bool = True) -> int | float | None:
+    if value is None:
+        return None
+    if isinstance(value, float):
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"{name}={value!r}: a float is a fraction of the batches in (0, 1]; an int is a count.")
+        return value
+    return positive_int(name, value, minimum=0 if allow_zero else 1)

@@ -75,6 +75,11 @@ class TrainModule(nn.Module):
     def device(self) -> torch.device:
         for p in self.parameters():
             return p.device
+        # A DataParallel replica holds its weights as plain tensors, which torch's replicate
+        # also lists in _former_parameters; without this, a replica would report the CPU.
+        for m in self.modules():
+            for t in getattr(m, "_former_parameters", {}).values():
+                return t.device
         return torch.device("cpu")
 
     def __getstate__(self) -> dict[str, Any]:

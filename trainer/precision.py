@@ -60,6 +60,12 @@ class Precision:
         self.scaler.update()
         return self.scaler.get_scale() >= scale
 
+    def skip(self) -> None:
+        """Drop this step's update. The scaler forgets an ``unscale_`` done for it (update()
+        with an explicit scale resets that), or the next step's ``unscale_`` would raise."""
+        if self.scaler is not None:
+            self.scaler.update(self.scaler.get_scale())
+
     def state_dict(self) -> dict[str, Any]:
         return {} if self.scaler is None else {"scaler": self.scaler.state_dict()}
 

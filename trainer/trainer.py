@@ -7,19 +7,20 @@ import logging
 import math
 import os
 import signal
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch import nn
 
 from callbacks.base import Callback
-# Submodules, not the package: under `import strategies` the package is still half-loaded here.
-from strategies._select import select_strategy
-from strategies.base import Strategy
 
 from . import checkpoint as ckpt_io
-from ._checks import flag, one_of, positive_int, positive_number
+from ._checks import (
+    bad_loss, check_callbacks, check_loader, check_model, flag, interval, limit, loss_of, one_of, positive_int,
+    positive_number,
+)
 from ._hooks import Hooks
+from ._run_dir import run_dir
 from ._resume import Resume, capture, resolve_path
 from ._signals import Interrupted, StopSignals
 from .data import batch_size, loader_length
@@ -29,6 +30,9 @@ from .optim import OptimizerSetup, resolve_optimizers
 from .precision import Precision, normalize_precision
 from .seed import seed_everything
 from .state import TrainerState
+
+if TYPE_CHECKING:
+    from strategies import Strategy
 
 log = logging.getLogger("trainer")
 _STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop requests (DDP)
@@ -75,7 +79,7 @@ class Trainer:
         self.gradient_clip_val = positive_number("gradient_clip_val", gradient_clip_val)
         self.gradient_clip_algorithm = one_of("gradient_clip_algorithm", gradient_clip_algorithm, ("norm", "value"))
         self.check_val_every_n_epoch = positive_int("check_val_every_n_epoch", check_val_every_n_epoch, allow_none=True)
-        self.val_check_interval = _interval("val_check_interval", val_check_interval)
+        self.val_check_interval = interval("val_check_interval", val_check_interval)
         self.log_every_n_steps = positive_int("log_every_n_steps", log_every_n_steps)
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir={log_dir!r} must be a path (str or os.PathLike), or None to turn logging off.")
@@ -85,10 +89,10 @@ class Trainer:
         self.name = name
         self.enable_progress_bar = flag("enable_progress_bar", enable_progress_bar)
         self.enable_checkpointing = flag("enable_checkpointing", enable_checkpointing)
-        self.limit_train_batches = _limit("limit_train_batches", limit_train_batches, allow_zero=False)
-        self.limit_val_batches = _limit("limit_val_batches", limit_val_batches)
-        self.limit_test_batches = _limit("limit_test_batches", limit_test_batches)
-        self.limit_predict_batches = _limit("limit_predict_batches", limit_predict_batches)
+        self.limit_train_batches = limit("limit_train_batches", limit_train_batches, allow_zero=False)
+        self.limit_val_batches = limit("limit_val_batches", limit_val_batches)
+        self.limit_test_batches = limit("limit_test_batches", limit_test_batches)
+        self.limit_predict_batches = limit("limit_predict_batches", limit_predict_batches)
         if seed is not None:
             positive_int("seed", seed, minimum=0)
         self.seed = seed
@@ -99,8 +103,12 @@ class Trainer:
                 "e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
             )
         self._optimizer_factory = optimizer
+        # Imported here: strategies import trainer's helpers, and a spawned DDP worker
+        # imports the strategies package first (to find its entry point).
+        from strategies import select_strategy
+
         self._strategy = select_strategy(strategy, devices)
-        given = _check_callbacks(callbacks)
+        given = check_callbacks(callbacks)
         self.callbacks: list[Callback] = given + self._default_callbacks(given)
         self.state = TrainerState()
         self.callback_metrics: dict[str, float] = {}
@@ -111,6 +119,7 @@ class Trainer:
         self.run_dir: str | None = None  # <log_dir>/<name>/version_<n>, set by the TensorBoard logger
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
+        self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: Any = None
         self._opt: OptimizerSetup | None = None
@@ -126,14 +135,19 @@ class Trainer:
         self._epoch_loader: Any = None  # the training loader; checkpoints record its generators
 
     def _default_callbacks(self, given: list[Callback]) -> list[Callback]:
+        """The built-ins, except those the user passed configured (e.g. ``ProgressBar(refresh_s=1)``):
+        two bars would both draw, and two loggers or checkpointers would write the same files."""
         from callbacks import ModelCheckpoint, ProgressBar, TensorBoardLogger
 
+        def wanted(kind: type) -> bool:
+            return not any(isinstance(cb, kind) for cb in given)
+
         extra: list[Callback] = []
-        if self.enable_progress_bar:
+        if self.enable_progress_bar and wanted(ProgressBar):
             extra.append(ProgressBar())
-        if self.log_dir is not None:
+        if self.log_dir is not None and wanted(TensorBoardLogger):
             extra.append(TensorBoardLogger())
-        if self.enable_checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
+        if self.enable_checkpointing and wanted(ModelCheckpoint):
             extra.append(ModelCheckpoint())
         return extra
 
@@ -200,15 +214,19 @@ class Trainer:
         return options
 
     def skip_optimizer_step(self) -> None:
-        """Called from ``on_before_optimizer_step``: drop this step's gradients instead of stepping."""
+        """Called from ``on_before_optimizer_step``: drop this step's gradients instead of stepping.
+
+        Under DDP every rank must make the same call (agree first, e.g. with
+        ``strategy.all_reduce_sum``), as ``callbacks.NaNGuard`` does.
+        """
         self._skip_step = True
 
     # --- entry points ------------------------------------------------------------------
     def fit(self, model: TrainModule, train_dataloaders: Any, val_dataloaders: Any = None, *, ckpt_path: str | os.PathLike | None = None) -> None:
-        _check_model(model)
-        _check_loader("train_dataloaders", train_dataloaders)
+        check_model(model)
+        check_loader("train_dataloaders", train_dataloaders)
         if val_dataloaders is not None:
-            _check_loader("val_dataloaders", val_dataloaders)
+            check_loader("val_dataloaders", val_dataloaders)
         if self.max_epochs is None and self.max_steps is None:
             raise ValueError("fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both.")
         if ckpt_path is not None and os.fspath(ckpt_path) != "last" and not os.path.isfile(ckpt_path):
@@ -223,17 +241,17 @@ class Trainer:
         return self._evaluate("test", model, dataloaders)
 
     def predict(self, model: TrainModule, dataloaders: Any) -> list[Any]:
-        _check_model(model, needs_training_step=False)
-        _check_loader("dataloaders", dataloaders)
+        check_model(model, needs_training_step=False)
+        check_loader("dataloaders", dataloaders)
         result = self._strategy.launch(self._run, "predict", model, dataloaders, None, None)
         return self._absorb(model, result)
 
     def _evaluate(self, stage: str, model: TrainModule, dataloaders: Any) -> dict[str, float]:
-        _check_model(model, needs_training_step=False)
+        check_model(model, needs_training_step=False)
         step = "validation_step" if stage == "validate" else "test_step"
         if not callable(getattr(model, step, None)):
             raise TypeError(f"trainer.{stage}() needs {type(model).__name__}.{step}(self, batch, batch_idx).")
-        _check_loader("dataloaders", dataloaders)
+        check_loader("dataloaders", dataloaders)
         result = self._strategy.launch(self._run, stage, model, dataloaders, None, None)
         return self._absorb(model, result)
 
@@ -276,9 +294,10 @@ class Trainer:
         self._hooks = Hooks(self.callbacks)
         self.state = TrainerState(stage=stage)
         ckpt_path = resolve_path(self, ckpt_path)
-        if self.log_dir is not None and (self.run_dir is None or stage == "fit"):
+        # predict logs nothing, so it gets no run folder.
+        if self.log_dir is not None and stage != "predict" and (self.run_dir is None or stage == "fit"):
             self.run_dir = strategy.broadcast_object(
-                _run_dir(self.log_dir, self.name, ckpt_path) if strategy.is_global_zero else None
+                run_dir(self.log_dir, self.name, ckpt_path) if strategy.is_global_zero else None
             )
         self._hooks.call("setup", self, model, stage)
         try:
@@ -321,16 +340,10 @@ class Trainer:
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         self.num_training_batches = _limited(n, self.limit_train_batches)
+        self.val_dataloaders = val_loader  # callbacks read it (EarlyStopping: is there validation?)
         resume = Resume.load(self, ckpt_path)
         if self.is_global_zero:
-            per_device = getattr(train_loader, "batch_size", None) or "?"
-            global_batch = per_device * strategy.num_devices * strategy.world_size * self.accumulate_grad_batches if per_device != "?" else "?"
-            log.info(
-                "Training with %s; devices per process %d, world size %d; global batch %s "
-                "(per-device %s x devices %d x accumulation %d).", strategy.describe(), strategy.num_devices,
-                strategy.world_size, global_batch, per_device // strategy.num_devices if per_device != "?" else "?",
-                strategy.num_devices * strategy.world_size, self.accumulate_grad_batches,
-            )
+            log.info("%s", self._fit_summary(train_loader))
         with self._signals:
             self._fit_loop(model, train_loader, val_loader, resume)
         if self._signals.received is not None:  # came after the last stop check: finished, but say so
@@ -339,6 +352,20 @@ class Trainer:
                 f"had finished (step {self.state.global_step}) and its checkpoints are complete.",
                 self._signals.received,
             )
+
+    def _fit_summary(self, train_loader: Any) -> str:
+        """E.g. 'Training with ddp (gloo) on cpu; 2 device(s), world size 2;
+        global batch 64 = 16 per device x 2 device(s) x 2 accumulation.'"""
+        strategy, accumulate = self._strategy, self.accumulate_grad_batches
+        devices = strategy.num_devices * strategy.world_size
+        tail = f"x {devices} device(s) x {accumulate} accumulation"
+        loader_batch = getattr(train_loader, "batch_size", None)  # per process; dp splits it across its devices
+        if loader_batch:
+            total = loader_batch * strategy.world_size * accumulate
+            batch = f"{total} = {loader_batch / strategy.num_devices:g} per device {tail}"
+        else:
+            batch = f"= per-device batch {tail}"
+        return f"Training with {strategy.describe()}; {devices} device(s), world size {strategy.world_size}; global batch {batch}."
 
     def _fit_loop(self, model: TrainModule, train_loader: Any, val_loader: Any, resume: Resume) -> None:
         """The order of events, which is the contract callbacks rely on::
@@ -370,10 +397,11 @@ class Trainer:
             teardown("fit")                       (in _run)
         """
         hooks, state = self._hooks, self.state
+        if not model.training:  # a model handed over in eval mode trains; submodules the
+            model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
         hooks.call("on_fit_start", self, model)
         hooks.call("on_train_start", self, model)
         while not self._done():
-            model.train()
             self._train_sink = sink = MetricSink()
             previous_sink = set_sink(sink)
             try:
@@ -392,10 +420,10 @@ class Trainer:
                 self._opt.step_scheduler(self.callback_metrics)
             hooks.call("on_train_epoch_end", self, model)
             self._epoch_complete = False
+            if stopped:  # the epoch was cut short: current_epoch counts only completed ones
+                break
             state.current_epoch += 1
             state.batch_in_epoch = 0
-            if stopped:
-                break
             state.should_stop = self._agree(state.should_stop)
         hooks.call("on_train_end", self, model)
         hooks.call("on_fit_end", self, model)
@@ -419,9 +447,9 @@ class Trainer:
             completes = batch_idx - group_start + 1 == group
             with strategy.no_backward_sync() if not completes else _NULL:
                 output = strategy.run_step("training_step", batch, batch_idx)
-                loss = output if type(output) is torch.Tensor else _loss_of(output)
+                loss = output if type(output) is torch.Tensor else loss_of(output)
                 if loss.ndim or not loss.requires_grad:
-                    _bad_loss(loss)
+                    bad_loss(loss)
                 for fn in hooks.on_before_backward:
                     fn(self, model, loss)
                 strategy.backward(self._precision.scale(loss / group if group > 1 else loss))
@@ -452,8 +480,9 @@ class Trainer:
                 torch.nn.utils.clip_grad_value_(params, self.gradient_clip_val)
         for fn in self._hooks.on_before_optimizer_step:
             fn(self, model, optimizer)
-        if self._skip_step:
-            self._skip_step = False
+        skipped, self._skip_step = self._skip_step, False
+        if skipped:
+            precision.skip()
         else:
             precision.step(optimizer)
         optimizer.zero_grad()
@@ -461,7 +490,8 @@ class Trainer:
         if opt.interval == "step" and opt.scheduler is not None:
             opt.step_scheduler(self.callback_metrics)
         if state.global_step % self.log_every_n_steps == 0:
-            self._check_finite(loss)
+            if not skipped:  # a skipped step's loss was judged already (the same way on every rank)
+                self._check_finite(loss)
             self.callback_metrics.update(self.step_metrics())
 
     def _check_finite(self, loss: torch.Tensor) -> None:
@@ -513,7 +543,8 @@ class Trainer:
         model, hooks, strategy = self._module, self._hooks, self._strategy
         step_name = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}[phase]
         n = _limited(loader_length(loader), limit)
-        if n == 0:
+        # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
+        if n == 0 and (limit == 0 or strategy.world_size == 1):
             return [] if phase == "predict" else None
         modes = [m.training for m in model.modules()]
         model.eval()
@@ -573,101 +604,11 @@ class Trainer:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_module"] = None  # sent separately as fit's argument
+        state["val_dataloaders"] = None  # likewise (and a dataset is costly to pickle twice)
         return state
 
 
 _NULL = contextlib.nullcontext()  # reused: entering it per step allocates nothing
-
-
-def _run_dir(log_dir: str, name: str, resume_path: str | None) -> str:
-    """``<log_dir>/<name>/version_<n>``: the resumed run's own folder, or the next free one."""
-    base = os.path.abspath(os.path.join(log_dir, name))
-    if resume_path is not None:
-        version_dir = os.path.dirname(os.path.dirname(os.path.abspath(resume_path)))
-        if os.path.dirname(version_dir) == base and os.path.basename(version_dir).startswith("version_"):
-            return version_dir
-    os.makedirs(base, exist_ok=True)
-    taken = [int(d[8:]) for d in os.listdir(base) if d.startswith("version_") and d[8:].isdigit()]
-    n = max(taken, default=-1) + 1
-    while True:  # another run may take the same number between listdir and mkdir
-        try:
-            os.mkdir(os.path.join(base, f"version_{n}"))
-            return os.path.join(base, f"version_{n}")
-        except FileExistsError:
-            n += 1
-
-
-def _loss_of(output: Any) -> torch.Tensor:
-    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
-        return output["loss"]
-    raise TypeError(
-        f"training_step returned {type(output).__name__} {output!r:.80}; it must return the loss as a "
-        "scalar tensor, or a dict with a 'loss' tensor."
-    )
-
-
-def _bad_loss(loss: torch.Tensor) -> None:
-    if loss.ndim:
-        raise ValueError(
-            f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. "
-            "Reduce it, e.g. loss.mean()."
-        )
-    raise ValueError(
-        "training_step returned a loss that does not require grad, so backward() cannot train "
-        "anything. Compute it from the model's outputs, and don't call .detach(), .item() or "
-        "torch.no_grad() on the way."
-    )
-
-
-def _check_model(model: Any, needs_training_step: bool = True) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")
-    if needs_training_step and not callable(getattr(model, "training_step", None)):
-        raise TypeError(
-            f"{type(model).__name__} has no training_step. Subclass trainer.TrainModule and define "
-            "training_step(self, batch, batch_idx)."
-        )
-    if needs_training_step and isinstance(model, TrainModule) and type(model).training_step is TrainModule.training_step:
-        raise TypeError(f"{type(model).__name__} does not define training_step(self, batch, batch_idx).")
-
-
-def _check_loader(name: str, loader: Any) -> None:
-    if not hasattr(loader, "__iter__"):
-        raise TypeError(f"{name}={loader!r} is not iterable; pass a torch.utils.data.DataLoader.")
-    if loader_length(loader) == 0:
-        raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
-
-
-def _check_callbacks(callbacks: Any) -> list[Callback]:
-    if callbacks is None:
-        return []
-    if isinstance(callbacks, Callback):
-        callbacks = [callbacks]
-    callbacks = list(callbacks)
-    for cb in callbacks:
-        if not isinstance(cb, Callback):
-            raise TypeError(f"callbacks contains {cb!r}, which is not a callbacks.Callback.")
-    return callbacks
-
-
-def _interval(name: str, value: Any) -> int | float | None:
-    if value is None:
-        return None
-    if isinstance(value, float):
-        if not 0.0 < value <= 1.0:
-            raise ValueError(f"{name}={value!r}: a float is a fraction of the epoch in (0, 1].")
-        return value
-    return positive_int(name, value)
-
-
-def _limit(name: str, value: Any, allow_zero: bool = True) -> int | float | None:
-    if value is None:
-        return None
-    if isinstance(value, float):
-        if not 0.0 < value <= 1.0:
-            raise ValueError(f"{name}={value!r}: a float is a fraction of the batches in (0, 1]; an int is a count.")
-        return value
-    return positive_int(name, value, minimum=0 if allow_zero else 1)
 
 
 def _limited(n: int | None, limit: int | float | None) -> int | float:

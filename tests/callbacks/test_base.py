@@ -1,0 +1,173 @@
+"""The hook contract: which hooks run, how often, and in which order (Trainer._fit_loop's docstring)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from callbacks import Callback
+from callbacks.base import HOOKS
+from tests._models import Classifier, loader, quiet
+from trainer import Trainer
+
+
+class Recorder(Callback):
+    """Overrides every hook and records its name, in call order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+
+def _recording(name: str):
+    def hook(self: Recorder, trainer: Trainer, module, *args) -> None:
+        self.events.append(name)
+
+    return hook
+
+
+for _name in HOOKS:
+    setattr(Recorder, _name, _recording(_name))
+
+BATCH = ["on_train_batch_start", "on_before_backward", "on_after_backward"]
+VALIDATION_2 = [  # a validation run of two batches
+    "on_validation_start", "on_validation_epoch_start",
+    "on_validation_batch_start", "on_validation_batch_end",
+    "on_validation_batch_start", "on_validation_batch_end",
+    "on_validation_epoch_end", "on_validation_end",
+]
+
+
+def _fit(**options) -> tuple[Recorder, Trainer]:
+    rec = Recorder()
+    trainer = Trainer(**quiet(callbacks=[rec], **options))
+    # 8 training batches and 4 validation batches in the loaders; limits cut them to 5 and 2.
+    trainer.fit(Classifier(), loader(64, batch_size=8), loader(32, batch_size=8))
+    return rec, trainer
+
+
+def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limits():
+    rec, trainer = _fit(max_epochs=2, accumulate_grad_batches=2, limit_train_batches=5, limit_val_batches=2)
+    # Batches 0-4 form accumulation groups [0, 1], [2, 3] and the short [4]: three optimizer steps.
+    epoch = (
+        ["on_train_epoch_start"]
+        + BATCH + ["on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + BATCH + ["on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + VALIDATION_2
+        + ["on_train_epoch_end"]
+    )
+    expected = ["setup", "on_fit_start", "on_train_start"] + epoch + epoch + ["on_train_end", "on_fit_end", "teardown"]
+    assert rec.events == expected
+    assert trainer.global_step == 6 and trainer.current_epoch == 2
+    counts = Counter(rec.events)
+    assert counts["on_train_batch_start"] == counts["on_train_batch_end"] == 10
+    assert counts["on_before_optimizer_step"] == 6
+    assert counts["on_validation_batch_end"] == 4
+    # Hooks of other stages, checkpoints and errors never ran.
+    assert not {h for h in HOOKS if h.startswith(("on_test", "on_predict"))} & set(counts)
+    assert "on_save_checkpoint" not in counts and "on_exception" not in counts
+
+
+def test_validation_due_mid_epoch_runs_before_that_batch_end_and_again_at_the_epoch_end():
+    rec, trainer = _fit(max_epochs=1, limit_train_batches=5, limit_val_batches=2, val_check_interval=2)
+    expected = (
+        ["setup", "on_fit_start", "on_train_start", "on_train_epoch_start"]
+        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step"] + VALIDATION_2 + ["on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step"] + VALIDATION_2 + ["on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]  # batch 5 of 5: the epoch's end validates
+        + VALIDATION_2
+        + ["on_train_epoch_end", "on_train_end", "on_fit_end", "teardown"]
+    )
+    assert rec.events == expected
+
+
+def test_no_validation_hooks_without_a_validation_loader_or_with_limit_val_batches_0():
+    rec, _ = _fit(max_epochs=1, limit_train_batches=2, limit_val_batches=0)
+    assert not [e for e in rec.events if "validation" in e]
+    assert rec.events.count("on_train_batch_end") == 2
+
+
+@pytest.mark.parametrize(
+    ("stage", "phase", "limit"),
+    [("validate", "validation", "limit_val_batches"), ("test", "test", "limit_test_batches"), ("predict", "predict", "limit_predict_batches")],
+)
+def test_validate_test_and_predict_run_their_own_hooks_once_per_batch(stage, phase, limit):
+    rec = Recorder()
+    trainer = Trainer(**quiet(callbacks=[rec], **{limit: 3}))
+    getattr(trainer, stage)(Classifier(), loader(64, batch_size=8))
+    per_batch = [f"on_{phase}_batch_start", f"on_{phase}_batch_end"] * 3
+    assert rec.events == (
+        ["setup", f"on_{phase}_start", f"on_{phase}_epoch_start"] + per_batch
+        + [f"on_{phase}_epoch_end", f"on_{phase}_end", "teardown"]
+    )
+
+
+def test_user_callbacks_run_in_the_order_given_before_the_built_in_checkpoint():
+    first, second = Recorder(), Recorder()
+    order: list[str] = []
+    first.events = _Tagged(order, "first")
+    second.events = _Tagged(order, "second")
+    trainer = Trainer(max_epochs=1, enable_progress_bar=False, log_dir=None, callbacks=[first, second], limit_train_batches=2)
+    trainer.fit(Classifier(), loader(64, batch_size=8))
+    end = order.index("first:on_train_epoch_end")
+    # The epoch's checkpoint is written by the built-in ModelCheckpoint, which runs after both.
+    assert order[end:end + 4] == [
+        "first:on_train_epoch_end", "second:on_train_epoch_end", "first:on_save_checkpoint", "second:on_save_checkpoint",
+    ]
+    assert order.count("first:on_save_checkpoint") == 1
+
+
+class _Tagged(list):
+    def __init__(self, sink: list[str], tag: str) -> None:
+        super().__init__()
+        self.sink, self.tag = sink, tag
+
+    def append(self, name: str) -> None:
+        self.sink.append(f"{self.tag}:{name}")
+
+
+class FailsAtBatch2(Classifier):
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 2:
+            raise RuntimeError("boom at batch 2")
+        return super().training_step(batch, batch_idx)
+
+
+def test_an_error_runs_on_exception_then_teardown_and_propagates():
+    rec = Recorder()
+    seen: list[BaseException] = []
+    rec.on_exception = lambda trainer, module, err: (rec.events.append("on_exception"), seen.append(err))
+    trainer = Trainer(**quiet(callbacks=[rec], max_epochs=1))
+    with pytest.raises(RuntimeError, match="boom at batch 2"):
+        trainer.fit(FailsAtBatch2(), loader(64, batch_size=8))
+    assert rec.events[-3:] == ["on_train_batch_start", "on_exception", "teardown"]
+    assert rec.events.count("on_train_batch_end") == 2
+    assert isinstance(seen[0], RuntimeError)
+
+
+def test_hooks_receive_the_trainer_module_and_loop_values():
+    got: dict[str, tuple] = {}
+
+    class Args(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            got.setdefault("batch_end", (trainer, module, outputs, batch_idx))
+
+        def on_before_backward(self, trainer, module, loss):
+            got.setdefault("loss", loss)
+
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            got.setdefault("optimizer", optimizer)
+
+    model = Classifier()
+    trainer = Trainer(**quiet(callbacks=[Args()], max_steps=1))
+    trainer.fit(model, loader(64, batch_size=8))
+    t, m, outputs, batch_idx = got["batch_end"]
+    assert t is trainer and m is model and batch_idx == 0
+    assert outputs is got["loss"] and outputs.ndim == 0 and torch.isfinite(outputs)
+    assert got["optimizer"] is trainer.optimizer

@@ -1,0 +1,121 @@
+"""EarlyStopping on one process. Identical decisions under DDP(2): tests/callbacks/test_ddp.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from callbacks import EarlyStopping
+from tests._models import Classifier, loader, quiet
+from trainer import Trainer
+
+
+class Scripted(Classifier):
+    """Logs ``score`` = ``script[epoch]`` in validation (and ``train_score`` in training)."""
+
+    def __init__(self, script: list[float]) -> None:
+        super().__init__()
+        self.script = script
+
+    def training_step(self, batch, batch_idx):
+        self.log("train_score", self.script[self.trainer.current_epoch])
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        super().validation_step(batch, batch_idx)
+        self.log("score", self.script[self.trainer.current_epoch])
+
+
+def _fit(stopper: EarlyStopping, script: list[float], val: bool = True, **options) -> Trainer:
+    trainer = Trainer(**quiet(callbacks=[stopper], max_epochs=len(script), **options))
+    trainer.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8) if val else None)
+    return trainer
+
+
+def test_stops_after_patience_checks_without_improvement():
+    stopper = EarlyStopping("score", patience=2)
+    # Best at epoch 1; epochs 2 and 3 do not beat it: stop in epoch 3.
+    trainer = _fit(stopper, [1.0, 0.8, 0.9, 0.85, 0.1, 0.1])
+    assert trainer.current_epoch == 4 and trainer.global_step == 8  # 4 epochs of 2 batches
+    assert trainer.state.stop_reason == "early_stopping"
+    assert (stopper.stopped_epoch, stopper.best_score, stopper.wait_count) == (3, 0.8, 2)
+
+
+def test_mode_max_and_min_delta_decide_what_counts_as_better():
+    # Each epoch gains 0.05: better in max mode, but not by more than min_delta=0.1.
+    script = [0.5, 0.55, 0.6, 0.65, 0.7, 0.75]
+    assert _fit(EarlyStopping("score", mode="max", patience=2), script).current_epoch == 6
+    stopper = EarlyStopping("score", mode="max", patience=2, min_delta=0.1)
+    assert _fit(stopper, script).current_epoch == 3
+    assert stopper.best_score == 0.5
+
+
+def test_a_nan_metric_stops_at_once_unless_check_finite_is_off():
+    script = [1.0, math.nan, 0.5, 0.4]
+    assert _fit(EarlyStopping("score", patience=3), script).current_epoch == 2
+    assert _fit(EarlyStopping("score", patience=3, check_finite=False), script).current_epoch == 4
+
+
+def test_without_validation_it_checks_at_each_training_epoch_end():
+    stopper = EarlyStopping("train_score", patience=1)
+    trainer = _fit(stopper, [1.0, 2.0, 0.1], val=False)
+    assert trainer.current_epoch == 2 and stopper.stopped_epoch == 1
+
+
+def test_validation_every_other_epoch_counts_only_validated_epochs():
+    # Validation runs after epochs 1, 3, 5 and 7 and sees 0.9, 0.8, 0.95, 0.9.
+    stopper = EarlyStopping("score", patience=2)
+    trainer = _fit(stopper, [5, 0.9, 5, 0.8, 5, 0.95, 5, 0.9, 5, 5], check_val_every_n_epoch=2)
+    assert trainer.current_epoch == 8 and stopper.best_score == 0.8
+
+
+def test_a_missing_metric_is_an_error_that_lists_the_logged_ones():
+    with pytest.raises(ValueError) as info:
+        _fit(EarlyStopping("val_los"), [1.0, 1.0])
+    message = str(info.value)
+    assert "EarlyStopping(monitor='val_los')" in message
+    assert "['score', 'train_loss', 'train_score', 'val_acc', 'val_loss']" in message
+    assert "Did you mean 'val_loss'?" in message
+
+
+def test_bad_arguments_are_refused_when_built():
+    with pytest.raises(ValueError, match=r"Unknown EarlyStopping\(mode\)='minimum'"):
+        EarlyStopping("val_loss", mode="minimum")
+    with pytest.raises(ValueError, match=r"min_delta=-0.1"):
+        EarlyStopping("val_loss", min_delta=-0.1)
+    with pytest.raises(TypeError, match=r"patience\)=1.5"):
+        EarlyStopping("val_loss", patience=1.5)
+    with pytest.raises(TypeError, match=r"monitor=None"):
+        EarlyStopping(None)
+
+
+def test_its_state_rides_in_checkpoints_and_a_resumed_run_keeps_its_patience():
+    script = [1.0, 0.8, 0.9, 0.85, 0.1, 0.1]
+    first = Trainer(**quiet(callbacks=[EarlyStopping("score", patience=2)], max_epochs=3, enable_checkpointing=True))
+    first.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8))
+    ckpt = torch.load(first.checkpoint_callback.last_model_path, weights_only=False)
+    assert ckpt["callbacks"]["EarlyStopping[monitor=score,mode=min]"] == {"wait_count": 1, "best_score": 0.8, "stopped_epoch": None}
+    # Resumed at epoch 3 with one check of patience used: epoch 3 exhausts it.
+    stopper = EarlyStopping("score", patience=2)
+    resumed = Trainer(**quiet(callbacks=[stopper], max_epochs=6, enable_checkpointing=True))
+    resumed.fit(Scripted(script), loader(16, batch_size=8), loader(16, batch_size=8), ckpt_path="last")
+    assert resumed.current_epoch == 4 and stopper.stopped_epoch == 3
+
+
+def test_a_second_fit_starts_with_fresh_patience():
+    stopper = EarlyStopping("score", patience=1)
+    trainer = _fit(stopper, [1.0, 2.0, 3.0])
+    assert trainer.current_epoch == 2
+    trainer.fit(Scripted([1.0, 0.5, 0.25]), loader(16, batch_size=8), loader(8, batch_size=8))
+    assert trainer.current_epoch == 3 and stopper.stopped_epoch is None and stopper.best_score == 0.25
+
+
+def test_validate_alone_does_not_count_as_a_check():
+    stopper = EarlyStopping("score", patience=1)
+    trainer = Trainer(**quiet(callbacks=[stopper]))
+    model = Scripted([1.0])
+    for _ in range(3):
+        trainer.validate(model, loader(8, batch_size=8))
+    assert stopper.wait_count == 0 and not trainer.should_stop

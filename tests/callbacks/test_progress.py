@@ -1,0 +1,121 @@
+"""ProgressBar: sparse lines without a terminal, a tqdm bar with one, nothing when turned off.
+
+That only global rank 0 draws is checked under DDP(2) in tests/callbacks/test_ddp.py.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from callbacks import ProgressBar
+from tests._models import Classifier, loader
+from trainer import Trainer
+
+
+def _lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("epoch ")]
+
+
+def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns(capsys):
+    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(64), loader(32))
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = _lines(err)
+    assert len(lines) == 2
+    # The step, and the epoch means of the values logged with prog_bar=True (train_loss).
+    assert re.fullmatch(r"epoch 0 done in \d+\.\ds step=4 train_loss=\d\.\d+", lines[0])
+    assert lines[1].startswith("epoch 1 done in ") and " step=8 " in lines[1]
+
+
+class Slow(Classifier):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_configured_bar_replaces_the_built_in_and_prints_at_its_own_pace(capsys):
+    bar = ProgressBar(line_every_s=0.01)
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[bar])
+    assert [cb for cb in trainer.callbacks if isinstance(cb, ProgressBar)] == [bar]
+    trainer.fit(Slow(), loader(64))
+    lines = _lines(capsys.readouterr().err)
+    # Each 50 ms batch passes the 10 ms pace: one line per batch (once, not per bar), then the epoch's.
+    assert [line.split(" step=")[0] for line in lines[:4]] == [f"epoch 0 batch {i}/4" for i in (1, 2, 3, 4)]
+    assert re.fullmatch(r"epoch 0 batch 1/4 step=1 loss=\d\.\d+ train_loss=\d\.\d+ \(\d+\.\d batches/s\)", lines[0])
+    assert len(lines) == 5 and lines[4].startswith("epoch 0 done")
+
+
+def test_after_a_mid_epoch_resume_the_rate_counts_only_the_batches_run_since(capsys):
+    first = Trainer(max_steps=6, enable_progress_bar=False)  # stops after batch 6 of 8 and saves last.ckpt
+    first.fit(Classifier(), loader(64, batch_size=8))
+    resumed = Trainer(max_epochs=1, enable_checkpointing=False, callbacks=[ProgressBar(line_every_s=0.001)])
+    resumed.fit(Slow(), loader(64, batch_size=8), ckpt_path="last")
+    lines = _lines(capsys.readouterr().err)
+    assert lines[0].startswith("epoch 0 batch 7/8 step=7 ")
+    # Each batch sleeps 50 ms, so at most 20 batches/s; counting the 6 skipped ones would claim ~140.
+    rate = float(re.search(r"\((\d+\.\d) batches/s\)", lines[0]).group(1))
+    assert 0 < rate <= 20.0
+
+
+def test_enable_progress_bar_false_prints_nothing(capsys):
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(Classifier(), loader(64), loader(32))
+    assert not any(isinstance(cb, ProgressBar) for cb in trainer.callbacks)
+    assert _lines(capsys.readouterr().err) == []
+
+
+def test_bad_pace_values_are_refused():
+    with pytest.raises(ValueError, match=r"ProgressBar\(refresh_s\)=0"):
+        ProgressBar(refresh_s=0)
+    with pytest.raises(TypeError, match=r"ProgressBar\(line_every_s\)='30'"):
+        ProgressBar(line_every_s="30")
+
+
+_TTY_SCRIPT = """
+from callbacks import ProgressBar
+from tests._models import Classifier, loader
+from trainer import Trainer
+
+if __name__ == "__main__":
+    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
+    trainer.fit(Classifier(), loader(64), loader(32))
+"""
+
+
+@pytest.mark.slow
+def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar_values(tmp_path, script_env):
+    script = tmp_path / "bar.py"
+    script.write_text(_TTY_SCRIPT)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))  # 24 rows, 200 columns
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=script_env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    out = b"".join(chunks).decode(errors="replace")
+    assert "\r" in out  # redrawn in place, not line by line
+    assert "Epoch 0: 100%" in out and "Epoch 1: 100%" in out and "4/4" in out
+    assert re.search(r"step=4, .*train_loss=\d\.\d+", out)  # the epoch's final postfix
+    assert re.search(r"loss=\d\.\d+", out)
+    assert "Validation" in out
+    assert not _lines(out)  # the no-terminal lines are not printed as well

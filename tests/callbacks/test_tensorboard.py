@@ -1,0 +1,253 @@
+"""TensorBoardLogger: the event files read back with tensorboard's own reader, and a live server."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import api_pb2, metadata
+
+from callbacks import ModelCheckpoint
+from strategies._spawn import free_port
+from tests._models import Classifier, loader
+from trainer import Trainer
+
+DEFAULT_TAGS = {
+    "train_loss", "train_loss_epoch", "val_loss", "val_acc", "lr", "epoch",
+    "throughput/samples_per_sec", "throughput/steps_per_sec",
+}
+
+
+class RecordsLosses(Classifier):
+    """Keeps every training loss it computed, as floats, in order."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.losses: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.losses.append(loss.item())
+        return loss
+
+
+def _read(run_dir: str) -> EventAccumulator:
+    acc = EventAccumulator(run_dir)
+    acc.Reload()
+    return acc
+
+
+def _series(acc: EventAccumulator, tag: str) -> list[tuple[int, float]]:
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def _fit(model=None, val=True, **options) -> tuple[Trainer, Classifier]:
+    model = model or RecordsLosses()
+    opts = dict(max_epochs=2, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False)
+    opts.update(options)
+    trainer = Trainer(**opts)
+    # 4 training batches of 16 per epoch, validation on 2 batches.
+    trainer.fit(model, loader(64), loader(32) if val else None)
+    return trainer, model
+
+
+def test_a_default_run_writes_every_tag_with_the_values_training_computed():
+    trainer, model = _fit(gradient_clip_val=1.0)
+    assert trainer.run_dir == os.path.abspath(os.path.join("runs", "default", "version_0"))
+    assert len(glob.glob(os.path.join(trainer.run_dir, "events.out.tfevents.*"))) == 1
+    acc = _read(trainer.run_dir)
+    assert set(acc.Tags()["scalars"]) == DEFAULT_TAGS | {"grad_norm"}
+
+    # Per step, every log_every_n_steps=2 optimizer steps: the loss of the batch that made step N.
+    train_loss = _series(acc, "train_loss")
+    assert [s for s, _ in train_loss] == [2, 4, 6, 8]
+    for step, value in train_loss:
+        assert value == pytest.approx(model.losses[step - 1], rel=1e-6)
+    # Epoch means at each epoch's last step; 4 equal batches per epoch.
+    epoch_means = _series(acc, "train_loss_epoch")
+    assert [s for s, _ in epoch_means] == [4, 8]
+    for (_, value), first in zip(epoch_means, (0, 4)):
+        assert value == pytest.approx(sum(model.losses[first:first + 4]) / 4, rel=1e-6)
+    # Validation means, once per epoch; the last one is what fit left in callback_metrics.
+    val_loss = _series(acc, "val_loss")
+    assert [s for s, _ in val_loss] == [4, 8]
+    assert val_loss[-1][1] == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
+
+    assert _series(acc, "lr") == [(2, pytest.approx(0.1)), (4, pytest.approx(0.1)), (6, pytest.approx(0.1)), (8, pytest.approx(0.1))]
+    assert _series(acc, "epoch") == [(2, 0.0), (4, 0.0), (6, 1.0), (8, 1.0)]
+    assert all(v > 0 for _, v in _series(acc, "grad_norm"))
+    steps_per_sec = dict(_series(acc, "throughput/steps_per_sec"))
+    samples_per_sec = dict(_series(acc, "throughput/samples_per_sec"))
+    assert sorted(steps_per_sec) == [2, 4, 6, 8]
+    for step, rate in steps_per_sec.items():  # 16 samples per step on one process
+        assert rate > 0 and samples_per_sec[step] == pytest.approx(16 * rate, rel=1e-4)
+
+
+def test_hparams_hold_the_trainer_options_and_model_arguments_and_mark_the_run_finished():
+    trainer, _ = _fit(model=RecordsLosses(hidden=12, optimizer="adam"), seed=7)
+    acc = _read(trainer.run_dir)
+    start = metadata.parse_session_start_info_plugin_data(acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_START_INFO_TAG])
+    hp = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
+    assert hp["hidden"] == 12 and hp["lr"] == pytest.approx(0.1) and hp["optimizer"] == "adam"
+    assert hp["trainer/max_epochs"] == 2 and hp["trainer/seed"] == 7 and hp["trainer/log_every_n_steps"] == 2
+    assert hp["trainer/strategy"] == "single" and hp["trainer/precision"] == "32"
+    assert hp["trainer/deterministic"] is False  # a bool, not the number 0
+    assert "trainer/max_steps" not in hp  # None is left out, so a column keeps one type
+    end = metadata.parse_session_end_info_plugin_data(acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_END_INFO_TAG])
+    assert end.status == api_pb2.STATUS_SUCCESS
+    # No "experiment" record: TensorBoard builds the columns from all runs' session records.
+    assert metadata.EXPERIMENT_TAG not in acc.PluginTagToContent(metadata.PLUGIN_NAME)
+
+
+def test_param_groups_get_their_own_lr_tags_and_accumulation_writes_each_step_once():
+    model = TwoGroups()
+    trainer, _ = _fit(model=model, val=False, max_epochs=1, log_every_n_steps=1, accumulate_grad_batches=2)
+    acc = _read(trainer.run_dir)
+    tags = set(acc.Tags()["scalars"])
+    assert {"lr/group0", "lr/group1"} <= tags and "lr" not in tags
+    assert "grad_norm" not in tags  # no clipping, no norm
+    assert not {t for t in tags if t.startswith("val_")}
+    assert _series(acc, "lr/group0") == [(1, pytest.approx(0.1)), (2, pytest.approx(0.1))]
+    assert _series(acc, "lr/group1") == [(1, pytest.approx(0.01)), (2, pytest.approx(0.01))]
+    # 4 batches, 2 per step: steps 1 and 2, once each, with the loss of the batch that completed them.
+    assert _series(acc, "train_loss") == [(1, pytest.approx(model.losses[1], rel=1e-6)), (2, pytest.approx(model.losses[3], rel=1e-6))]
+
+
+class TwoGroups(RecordsLosses):
+    def configure_optimizers(self):
+        first, second = self.net[0], self.net[3]
+        return torch.optim.SGD([{"params": first.parameters()}, {"params": second.parameters(), "lr": 0.01}], lr=0.1)
+
+
+def test_validate_and_test_after_fit_land_at_the_fit_step_and_predict_writes_nothing():
+    trainer, model = _fit(max_epochs=1)
+    trainer.validate(model, loader(32))
+    trainer.test(model, loader(32))
+    trainer.predict(model, loader(32))
+    assert sorted(os.listdir(os.path.join("runs", "default"))) == ["version_0"]  # predict made no folder
+    acc = _read(trainer.run_dir)
+    assert [s for s, _ in _series(acc, "val_loss")] == [4, 4]  # fit's validation, then validate's
+    assert _series(acc, "test_loss") == [(4, pytest.approx(trainer.callback_metrics["test_loss"], rel=1e-6))]
+
+    fresh = Trainer(enable_progress_bar=False)
+    fresh.predict(model, loader(32))
+    assert fresh.run_dir is None and sorted(os.listdir(os.path.join("runs", "default"))) == ["version_0"]
+    fresh.test(model, loader(32))
+    assert fresh.run_dir.endswith("version_1") and set(_read(fresh.run_dir).Tags()["scalars"]) == {"test_loss"}
+
+
+def test_a_resumed_run_continues_its_curves_in_the_same_folder_without_repeated_steps():
+    first = Trainer(max_epochs=3, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False,
+                    callbacks=[ModelCheckpoint(save_top_k=-1)])
+    first.fit(RecordsLosses(), loader(64), loader(32))
+    after_epoch_0 = glob.glob(os.path.join(first.run_dir, "checkpoints", "epoch=0-*.ckpt"))[0]
+    # TensorBoard reads a run's files in name order; a name starts with the second it was made
+    # in, then a per-process counter (".9" sorts after ".10"). A real resume comes seconds later.
+    made = int(os.path.basename(glob.glob(os.path.join(first.run_dir, "events.out.tfevents.*"))[0]).split(".")[3])
+    time.sleep(max(0.0, made + 1.01 - time.time()))
+    # As if the first run had crashed after epoch 0 having logged up to step 12: resume there.
+    resumed = Trainer(max_epochs=3, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+    resumed.fit(RecordsLosses(), loader(64), loader(32), ckpt_path=after_epoch_0)
+    assert resumed.run_dir == first.run_dir
+    acc = _read(first.run_dir)
+    assert [s for s, _ in _series(acc, "train_loss")] == list(range(1, 13))
+    assert [s for s, _ in _series(acc, "val_loss")] == [4, 8, 12]
+
+
+class FailsInEpoch1(RecordsLosses):
+    def training_step(self, batch, batch_idx):
+        if self.trainer.current_epoch == 1:
+            raise RuntimeError("boom")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_crashed_run_keeps_what_it_logged():
+    trainer = Trainer(max_epochs=2, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(FailsInEpoch1(), loader(64), loader(32))
+    acc = _read(trainer.run_dir)
+    assert [s for s, _ in _series(acc, "train_loss")] == [1, 2, 3, 4]
+    assert metadata.SESSION_END_INFO_TAG not in acc.PluginTagToContent(metadata.PLUGIN_NAME)  # not marked finished
+
+
+def test_log_dir_none_writes_nothing():
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(32), loader(16))
+    assert trainer.run_dir is None and not os.path.exists("runs")
+
+
+# --- a live server -------------------------------------------------------------------------
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
+
+
+def _post(url: str, body: dict):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)
+
+
+@pytest.mark.slow
+def test_a_live_tensorboard_server_lists_the_run_and_its_hparams(tmp_path, script_env):
+    trainer, _ = _fit(max_epochs=1, log_every_n_steps=1)
+    port = free_port()
+    log_path = tmp_path / "tensorboard.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tensorboard.main", "--logdir", "runs", "--host", "127.0.0.1", "--port", str(port)],
+            env=script_env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}/data/plugin"
+    try:
+        tags: dict = {}
+        deadline = time.monotonic() + 60
+        while not DEFAULT_TAGS <= set(tags.get("default/version_0", {})):
+            if server.poll() is not None:
+                pytest.skip(f"tensorboard could not start: {log_path.read_text()[-500:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"tensorboard listed {tags} after 60 s; wanted {sorted(DEFAULT_TAGS)}")
+            time.sleep(0.25)
+            try:
+                tags = _get(f"{base}/scalars/tags")
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                continue
+        assert set(tags["default/version_0"]) == DEFAULT_TAGS
+
+        # The HParams tab: the options and model arguments as columns, the final metrics as values.
+        experiment = _post(f"{base}/hparams/experiment", {"experimentName": ""})
+        columns = {h["name"]: h["type"] for h in experiment["hparamInfos"]}
+        assert columns["trainer/max_epochs"] == "DATA_TYPE_FLOAT64" and columns["optimizer"] == "DATA_TYPE_STRING"
+        assert {m["name"]["tag"] for m in experiment["metricInfos"]} >= {"val_loss", "val_acc"}
+        groups = _post(f"{base}/hparams/session_groups", {
+            "experimentName": "", "startIndex": 0, "sliceSize": 10, "colParams": [],
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+        })["sessionGroups"]
+        assert [g["name"] for g in groups] == ["default/version_0"]
+        assert groups[0]["hparams"]["hidden"] == 16
+        values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
+        assert values["val_loss"] == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
+        assert groups[0]["sessions"][0]["status"] == "STATUS_SUCCESS"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_flush_secs_is_checked():
+    from callbacks import TensorBoardLogger
+
+    with pytest.raises(ValueError, match=r"TensorBoardLogger\(flush_secs\)=0"):
+        TensorBoardLogger(flush_secs=0)

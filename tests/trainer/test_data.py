@@ -1,0 +1,71 @@
+"""Moving and measuring nested batches; skipping consumed batches without loading them."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
+
+from trainer.data import SkipBatches, apply_to_tensors, batch_size, move_to_device, rebuild_loader
+
+
+@dataclass
+class Pair:
+    image: torch.Tensor
+    label: torch.Tensor
+    name: str = "x"
+
+
+Point = namedtuple("Point", "x y")
+
+
+def test_apply_to_tensors_keeps_every_container_type():
+    batch = {"a": [torch.ones(2), (torch.zeros(2), "keep")], "b": Pair(torch.ones(3), torch.zeros(3)), "c": Point(torch.ones(1), 5)}
+    out = apply_to_tensors(batch, lambda t: t + 1)
+    assert isinstance(out["a"], list) and isinstance(out["a"][1], tuple)
+    assert torch.equal(out["a"][0], torch.full((2,), 2.0)) and out["a"][1][1] == "keep"
+    assert isinstance(out["b"], Pair) and torch.equal(out["b"].label, torch.ones(3)) and out["b"].name == "x"
+    assert isinstance(out["c"], Point) and out["c"].y == 5
+
+
+def test_move_to_device_moves_nested_tensors():
+    moved = move_to_device({"x": [torch.ones(2)], "p": Pair(torch.ones(1), torch.ones(1))}, torch.device("cpu"))
+    assert moved["x"][0].device.type == "cpu" and moved["p"].image.device.type == "cpu"
+
+
+def test_batch_size_finds_the_first_tensor():
+    assert batch_size((torch.ones(5, 3), torch.ones(5))) == 5
+    assert batch_size({"ids": torch.ones(7, 2)}) == 7
+    assert batch_size(Pair(torch.ones(4, 1), torch.ones(4))) == 4
+    assert batch_size(["no tensors"]) == 1
+
+
+class CountingDataset(Dataset):
+    def __init__(self, n: int) -> None:
+        self.n, self.loaded = n, []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        self.loaded.append(i)
+        return i
+
+
+def test_skip_batches_never_loads_the_skipped_data():
+    ds = CountingDataset(10)
+    sampler = SkipBatches(BatchSampler(SequentialSampler(ds), batch_size=3, drop_last=False), skip=2)
+    batches = [b.tolist() for b in DataLoader(ds, batch_sampler=sampler)]
+    assert batches == [[6, 7, 8], [9]]
+    assert ds.loaded == [6, 7, 8, 9]
+    assert len(sampler) == 2
+
+
+def test_rebuild_loader_keeps_the_settings():
+    g = torch.Generator()
+    loader = DataLoader(CountingDataset(8), batch_size=4, shuffle=True, drop_last=True, generator=g, collate_fn=list)
+    rebuilt = rebuild_loader(loader, sampler=SequentialSampler(range(8)))
+    assert rebuilt.batch_size == 4 and rebuilt.drop_last and rebuilt.generator is g and rebuilt.collate_fn is list
+    assert list(rebuilt) == [[0, 1, 2, 3], [4, 5, 6, 7]]

@@ -1,0 +1,133 @@
+"""Bad input fails at construction or at the start of fit, with a sentence that names the argument."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from tests._models import Classifier, dataset, loader, quiet
+from trainer import Trainer, TrainModule
+
+
+@pytest.mark.parametrize(
+    "options, error, words",
+    [
+        (dict(strategy="dpp"), ValueError, ["'dpp'", "'ddp'", "Did you mean 'ddp'"]),
+        (dict(strategy=3), TypeError, ["strategy=3"]),
+        (dict(precision="bf61"), ValueError, ["precision='bf61'", "'bf16-mixed'"]),
+        (dict(precision="16"), None, []),  # alias of "16-mixed" is accepted at construction
+        (dict(max_epochs=0), ValueError, ["max_epochs=0", ">= 1"]),
+        (dict(max_epochs=-2), ValueError, ["max_epochs=-2"]),
+        (dict(max_epochs=1.5), TypeError, ["max_epochs=1.5", "int"]),
+        (dict(max_steps=0), ValueError, ["max_steps=0"]),
+        (dict(devices=0), ValueError, ["devices=0", "at least 1"]),
+        (dict(devices=-1), ValueError, ["devices=-1"]),
+        (dict(devices="two"), ValueError, ["devices='two'", "'auto'"]),
+        (dict(devices=2, strategy="single"), ValueError, ["devices=2", "strategy='single'", "ddp"]),
+        (dict(devices=[7]), ValueError, ["devices=", "7", "does not exist"]),
+        (dict(accumulate_grad_batches=0), ValueError, ["accumulate_grad_batches=0"]),
+        (dict(gradient_clip_val=-1.0), ValueError, ["gradient_clip_val=-1.0"]),
+        (dict(gradient_clip_algorithm="l2"), ValueError, ["gradient_clip_algorithm='l2'", "'norm'", "'value'"]),
+        (dict(log_every_n_steps=0), ValueError, ["log_every_n_steps=0"]),
+        (dict(val_check_interval=1.5), ValueError, ["val_check_interval=1.5"]),
+        (dict(limit_train_batches=0), ValueError, ["limit_train_batches=0"]),
+        (dict(limit_val_batches=2.0), ValueError, ["limit_val_batches=2.0"]),
+        (dict(enable_progress_bar="yes"), TypeError, ["enable_progress_bar='yes'"]),
+        (dict(callbacks=[object()]), TypeError, ["callbacks", "Callback"]),
+        (dict(log_dir=5), TypeError, ["log_dir=5"]),
+        (dict(optimizer="adam"), TypeError, ["optimizer='adam'", "lambda params"]),
+    ],
+)
+def test_trainer_options_are_checked_at_construction(options, error, words):
+    if error is None:
+        Trainer(**options)
+        return
+    with pytest.raises(error) as info:
+        Trainer(**options)
+    for word in words:
+        assert word in str(info.value)
+
+
+class NoStep(TrainModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 2)
+
+
+class NoOptimizer(Classifier):
+    def configure_optimizers(self):
+        return None
+
+
+class Junk(Classifier):
+    def configure_optimizers(self):
+        return "adam"
+
+
+class Returns(Classifier):
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        return {"none": None, "vector": loss.repeat(3), "detached": loss.detach(), "string": "loss"}[self.what]
+
+
+@pytest.mark.parametrize(
+    "model, error, words",
+    [
+        (nn.Linear(8, 2), TypeError, ["Linear", "training_step"]),
+        ("not a model", TypeError, ["torch.nn.Module", "str"]),
+        (NoStep(), TypeError, ["NoStep", "training_step"]),
+        (NoOptimizer(), ValueError, ["configure_optimizers", "Trainer(optimizer=", "lambda params"]),
+        (Junk(), TypeError, ["'adam'", "configure_optimizers", "dict(optimizer="]),
+        (Returns("none"), TypeError, ["NoneType", "scalar tensor"]),
+        (Returns("string"), TypeError, ["'loss'", "dict with a 'loss'"]),
+        (Returns("vector"), ValueError, ["shape (3,)", "loss.mean()"]),
+        (Returns("detached"), ValueError, ["does not require grad", ".detach()"]),
+    ],
+)
+def test_bad_models_fail_at_the_start_of_fit(model, error, words):
+    with pytest.raises(error) as info:
+        Trainer(**quiet(max_steps=1)).fit(model, loader())
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_fit_needs_an_end():
+    with pytest.raises(ValueError, match="max_epochs=.*max_steps="):
+        Trainer(**quiet()).fit(Classifier(), loader())
+
+
+def test_missing_ckpt_path_is_named():
+    with pytest.raises(ValueError, match="ckpt_path='nowhere.ckpt' does not exist"):
+        Trainer(**quiet(max_steps=1)).fit(Classifier(), loader(), ckpt_path="nowhere.ckpt")
+
+
+def test_empty_loader_is_refused_before_training():
+    empty = DataLoader(dataset(4), batch_size=8, drop_last=True)
+    with pytest.raises(ValueError, match="train_dataloaders is empty"):
+        Trainer(**quiet(max_steps=1)).fit(Classifier(), empty)
+
+
+def test_not_a_loader():
+    with pytest.raises(TypeError, match="train_dataloaders=3 is not iterable"):
+        Trainer(**quiet(max_steps=1)).fit(Classifier(), 3)
+
+
+def test_log_outside_a_step_explains_itself():
+    with pytest.raises(RuntimeError, match="outside a step"):
+        Classifier().log("x", 1.0)
+
+
+def test_log_of_a_non_scalar_names_the_shape():
+    class LogsVector(Classifier):
+        def training_step(self, batch, batch_idx):
+            self.log("vec", torch.ones(3))
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(ValueError, match=r"self.log\('vec'.*shape \(3,\)"):
+        Trainer(**quiet(max_steps=1)).fit(LogsVector(), loader())
