@@ -261,7 +261,9 @@ def _group_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:
     key = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], world_size)
     if key not in _stores:
         _stores[key], _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
-    return dist.PrefixStore(f"trainer/{next(_groups_started)}", _stores[key])
+    # torchrun --max-restarts starts new workers on the same store: their counter starts at 0 again.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"trainer/{attempt}/{next(_groups_started)}", _stores[key])
 
 
 def _sampler_seed() -> int:
