@@ -180,13 +180,13 @@ def test_ddp_kill9_mid_epoch_then_on_epoch_boundary(tmp_path, script_env, refere
     args = [*DDP, *DDP_EPOCHS]
     ref = reference(args)
     killed_at(args, "batch_end:7", tmp_path, script_env)  # step 6 is 2 batches into epoch 1
-    job = Job([*args, "--pause", "batch_start:12"], tmp_path, script_env)  # before epoch 3's first batch
+    job = Job([*args, "--pause", "batch_start:8"], tmp_path, script_env)  # before epoch 2's first batch
     job.wait_until_paused()
     job.kill()
     assert resumed_from(job)[1:] == (1, 6)
     job = run(args, tmp_path, script_env)
 
-    assert resumed_from(job)[1:] == (3, 12)
+    assert resumed_from(job) == ("last.ckpt", 2, 8)  # the epoch-end checkpoint: batch 0 of epoch 2
     assert_same_training(tmp_path, ref)
 
 
