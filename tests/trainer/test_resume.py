@@ -332,6 +332,41 @@ def test_resume_mid_epoch_keeps_the_epochs_logged_values_for_what_monitors_them(
     assert_resumes_exactly(("batch_end", 13), model_cls=OnPlateau, max_epochs=4)
 
 
+class CountingDataset(torch.utils.data.Dataset):
+    """Records every index it is asked for."""
+
+    def __init__(self) -> None:
+        self.data, self.loaded = dataset(64), []
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i):
+        self.loaded.append(i)
+        return self.data[i]
+
+
+def test_a_mid_epoch_resume_never_loads_the_skipped_batches():
+    def run(crash=None) -> CountingDataset:
+        seed_everything(0)
+        data = CountingDataset()
+        callbacks = [ModelCheckpoint(dirpath="ck", every_n_train_steps=3)] + ([CrashAt(*crash)] if crash else [])
+        try:
+            Trainer(**quiet(max_epochs=1, callbacks=callbacks)).fit(Classifier(), DataLoader(data, batch_size=8, shuffle=True), ckpt_path="last")
+        except Crash:
+            pass
+        return data
+
+    everything = run().loaded
+    shutil.rmtree("ck")
+    before = run(("batch_end", 4)).loaded  # crashed after 4 batches; the checkpoint is at 3
+    after = run().loaded
+
+    assert len(after) == 64 - 3 * 8  # only the 5 batches not yet trained on
+    assert after == everything[3 * 8 :]  # ... in the uninterrupted run's order
+    assert before[: 3 * 8] == everything[: 3 * 8]
+
+
 def test_resume_with_a_dataloader_subclass_skips_by_loading_and_is_bit_exact():
     class MyLoader(DataLoader):
         pass
