@@ -8,7 +8,11 @@ checks that the final weights, and every checkpoint written on the way, are ``to
 to an uninterrupted run's.
 
 Single device, 64 samples in batches of 8: 8 steps per epoch, 3 epochs (24 steps); step
-checkpoints at 3, 6, 9, ..., epoch checkpoints at 8, 16, 24. DDP(2): 4 steps per epoch.
+checkpoints at 3, 6, 9, ..., epoch checkpoints at 8 and 16 (step 24 ends the last epoch and
+already has a step checkpoint). DDP(2): 4 steps per epoch, 5 epochs.
+
+The tests at the end run in-process, with a crash simulated by an exception, for the
+subtle cases: accumulation, loader generators, epoch means, DataLoader subclasses, signals.
 """
 
 from __future__ import annotations
@@ -45,8 +49,7 @@ class Job:
         self.cwd = cwd
         n = len(list(cwd.glob("job-*.log")))
         self.log_path = cwd / f"job-{n}.log"
-        for stale in ("paused",):
-            (cwd / stale).unlink(missing_ok=True)
+        (cwd / "paused").unlink(missing_ok=True)
         env = {**env, "OMP_NUM_THREADS": "1"}  # 2 cores: don't let each rank spin up a thread pool
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
