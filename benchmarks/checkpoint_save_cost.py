@@ -60,7 +60,9 @@ class TinyGPT(nn.Module):
 
 
 def mlp(width: int) -> nn.Module:
-    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(3 * 32 * 32, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)
+    )
 
 
 def cnn() -> nn.Module:

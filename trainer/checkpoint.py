@@ -162,7 +162,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def loader_generators(loader: Any) -> list[torch.Generator]:
     """The generators that decide a DataLoader's order, besides the global one."""
     found: list[torch.Generator] = []
-    for owner in (loader, getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for owner in (loader, getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
         gen = getattr(owner, "generator", None)
         if isinstance(gen, torch.Generator) and all(gen is not g for g in found):
             found.append(gen)

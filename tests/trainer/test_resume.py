@@ -289,7 +289,10 @@ class OnPlateau(Classifier):
         return {"optimizer": opt, "lr_scheduler": plateau, "monitor": "train_loss"}
 
 
-def train(crash: tuple[str, int] | None = None, loader_cls=DataLoader, generator: bool = False, model_cls=Classifier, **trainer_kw):
+def train(
+    crash: tuple[str, int] | None = None, loader_cls=DataLoader, generator: bool = False, model_cls=Classifier,
+    **trainer_kw,
+):
     """What the user's script does, from seed_everything(0) on; returns the final weights."""
     seed_everything(0)
     model = model_cls(dropout=0.5, optimizer="adam")
@@ -355,7 +358,8 @@ def test_a_mid_epoch_resume_never_loads_the_skipped_batches():
         data = CountingDataset()
         callbacks = [ModelCheckpoint(dirpath="ck", every_n_train_steps=3)] + ([CrashAt(*crash)] if crash else [])
         try:
-            Trainer(**quiet(max_epochs=1, callbacks=callbacks)).fit(Classifier(), DataLoader(data, batch_size=8, shuffle=True), ckpt_path="last")
+            train_loader = DataLoader(data, batch_size=8, shuffle=True)
+            Trainer(**quiet(max_epochs=1, callbacks=callbacks)).fit(Classifier(), train_loader, ckpt_path="last")
         except Crash:
             pass
         return data
