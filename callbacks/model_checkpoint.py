@@ -56,6 +56,7 @@ class ModelCheckpoint(Callback):
         self.save_last = flag("ModelCheckpoint(save_last)", save_last)
         self.every_n_train_steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, allow_none=True)
         self.every_n_epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, allow_none=True)
+        self._template()  # a bad filename fails now, not at the first save after an epoch of training
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
         self.best_model_path = ""
         self.last_model_path = ""
@@ -175,13 +176,18 @@ class ModelCheckpoint(Callback):
 
     def _format(self, trainer: Trainer) -> str:
         values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
+        return self._template(values).replace(os.sep, "_") + ".ckpt"
+
+    def _template(self, values: dict[str, Any] | None = None) -> str:
         # "{epoch}" -> "epoch=3", as Lightning does, so file names say what the numbers are.
         template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", self.filename)
         try:
-            name = template.format_map(_Missing(values))
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"ModelCheckpoint(filename={self.filename!r}) could not be formatted: {err}") from None
-        return name.replace(os.sep, "_") + ".ckpt"
+            return template.format_map(_Missing({"epoch": 0, "step": 0} if values is None else values))
+        except (ValueError, TypeError, IndexError, AttributeError) as err:
+            raise ValueError(
+                f"ModelCheckpoint(filename={self.filename!r}) could not be formatted: {err}. Use names in braces "
+                "with an optional format, e.g. '{epoch}-{val_loss:.3f}'."
+            ) from None
 
     # --- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -50,6 +50,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise CheckpointError(f"ckpt_path={path!r} does not exist (or is not a file).")
+    require_archive(path, repr(path))
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
@@ -57,11 +58,24 @@ def load(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
             f"Refusing to load {path!r}: it holds pickled objects other than tensors and plain "
             f"containers, which could run code. Only weights_only=True loads are allowed. ({err})"
         ) from None
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
-        raise CheckpointError(f"{path!r} is not a readable checkpoint (truncated or corrupt?): {err}") from None
+    except Exception as err:  # noqa: BLE001 - torch.load fails on foreign bytes in many ways (KeyError on text)
+        raise CheckpointError(
+            f"{path!r} is not a readable checkpoint (truncated, corrupt, or another kind of file): "
+            f"{type(err).__name__}: {err}"
+        ) from None
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"{path!r} is not a trainer checkpoint: it has no 'model' entry.")
     return ckpt
+
+
+def require_archive(path: str, label: str) -> None:
+    """torch.save writes a zip archive: anything else is another kind of file, or was cut off
+    while being written. Cheap: reads only the end of the file."""
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{label} is not a checkpoint: torch.save writes a zip archive and this file is not one "
+            "(another kind of file, or cut off while being written). Pass a .ckpt file the Trainer wrote, or 'last'."
+        )
 
 
 # --- RNG states ----------------------------------------------------------------------------
