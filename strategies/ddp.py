@@ -112,7 +112,7 @@ class DDPStrategy(Strategy):
         if dist.is_initialized() or launched_env() is not None:
             return fn(*args)
         self.spawned = True  # set before pickling, so the workers know they were spawned
-        return spawn(fn, args, self.num_processes, self.start_method)
+        return spawn(fn, args, self.num_processes, self.start_method, timeout=self.timeout)
 
     def setup_environment(self) -> None:
         env = launched_env()

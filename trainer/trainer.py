@@ -345,6 +345,14 @@ class Trainer:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         self.num_training_batches = _limited(n, self.limit_train_batches)
         self.val_dataloaders = val_loader  # callbacks read it (EarlyStopping: is there validation?)
+        counts = strategy.gather_objects(self.num_training_batches)
+        if len(set(counts)) > 1:
+            raise ValueError(
+                f"The processes have different numbers of training batches per epoch: {counts} (by rank). "
+                "Every step all-reduces gradients, so a rank that runs out first would wait forever for the "
+                "others. Let the Trainer shard a plain DataLoader (DistributedSampler pads to equal lengths), "
+                f"give each rank the same number of batches, or set limit_train_batches<={min(counts)}."
+            )
         resume = Resume.load(self, ckpt_path)
         if self.is_global_zero:
             log.info("%s", self._fit_summary(train_loader))
@@ -432,6 +440,8 @@ class Trainer:
         accumulate, limit = self.accumulate_grad_batches, self.num_training_batches
         val_every = _val_every(self.val_check_interval, limit) if val_loader is not None else 0
         epoch_batches = resume.batches(self, loader)  # iter() happens here, exactly once per epoch
+        if strategy.world_size > 1 and loader_length(loader) is None:
+            epoch_batches = _in_lockstep(epoch_batches, strategy)
         batch_idx = state.batch_in_epoch - 1
         for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
             if batch_idx >= limit:
@@ -612,6 +622,29 @@ class Trainer:
 
 
 _NULL = contextlib.nullcontext()  # reused: entering it per step allocates nothing
+
+
+def _in_lockstep(batches: Iterator[Any], strategy: Strategy) -> Iterator[Any]:
+    """An unsized loader on several processes: take a batch only when every rank has one.
+
+    A rank that runs out first would otherwise wait forever in the others' next gradient
+    all-reduce. The epoch ends on every rank when the first one runs out.
+    """
+    while True:
+        batch = next(batches, _END)
+        have = int(strategy.all_reduce_sum(torch.tensor([float(batch is not _END)])).item())
+        if have < strategy.world_size:
+            if have and strategy.is_global_zero:
+                log.warning(
+                    "train_dataloaders ran out on %d of %d processes before the others; the epoch ended on "
+                    "all of them. Give every rank the same number of batches to use all the data.",
+                    strategy.world_size - have, strategy.world_size,
+                )
+            return
+        yield batch
+
+
+_END = object()
 
 
 def _limited(n: int | None, limit: int | float | None) -> int | float:
