@@ -104,13 +104,22 @@ class ModelCheckpoint(Callback):
         keep = self._keeps(score)
         if not keep and not self.save_last:
             return
-        path = os.path.join(self.dirpath, self._format(trainer)) if keep else os.path.join(self.dirpath, LAST)
+        path = os.path.join(self.dirpath, self._free_name(self._format(trainer))) if keep else os.path.join(self.dirpath, LAST)
         trainer.save_checkpoint(path)  # collective: every rank takes part, rank 0 writes
         if keep:
             self._add_top_k(path, score, trainer.is_global_zero)
             if self.save_last:
                 self._link_last(path, trainer)
         self.last_model_path = os.path.join(self.dirpath, LAST) if self.save_last else path
+
+    def _free_name(self, name: str) -> str:
+        """``name``, or ``name-v1.ckpt``, ... if a kept checkpoint already has it: a save never
+        overwrites a file that top-k still counts on (a fixed filename would otherwise do so)."""
+        stem, n = name[: -len(".ckpt")], 0
+        while os.path.join(self.dirpath, name) in self.best_k_models or name == LAST:
+            n += 1
+            name = f"{stem}-v{n}.ckpt"
+        return name
 
     def _score(self, trainer: Trainer) -> float:
         if self.monitor is None:
@@ -150,8 +159,11 @@ class ModelCheckpoint(Callback):
         if self.save_top_k != -1 and len(self.best_k_models) > self.save_top_k:
             dropped = self._worst()
             del self.best_k_models[dropped]
-            if writer and dropped != path and os.path.exists(dropped):
-                os.remove(dropped)  # only now: its replacement is already complete on disk
+            # Only now (its replacement is complete on disk), and only a file in our own folder: a
+            # state loaded from elsewhere (another callback's, a moved run) must not delete its files.
+            ours = os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
+            if writer and dropped != path and ours and os.path.exists(dropped):
+                os.remove(dropped)
         best = None
         for p, s in self.best_k_models.items():
             if best is None or self._better(s, self.best_k_models[best]):
@@ -162,7 +174,7 @@ class ModelCheckpoint(Callback):
         """Point ``last.ckpt`` at the file just written: a hard link swapped in atomically."""
         if trainer.is_global_zero:
             last = os.path.join(self.dirpath, LAST)
-            tmp = os.path.join(self.dirpath, f".tmp-last-{os.getpid()}.ckpt")
+            tmp = os.path.join(self.dirpath, f".tmp-{LAST}-{os.getpid()}")
             try:
                 if os.path.exists(tmp):
                     os.remove(tmp)

@@ -24,16 +24,25 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".ckpt", dir=directory)
+    # Hidden, and not named *.ckpt: a write cut short must never pass for a checkpoint.
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.path.basename(path)}-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.errno is not None:
+            # Same type and errno (callers may test them), plus what happened and what did not.
+            raise type(err)(
+                err.errno,
+                f"Could not write the checkpoint {path!r}: {err.strerror or err}. The file there before (if any) "
+                "is unchanged. Free disk space or choose another folder (ModelCheckpoint(dirpath=...)), then "
+                "resume with fit(..., ckpt_path='last')",
+            ) from err
         raise
     try:  # make the rename itself durable
         dir_fd = os.open(directory, os.O_RDONLY)
