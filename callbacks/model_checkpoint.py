@@ -58,6 +58,7 @@ class ModelCheckpoint(Callback):
         self.save_last = flag("ModelCheckpoint(save_last)", save_last)
         self.every_n_train_steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, allow_none=True)
         self.every_n_epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, allow_none=True)
+        self._template()  # a bad filename fails now, not at the first save after an epoch of training
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
         self.best_model_path = ""
         self.last_model_path = ""
@@ -126,16 +127,28 @@ class ModelCheckpoint(Callback):
             if self.save_last:
                 self.write_last(trainer, module)
             return
-        path = os.path.join(self.dirpath, self._format(trainer))
+        path = os.path.join(self.dirpath, self._free_name(self._format(trainer)))
         # Book-keeping first, so that the file records itself among the top k: a run resumed
         # from it still knows every file it kept, and deletes the right ones later.
         dropped = self._add_top_k(path, score)
         self.last_model_path = os.path.join(self.dirpath, LAST) if self.save_last else path
         trainer.save_checkpoint(path)  # collective: every rank takes part, rank 0 writes
-        if trainer.is_global_zero and dropped is not None and dropped != path and os.path.exists(dropped):
-            os.remove(dropped)  # only now: its replacement is complete on disk
+        # Only now (its replacement is complete on disk), and only a file in our own folder: a
+        # state loaded from elsewhere (another callback's, a moved run) must not delete its files.
+        ours = dropped is not None and os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
+        if trainer.is_global_zero and ours and dropped != path and os.path.exists(dropped):
+            os.remove(dropped)
         if self.save_last:
             self._link_last(path, trainer)
+
+    def _free_name(self, name: str) -> str:
+        """``name``, or ``name-v1.ckpt``, ... if a kept checkpoint already has it: a save never
+        overwrites a file that top-k still counts on (a fixed filename would otherwise do so)."""
+        stem, n = name[: -len(".ckpt")], 0
+        while os.path.join(self.dirpath, name) in self.best_k_models or name == LAST:
+            n += 1
+            name = f"{stem}-v{n}.ckpt"
+        return name
 
     def _score(self, trainer: Trainer) -> float | None:
         """The monitored value; None while it may still be logged (no validation or epoch end yet)."""
@@ -195,7 +208,7 @@ class ModelCheckpoint(Callback):
         """Point ``last.ckpt`` at the file just written: a hard link swapped in atomically."""
         if trainer.is_global_zero:
             last = os.path.join(self.dirpath, LAST)
-            tmp = os.path.join(self.dirpath, f".tmp-last-{os.getpid()}.ckpt")
+            tmp = os.path.join(self.dirpath, f".tmp-{LAST}-{os.getpid()}")
             if os.path.exists(tmp):
                 os.remove(tmp)
             try:
@@ -207,13 +220,18 @@ class ModelCheckpoint(Callback):
 
     def _format(self, trainer: Trainer) -> str:
         values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
+        return self._template(values).replace(os.sep, "_") + ".ckpt"
+
+    def _template(self, values: dict[str, Any] | None = None) -> str:
         # "{epoch}" -> "epoch=3", as Lightning does, so file names say what the numbers are.
         template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", self.filename)
         try:
-            name = template.format_map(_Missing(values))
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"ModelCheckpoint(filename={self.filename!r}) could not be formatted: {err}") from None
-        return name.replace(os.sep, "_") + ".ckpt"
+            return template.format_map(_Missing({"epoch": 0, "step": 0} if values is None else values))
+        except (ValueError, TypeError, IndexError, AttributeError) as err:
+            raise ValueError(
+                f"ModelCheckpoint(filename={self.filename!r}) could not be formatted: {err}. Use names in braces "
+                "with an optional format, e.g. '{epoch}-{val_loss:.3f}'."
+            ) from None
 
     # --- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -254,7 +272,7 @@ def _check_writable(dirpath: str) -> None:
 def _remove_unfinished_saves(dirpath: str) -> None:
     """Temp files of saves a killed run never finished (the real files were never touched)."""
     for name in os.listdir(dirpath):
-        if name.startswith(".tmp-") and name.endswith(".ckpt"):
+        if name.startswith(".tmp-"):
             try:
                 os.remove(os.path.join(dirpath, name))
             except OSError:

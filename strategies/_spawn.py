@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import os
 import pickle
 import random
@@ -9,20 +11,25 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 import traceback
+from datetime import timedelta
+from multiprocessing.connection import wait
 from typing import Any, Callable
 
 import torch
 import torch.multiprocessing as mp
-from torch.multiprocessing.spawn import ProcessException, ProcessExitedException
 
 from trainer._signals import Interrupted
 from trainer.seed import SEED_ENV
 
-# Seconds a failed run gives the surviving ranks to exit on their own, then again after
-# SIGTERM before SIGKILL. torch's default is 30 s each.
+# Seconds a failed run gives the surviving ranks to exit on their own before they are killed.
 SHUTDOWN_GRACE_S = 3.0
+# A rank still running after the grace period is asked for its Python stack with this signal
+# (faulthandler writes it even while the rank is blocked in C code), so a hang says where.
+_STACK_SIGNAL = signal.SIGUSR2
+_STACK_WAIT_S = 1.0
 
 
 class WorkerError(RuntimeError):
@@ -55,11 +62,15 @@ def check_main_guard() -> None:
         )
 
 
-def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = "spawn") -> Any:
+def spawn(
+    fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = "spawn", timeout: timedelta | None = None
+) -> Any:
     """Run ``fn(*args)`` in ``nprocs`` fresh processes; return what rank 0's ``fn`` returned.
 
-    If any rank fails, the others get ``SHUTDOWN_GRACE_S`` to stop, then SIGTERM, then
-    SIGKILL, and a ``WorkerError`` names the rank that failed first, with its traceback.
+    If any rank fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own; those still
+    running are then asked for their stack and killed. A ``WorkerError`` names the rank that
+    failed first, with its traceback (or signal) and where any stuck rank was. ``timeout`` is
+    the collective timeout, only quoted in that message.
     """
     check_main_guard()
     workdir = tempfile.mkdtemp(prefix="trainer-ddp-")
@@ -80,19 +91,17 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = 
             _worker, args=(payload, nprocs, port, base_seed, os.environ.get(SEED_ENV), workdir), nprocs=nprocs,
             join=False, start_method=start_method,
         )
+        forwarded: dict[int, Any] = {}
         received: list[int] = []  # signals this process got and passed on to the workers
-        forwarded = _forward_signals(context, received)
         try:
-            while not context.join(grace_period=SHUTDOWN_GRACE_S):
-                pass
-        except ProcessException as err:
-            raise _worker_error(err, workdir, nprocs, received) from None
+            forwarded = _forward_signals(context, received)
+            _join(context.processes, workdir, timeout, received)
         finally:
             _restore_signals(forwarded)
             for proc in context.processes:  # whatever path we leave by, leave no orphans
                 if proc.is_alive():
                     proc.kill()
-                    proc.join()
+                proc.join()
         result_path = os.path.join(workdir, "result.pt")
         if not os.path.exists(result_path):
             return None
@@ -101,6 +110,60 @@ def spawn(fn: Callable[..., Any], args: tuple, nprocs: int, start_method: str = 
         return torch.load(result_path, weights_only=False)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _join(procs: list[Any], workdir: str, timeout: timedelta | None, received: list[int]) -> None:
+    """Wait for every rank; at the first one that exits non-zero, stop the rest and raise."""
+    running = {proc.sentinel: rank for rank, proc in enumerate(procs)}
+    while running:
+        for sentinel in wait(list(running)):
+            rank = running.pop(sentinel)
+            procs[rank].join()
+            if procs[rank].exitcode != 0:
+                stuck = _stop_the_rest(procs, workdir)
+                raise _interrupted(workdir, len(procs), procs[rank].exitcode, received) or _worker_error(
+                    rank, procs[rank].exitcode, workdir, len(procs), stuck, timeout
+                )
+    # torch's worker wrapper exits 0 on KeyboardInterrupt; a rank that recorded an error still failed.
+    failed = [r for r in range(len(procs)) if os.path.exists(os.path.join(workdir, f"error-{r}.txt"))]
+    if failed:
+        raise _worker_error(failed[0], 0, workdir, len(procs), {}, timeout)
+
+
+def _interrupted(workdir: str, nprocs: int, exitcode: int, received: list[int]) -> Interrupted | None:
+    """A stop on SIGTERM/SIGINT (rank 0 wrote last.ckpt first) is re-raised here as what it is."""
+    for r in range(nprocs):
+        signum, _, message = _read(os.path.join(workdir, f"interrupted-{r}.txt")).partition("\n")
+        if signum:
+            return Interrupted(message, int(signum))
+    if exitcode < 0 and received:  # our signal reached the workers before fit could catch it
+        name = _signal_name(received[0])
+        return Interrupted(f"Training stopped by {name} before it started; no checkpoint was written.", received[0])
+    return None
+
+
+def _stop_the_rest(procs: list[Any], workdir: str) -> dict[int, str]:
+    """Give the other ranks a grace period, then record where the stuck ones are and kill them.
+
+    SIGKILL, not SIGTERM: a rank's SIGTERM handler would try to write a checkpoint, which is a
+    collective that cannot finish once a peer is gone.
+    """
+    deadline = time.monotonic() + SHUTDOWN_GRACE_S
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    alive = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
+    # A rank that recorded an error is only slow to exit; the others never got that far.
+    stuck = [rank for rank in alive if not os.path.exists(os.path.join(workdir, f"error-{rank}.txt"))]
+    for rank in stuck:
+        with contextlib.suppress(ProcessLookupError):  # it exited just now
+            os.kill(procs[rank].pid, _STACK_SIGNAL)
+    deadline = time.monotonic() + _STACK_WAIT_S
+    while stuck and time.monotonic() < deadline and not all(_read(_stack_path(workdir, r)) for r in stuck):
+        time.sleep(0.05)
+    for rank in alive:
+        procs[rank].kill()
+        procs[rank].join()
+    return {rank: _read(_stack_path(workdir, rank)) for rank in stuck}
 
 
 def _worker(
@@ -115,6 +178,8 @@ def _worker(
         os.environ.pop(SEED_ENV, None)
     else:
         os.environ[SEED_ENV] = global_seed
+    open(os.path.join(workdir, f"started-{local_rank}"), "w").close()  # past the script's re-import
+    _dump_stack_on_request(_stack_path(workdir, local_rank))
     # Each rank draws its own dropout masks, reproducibly from the caller's RNG.
     random.seed(base_seed + local_rank)
     torch.manual_seed(base_seed + local_rank)
@@ -141,49 +206,83 @@ def _worker(
         os.replace(tmp, os.path.join(workdir, "result.pt"))
 
 
-def _worker_error(err: ProcessException, workdir: str, nprocs: int, received: list[int]) -> Exception:
-    rank = err.error_index  # the first process the parent saw exit non-zero
-    stopped = _interrupted(workdir, nprocs)
-    if stopped is not None:
-        return stopped
-    if isinstance(err, ProcessExitedException) and err.signal_name and received:
-        # The workers got our signal before fit could catch it (still starting up).
-        return Interrupted(
-            f"Training stopped by {signal.Signals(received[0]).name} before it started; no checkpoint was written.",
-            received[0],
-        )
-    if isinstance(err, ProcessExitedException) and err.signal_name:
+def _dump_stack_on_request(path: str) -> None:
+    stack_file = open(path, "w")  # noqa: SIM115 - stays open for the life of the worker
+    faulthandler.register(_STACK_SIGNAL, file=stack_file, all_threads=True)
+
+
+def _worker_error(
+    rank: int, exitcode: int, workdir: str, nprocs: int, stuck: dict[int, str], timeout: timedelta | None
+) -> WorkerError:
+    """The error for the first rank that exited non-zero; a kill is named by its signal, a raise
+    by the earliest traceback any rank wrote (the others are usually peers losing their group)."""
+    if exitcode < 0:
         # A killed rank is the cause: its peers only fail once they notice it is gone.
-        return WorkerError(
-            f"DDP rank {rank} (of {nprocs}) was killed by signal {err.signal_name} "
-            f"(exit code {err.exit_code}). The other ranks were stopped.", rank
-        )
+        name = _signal_name(-exitcode)
+        message = f"DDP rank {rank} (of {nprocs}) was killed by signal {name} (exit code {exitcode}). The other ranks were stopped."
+        return WorkerError(message + _stuck_report(stuck), rank)
     errors = []
     for r in range(nprocs):
-        path = os.path.join(workdir, f"error-{r}.txt")
-        if os.path.exists(path):
-            with open(path) as f:
-                stamp, _, tb = f.read().partition("\n")
+        text = _read(os.path.join(workdir, f"error-{r}.txt"))
+        stamp, _, tb = text.partition("\n")
+        with contextlib.suppress(ValueError):  # empty or cut off: the rank was killed mid-write
             errors.append((float(stamp), r, tb))
-    if errors:  # the earliest raise is the cause; later ones are peers losing their group
+    if errors:
         _, rank, tb = min(errors)
-        return WorkerError(f"DDP rank {rank} (of {nprocs}) failed:\n{tb}", rank)
+        message = f"DDP rank {rank} (of {nprocs}) failed:\n{tb}"
+        if timeout is not None and _is_timeout(tb):
+            seconds = f"{timeout.total_seconds():g}"
+            message += (
+                f"\nRank {rank} waited longer than the collective timeout ({seconds} s, DDPStrategy(timeout=...)) "
+                "for the other ranks: one of them is stuck, or much slower outside collectives. "
+                "If a long pause on some ranks is expected (e.g. rank 0 evaluating alone), raise DDPStrategy(timeout=...)."
+            )
+        return WorkerError(message + _stuck_report(stuck), rank)
+    if not os.path.exists(os.path.join(workdir, f"started-{rank}")):
+        return WorkerError(
+            f"DDP rank {rank} (of {nprocs}) exited with code {exitcode} while starting up, before any "
+            "training code ran (its own error is printed above). The usual cause: the script calls fit "
+            "at import time. Each worker re-imports the script, so the training code must sit under "
+            '`if __name__ == "__main__":`. Wrap it in that guard, or launch with torchrun.', rank
+        )
     return WorkerError(
-        f"DDP rank {rank} (of {nprocs}) exited with code {getattr(err, 'exit_code', '?')} before "
-        "reporting an error. If it died while starting up, check that the script's training code "
-        "is under `if __name__ == \"__main__\":` (workers re-import the script).", rank
+        f"DDP rank {rank} (of {nprocs}) exited with code {exitcode} without raising an exception "
+        "(sys.exit or os._exit in user code?)." + _stuck_report(stuck), rank
     )
 
 
-def _interrupted(workdir: str, nprocs: int) -> Interrupted | None:
-    """The workers stopped cleanly on a signal (rank 0 wrote last.ckpt): re-raise that here."""
-    for r in range(nprocs):
-        path = os.path.join(workdir, f"interrupted-{r}.txt")
-        if os.path.exists(path):
-            with open(path) as f:
-                signum, _, message = f.read().partition("\n")
-            return Interrupted(message, int(signum))
-    return None
+def _stuck_report(stuck: dict[int, str]) -> str:
+    if not stuck:
+        return ""
+    return "".join(
+        f"\nRank {r} was still running {SHUTDOWN_GRACE_S:g} s later and was killed. It was at:\n"
+        f"{stack or '(no stack recorded)'}"
+        for r, stack in sorted(stuck.items())
+    )
+
+
+def _is_timeout(tb: str) -> bool:
+    # gloo: "Timed out waiting 5000ms for recv"; NCCL watchdog: "Watchdog caught collective operation timeout"
+    return "Timed out" in tb or "timed out" in tb or "operation timeout" in tb
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _stack_path(workdir: str, rank: int) -> str:
+    return os.path.join(workdir, f"stack-{rank}.txt")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def _forward_signals(context: Any, received: list[int]) -> dict[int, Any]:
@@ -209,6 +308,4 @@ def _restore_signals(previous: dict[int, Any]) -> None:
 
 
 def _in_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()

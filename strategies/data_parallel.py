@@ -97,8 +97,11 @@ class DataParallelStrategy(Strategy):
         if device_ids is not None and (
             not isinstance(device_ids, (list, tuple)) or not device_ids
             or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in device_ids)
+            or len(set(device_ids)) != len(device_ids)
         ):
-            raise ValueError(f"DataParallelStrategy(device_ids={device_ids!r}) must be a non-empty list of CUDA indices, e.g. [0, 1].")
+            raise ValueError(
+                f"DataParallelStrategy(device_ids={device_ids!r}) must be a non-empty list of distinct CUDA indices, e.g. [0, 1]."
+            )
         if output_device is not None and (isinstance(output_device, bool) or not isinstance(output_device, int)):
             raise TypeError(f"DataParallelStrategy(output_device={output_device!r}) must be a CUDA index or None.")
         self.device_ids = list(device_ids) if device_ids is not None else None

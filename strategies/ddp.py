@@ -16,6 +16,7 @@ from torch.utils.data import (
     BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, Sampler, SequentialSampler,
 )
 
+from trainer._checks import suggest
 from trainer.data import rebuild_loader
 from trainer.seed import SEED_ENV
 
@@ -26,6 +27,7 @@ from .base import StepDispatcher, Strategy, check_cuda_indices
 #: How long a collective may wait for a peer before the job fails (torch's NCCL default is 30 min).
 DEFAULT_TIMEOUT = timedelta(minutes=5)
 _START_METHODS = ("spawn", "forkserver", "fork")
+_BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 
 
 class DDPStrategy(Strategy):
@@ -49,14 +51,17 @@ class DDPStrategy(Strategy):
             raise ValueError(f"DDPStrategy(start_method={start_method!r}): valid values are {_START_METHODS}.")
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"DDPStrategy(backend={backend!r}): use None (auto), 'gloo' or 'nccl'.")
-        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-            timeout = timedelta(seconds=timeout)
-        if not isinstance(timeout, timedelta) or timeout.total_seconds() <= 0:
-            raise ValueError(f"DDPStrategy(timeout={timeout!r}): give a positive timedelta or seconds.")
+        if backend is not None and backend not in _BACKENDS:
+            raise ValueError(
+                f"DDPStrategy(backend={backend!r}) is not a torch.distributed backend. "
+                f"Valid: None (auto), {', '.join(map(repr, _BACKENDS))}.{suggest(backend, _BACKENDS)}"
+            )
+        if not isinstance(find_unused_parameters, bool):
+            raise TypeError(f"DDPStrategy(find_unused_parameters={find_unused_parameters!r}) must be True or False.")
+        self.timeout = _timeout(timeout)
         self.backend = backend
         self.start_method = start_method
         self.find_unused_parameters = find_unused_parameters
-        self.timeout = timeout
         self.num_processes = 1
         self.device_ids: list[int] | None = None  # CUDA indices, one per local rank; None on CPU
         self._owns_group = False
@@ -107,7 +112,7 @@ class DDPStrategy(Strategy):
         if dist.is_initialized() or launched_env() is not None:
             return fn(*args)
         self.spawned = True  # set before pickling, so the workers know they were spawned
-        return spawn(fn, args, self.num_processes, self.start_method)
+        return spawn(fn, args, self.num_processes, self.start_method, timeout=self.timeout)
 
     def setup_environment(self) -> None:
         env = launched_env()
@@ -264,6 +269,18 @@ def _group_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:
     # torchrun --max-restarts starts new workers on the same store: their counter starts at 0 again.
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return dist.PrefixStore(f"trainer/{attempt}/{next(_groups_started)}", _stores[key])
+
+
+def _timeout(value: Any) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise TypeError(f"DDPStrategy(timeout={value!r}): give seconds (a number) or a datetime.timedelta.")
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not 0 < seconds <= timedelta.max.total_seconds():  # also refuses nan and inf
+        raise ValueError(
+            f"DDPStrategy(timeout={value!r}) must be a finite time > 0: how long a collective may wait for "
+            f"the other ranks before the job fails (default {DEFAULT_TIMEOUT.total_seconds():g} s)."
+        )
+    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
 
 
 def _sampler_seed() -> int:

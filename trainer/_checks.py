@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable
 
 import torch
@@ -9,6 +10,7 @@ from torch import nn
 
 from callbacks.base import Callback
 
+from .checkpoint import require_archive
 from .data import loader_length
 from .module import TrainModule
 
@@ -112,8 +114,9 @@ def check_model(model: Any, needs_training_step: bool = True) -> None:
 
 
 def check_loader(name: str, loader: Any) -> None:
-    if not hasattr(loader, "__iter__"):
-        raise TypeError(f"{name}={loader!r} is not iterable; pass a torch.utils.data.DataLoader.")
+    # A str is iterable too: its "batches" would be characters.
+    if not hasattr(loader, "__iter__") or isinstance(loader, (str, bytes, type)):
+        raise TypeError(f"{name}={loader!r:.80} is not iterable; pass a torch.utils.data.DataLoader.")
     if loader_length(loader) == 0:
         raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
 
@@ -123,10 +126,14 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
         return []
     if isinstance(callbacks, Callback):
         callbacks = [callbacks]
+    if isinstance(callbacks, (str, bytes)) or not hasattr(callbacks, "__iter__"):
+        raise TypeError(f"callbacks={callbacks!r:.80} must be a list of callbacks.Callback instances (or None).")
     callbacks = list(callbacks)
     for cb in callbacks:
+        if isinstance(cb, type) and issubclass(cb, Callback):
+            raise TypeError(f"callbacks contains the class {cb.__name__}, not an instance: pass {cb.__name__}().")
         if not isinstance(cb, Callback):
-            raise TypeError(f"callbacks contains {cb!r}, which is not a callbacks.Callback.")
+            raise TypeError(f"callbacks contains {cb!r:.80}, which is not a callbacks.Callback.")
     return callbacks
 
 
@@ -148,3 +155,19 @@ def limit(name: str, value: Any, allow_zero: bool = True) -> int | float | None:
             raise ValueError(f"{name}={value!r}: a float is a fraction of the batches in (0, 1]; an int is a count.")
         return value
     return positive_int(name, value, minimum=0 if allow_zero else 1)
+
+
+def check_ckpt_path(ckpt_path: Any) -> None:
+    """A missing file, a folder or a non-checkpoint fails here, before any process starts."""
+    if ckpt_path is None:
+        return
+    if not isinstance(ckpt_path, (str, os.PathLike)):
+        raise TypeError(f"ckpt_path={ckpt_path!r} must be a path to a checkpoint file, 'last', or None.")
+    path = os.fspath(ckpt_path)
+    if path == "last":
+        return
+    if os.path.isdir(path):
+        raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or 'last'.")
+    if not os.path.isfile(path):
+        raise ValueError(f"ckpt_path={path!r} does not exist. Pass an existing file, 'last', or None.")
+    require_archive(path, f"ckpt_path={path!r}")

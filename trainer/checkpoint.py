@@ -27,7 +27,8 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".ckpt", dir=directory)
+    # Hidden, and not named *.ckpt: a write cut short must never pass for a checkpoint.
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.path.basename(path)}-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
@@ -35,9 +36,17 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
             os.fsync(f.fileno())
         _check_loads(tmp, obj, path)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.errno is not None:
+            # Same type and errno (callers may test them), plus what happened and what did not.
+            raise type(err)(
+                err.errno,
+                f"Could not write the checkpoint {path!r}: {err.strerror or err}. The file there before (if any) "
+                "is unchanged. Free disk space or choose another folder (ModelCheckpoint(dirpath=...)), then "
+                "resume with fit(..., ckpt_path='last')",
+            ) from err
         raise
     try:  # make the rename itself durable
         dir_fd = os.open(directory, os.O_RDONLY)
@@ -96,7 +105,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False)
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise CheckpointError(f"ckpt_path={path!r} does not exist (or is not a file).")
-    mmap = mmap and zipfile.is_zipfile(path)  # torch.load can map only the zip format
+    require_archive(path, repr(path))  # also what lets torch.load map it
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
@@ -106,9 +115,11 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False)
             f"({_unpickler_reason(err)}) Only load a file like this with torch.load(weights_only=False) "
             "if you trust where it came from."
         ) from None
-    except Exception as err:  # noqa: BLE001 - garbage bytes fail in many ways (IndexError, EOFError, ...)
-        reason = str(err).splitlines()[0].split(". ")[0] if str(err) else type(err).__name__
-        raise CheckpointError(f"{path!r} is not a readable checkpoint (truncated or corrupt?): {reason}") from None
+    except Exception as err:  # noqa: BLE001 - torch.load fails on foreign bytes in many ways (KeyError on text)
+        raise CheckpointError(
+            f"{path!r} is not a readable checkpoint (truncated, corrupt, or another kind of file): "
+            f"{type(err).__name__}: {err}"
+        ) from None
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"{path!r} is not a trainer checkpoint: it has no 'model' entry.")
     return ckpt
@@ -124,6 +135,16 @@ def _unpickler_reason(err: Exception) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith(boilerplate)]
     return (useful or lines or [type(err).__name__])[0]
+
+
+def require_archive(path: str, label: str) -> None:
+    """torch.save writes a zip archive: anything else is another kind of file, or was cut off
+    while being written. Cheap: reads only the end of the file."""
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{label} is not a checkpoint: torch.save writes a zip archive and this file is not one "
+            "(another kind of file, or cut off while being written). Pass a .ckpt file the Trainer wrote, or 'last'."
+        )
 
 
 # --- RNG states ----------------------------------------------------------------------------

@@ -50,12 +50,18 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
                 "Trainer(optimizer=...) was not given. Define configure_optimizers() or pass "
                 "Trainer(optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))."
             )
-        result = factory(module.parameters())
-    return _parse(result, type(module).__name__)
+        try:
+            result = factory(module.parameters())
+        except TypeError as err:  # e.g. a factory that takes no argument
+            raise TypeError(
+                f"Trainer(optimizer={factory!r}) failed when called with the model's parameters: {err}. "
+                "It must take them as its one argument, e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
+            ) from err
+        return _parse(result, f"Trainer(optimizer=...) returned {result!r}")
+    return _parse(result, f"{type(module).__name__}.configure_optimizers() returned {result!r}")
 
 
-def _parse(result: Any, owner: str) -> OptimizerSetup:
-    where = f"{owner}.configure_optimizers() returned {result!r}"
+def _parse(result: Any, where: str) -> OptimizerSetup:
     if isinstance(result, Optimizer):
         return OptimizerSetup(result)
     if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], Optimizer):
@@ -76,6 +82,11 @@ def _parse(result: Any, owner: str) -> OptimizerSetup:
 def _with_scheduler(opt: Optimizer, sched: Any, interval: str, monitor: str | None, where: str) -> OptimizerSetup:
     if interval not in _INTERVALS:
         raise ValueError(f"{where}: interval={interval!r} must be 'epoch' or 'step'.")
+    if isinstance(sched, Optimizer):  # an optimizer has step() too, and would pass for a scheduler
+        raise TypeError(
+            f"{where}: the second item is another optimizer. One optimizer per model is supported: "
+            "put every parameter in it (use param groups for different learning rates)."
+        )
     if sched is not None and not callable(getattr(sched, "step", None)):
         raise TypeError(f"{where}: the scheduler {sched!r} has no step() method.")
     setup = OptimizerSetup(opt, sched, interval, monitor)

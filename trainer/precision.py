@@ -23,6 +23,18 @@ def normalize_precision(value: Any) -> str:
     raise ValueError(f"Unknown precision={value!r}. Valid: {valid}.{suggest(str(value), PRECISIONS)}")
 
 
+_FP16_NEEDS_CUDA = (
+    "precision='16-mixed' needs a CUDA device, but the run is on {where}. "
+    "On a CPU use precision='bf16-mixed' (or '32')."
+)
+
+
+def check_precision_available(precision: str) -> None:
+    """Refuse '16-mixed' on a machine without CUDA before any worker process starts."""
+    if precision == "16-mixed" and not torch.cuda.is_available():
+        raise ValueError(_FP16_NEEDS_CUDA.format(where="a machine without CUDA"))
+
+
 class Precision:
     """Runs steps under autocast and scales float16 losses. ``"32"`` is a no-op."""
 
@@ -30,10 +42,7 @@ class Precision:
         self.precision = precision
         self.device_type = device.type
         if precision == "16-mixed" and device.type != "cuda":
-            raise ValueError(
-                f"precision='16-mixed' needs a CUDA device, but the run is on {device.type!r}. "
-                "On a CPU use precision='bf16-mixed' (or '32')."
-            )
+            raise ValueError(_FP16_NEEDS_CUDA.format(where=repr(device.type)))
         self.dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
         self.scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" else None
 

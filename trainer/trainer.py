@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import logging
 import math
 import os
 import signal
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -16,8 +17,8 @@ from callbacks.base import Callback
 
 from . import checkpoint as ckpt_io
 from ._checks import (
-    bad_loss, check_callbacks, check_loader, check_model, flag, interval, limit, loss_of, one_of, positive_int,
-    positive_number,
+    bad_loss, check_callbacks, check_ckpt_path, check_loader, check_model, flag, interval, limit, loss_of, one_of,
+    positive_int, positive_number,
 )
 from ._hooks import Hooks
 from ._run_dir import run_dir
@@ -27,7 +28,7 @@ from .data import batch_size, loader_length
 from .metrics import MetricSink, set_sink
 from .module import TrainModule
 from .optim import OptimizerSetup, resolve_optimizers
-from .precision import Precision, normalize_precision
+from .precision import Precision, check_precision_available, normalize_precision
 from .seed import seed_everything
 from .state import TrainerState
 
@@ -84,8 +85,10 @@ class Trainer:
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir={log_dir!r} must be a path (str or os.PathLike), or None to turn logging off.")
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
-        if not isinstance(name, str) or not name or os.sep in name:
-            raise ValueError(f"name={name!r} must be a non-empty string without {os.sep!r}; it names the run folder.")
+        if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
+            raise (ValueError if isinstance(name, str) else TypeError)(
+                f"name={name!r} names the run folder: a non-empty string without {os.sep!r}, and not '.' or '..'."
+            )
         self.name = name
         self.enable_progress_bar = flag("enable_progress_bar", enable_progress_bar)
         self.enable_checkpointing = flag("enable_checkpointing", enable_checkpointing)
@@ -93,8 +96,8 @@ class Trainer:
         self.limit_val_batches = limit("limit_val_batches", limit_val_batches)
         self.limit_test_batches = limit("limit_test_batches", limit_test_batches)
         self.limit_predict_batches = limit("limit_predict_batches", limit_predict_batches)
-        if seed is not None:
-            positive_int("seed", seed, minimum=0)
+        if seed is not None and positive_int("seed", seed, minimum=0) >= 2**32:
+            raise ValueError(f"seed={seed!r} must be < 2**32 (the range numpy's and torch's generators accept).")
         self.seed = seed
         self.deterministic = flag("deterministic", deterministic)
         if optimizer is not None and not callable(optimizer):
@@ -229,8 +232,8 @@ class Trainer:
             check_loader("val_dataloaders", val_dataloaders)
         if self.max_epochs is None and self.max_steps is None:
             raise ValueError("fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both.")
-        if ckpt_path is not None and os.fspath(ckpt_path) != "last" and not os.path.isfile(ckpt_path):
-            raise ValueError(f"ckpt_path={os.fspath(ckpt_path)!r} does not exist. Pass an existing file, 'last', or None.")
+        check_ckpt_path(ckpt_path)
+        check_precision_available(self.precision)  # here, not in each of several DDP workers
         result = self._strategy.launch(self._run, "fit", model, train_dataloaders, val_dataloaders, ckpt_path)
         self._absorb(model, result)
 
@@ -243,6 +246,7 @@ class Trainer:
     def predict(self, model: TrainModule, dataloaders: Any) -> list[Any]:
         check_model(model, needs_training_step=False)
         check_loader("dataloaders", dataloaders)
+        check_precision_available(self.precision)
         result = self._strategy.launch(self._run, "predict", model, dataloaders, None, None)
         return self._absorb(model, result)
 
@@ -252,6 +256,7 @@ class Trainer:
         if not callable(getattr(model, step, None)):
             raise TypeError(f"trainer.{stage}() needs {type(model).__name__}.{step}(self, batch, batch_idx).")
         check_loader("dataloaders", dataloaders)
+        check_precision_available(self.precision)
         result = self._strategy.launch(self._run, stage, model, dataloaders, None, None)
         return self._absorb(model, result)
 
@@ -282,7 +287,7 @@ class Trainer:
     def _run_stage(self, stage: str, model: TrainModule, loader: Any, val_loader: Any, ckpt_path: Any) -> Any:
         strategy = self._strategy
         if self.seed is not None:
-            seed_everything(self.seed + strategy.global_rank)
+            seed_everything((self.seed + strategy.global_rank) % 2**32)
         if self.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
@@ -341,6 +346,14 @@ class Trainer:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         self.num_training_batches = _limited(n, self.limit_train_batches)
         self.val_dataloaders = val_loader  # callbacks read it (EarlyStopping: is there validation?)
+        counts = strategy.gather_objects(self.num_training_batches)
+        if len(set(counts)) > 1:
+            raise ValueError(
+                f"The processes have different numbers of training batches per epoch: {counts} (by rank). "
+                "Every step all-reduces gradients, so a rank that runs out first would wait forever for the "
+                "others. Let the Trainer shard a plain DataLoader (DistributedSampler pads to equal lengths), "
+                f"give each rank the same number of batches, or set limit_train_batches<={min(counts)}."
+            )
         resume = Resume.load(self, ckpt_path)
         if self.is_global_zero:
             log.info("%s", self._fit_summary(train_loader))
@@ -434,6 +447,8 @@ class Trainer:
         accumulate, limit = self.accumulate_grad_batches, self.num_training_batches
         val_every = _val_every(self.val_check_interval, limit) if val_loader is not None else 0
         epoch_batches = resume.batches(self, loader)  # iter() happens here, exactly once per epoch
+        if strategy.world_size > 1 and loader_length(loader) is None:
+            epoch_batches = _in_lockstep(epoch_batches, strategy)
         batch_idx = state.batch_in_epoch - 1
         for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
             if batch_idx >= limit:
@@ -465,7 +480,12 @@ class Trainer:
             if completes and self._stopping_now():
                 return batch_idx + 1 < limit
         if batch_idx < 0 and state.batch_in_epoch == 0:
-            raise ValueError("train_dataloaders yielded no batches this epoch. Check the dataset and sampler.")
+            once = isinstance(loader, collections.abc.Iterator) and state.current_epoch > 0
+            raise ValueError(
+                f"train_dataloaders yielded no batches in epoch {state.current_epoch}. "
+                + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
+                   "or another object that can be iterated again." if once else "Check the dataset and sampler.")
+            )
         return False
 
     def _optimizer_step(self, model: TrainModule, opt: OptimizerSetup, loss: torch.Tensor) -> None:
@@ -609,6 +629,29 @@ class Trainer:
 
 
 _NULL = contextlib.nullcontext()  # reused: entering it per step allocates nothing
+
+
+def _in_lockstep(batches: Iterator[Any], strategy: Strategy) -> Iterator[Any]:
+    """An unsized loader on several processes: take a batch only when every rank has one.
+
+    A rank that runs out first would otherwise wait forever in the others' next gradient
+    all-reduce. The epoch ends on every rank when the first one runs out.
+    """
+    while True:
+        batch = next(batches, _END)
+        have = int(strategy.all_reduce_sum(torch.tensor([float(batch is not _END)])).item())
+        if have < strategy.world_size:
+            if have and strategy.is_global_zero:
+                log.warning(
+                    "train_dataloaders ran out on %d of %d processes before the others; the epoch ended on "
+                    "all of them. Give every rank the same number of batches to use all the data.",
+                    strategy.world_size - have, strategy.world_size,
+                )
+            return
+        yield batch
+
+
+_END = object()
 
 
 def _limited(n: int | None, limit: int | float | None) -> int | float:

@@ -1,0 +1,210 @@
+"""No code path loses the only good checkpoint: kills during rotation, a full disk, a folder
+that cannot be written, and file names or loaded states that would point at other files."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+
+import pytest
+import torch
+
+from callbacks import Callback, ModelCheckpoint
+from tests._models import Classifier, loader
+from trainer import Trainer, checkpoint
+
+
+def _trainer(dirpath, **options) -> Trainer:
+    options.setdefault("callbacks", [ModelCheckpoint(dirpath=dirpath, every_n_train_steps=1, save_top_k=1)])
+    return Trainer(enable_progress_bar=False, log_dir=None, **options)
+
+
+def _step_of(path) -> int:
+    return checkpoint.load(path)["loop"]["global_step"]
+
+
+def _ckpt_names(folder) -> list[str]:
+    return sorted(f for f in os.listdir(folder) if f.endswith(".ckpt"))
+
+
+# --- killed while rotating top-k ----------------------------------------------------------------
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import io, os, sys, time
+
+    import torch
+
+    from callbacks import ModelCheckpoint
+    from tests._models import Classifier, loader
+    from trainer import Trainer
+
+    phase, folder, marker = sys.argv[1:]
+    real_save, saves = torch.save, []
+
+    def hold(note):
+        open(marker, "w").write(note)
+        time.sleep(600)  # the test kills us here
+
+    def half_written_save(obj, f, *args, **kwargs):  # save_atomic passes its open temp file
+        saves.append(1)
+        if len(saves) < 3:
+            return real_save(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real_save(obj, buffer)
+        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        f.flush()
+        hold("mid-write")
+
+    real_save_checkpoint = Trainer.save_checkpoint
+
+    def save_then_hold(self, path):  # the new file is complete; the one it replaces is not deleted yet
+        real_save_checkpoint(self, path)
+        if self.global_step >= 3:
+            hold("written, old one not yet deleted")
+
+    if phase == "mid-write":
+        torch.save = half_written_save
+    else:
+        Trainer.save_checkpoint = save_then_hold
+    checkpoints = ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=1)
+    trainer = Trainer(max_steps=50, enable_progress_bar=False, log_dir=None, callbacks=[checkpoints])
+    trainer.fit(Classifier(), loader(256, 4))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase, newest", [("mid-write", 2), ("between write and delete", 3)])
+def test_a_kill_during_rotation_leaves_a_readable_checkpoint_to_resume_from(phase, newest, tmp_path, script_env):
+    """Top-k=1 saves every step; the third save is killed mid-write, or after it is complete
+    but before the previous file is deleted. Every *.ckpt left is complete, and fit resumes."""
+    folder, marker = tmp_path / "ckpts", tmp_path / "marker"
+    (tmp_path / "kill_me.py").write_text(KILL_SCRIPT)
+    proc = subprocess.Popen(
+        [sys.executable, "kill_me.py", phase, str(folder), str(marker)], cwd=tmp_path, env=script_env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), proc.stderr.read().decode() if proc.poll() is not None else "no marker"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+    names = _ckpt_names(folder)
+    assert "last.ckpt" in names and len(names) >= 2
+    steps = {name: _step_of(folder / name) for name in names}  # every *.ckpt loads: none is cut off
+    assert steps["last.ckpt"] == 2 and max(steps.values()) == newest
+    leftovers = [f for f in os.listdir(folder) if f not in names]
+    if phase == "mid-write":  # the cut-off write is a hidden temp file, not something named *.ckpt
+        assert len(leftovers) == 1 and leftovers[0].startswith(".tmp-")
+        assert not zipfile.is_zipfile(folder / leftovers[0])
+    else:
+        assert leftovers == []
+
+    resumed = _trainer(folder, max_steps=newest + 2)
+    resumed.fit(Classifier(), loader(256, 4), ckpt_path="last")
+    assert resumed.global_step == newest + 2
+
+
+# --- a full disk, a folder that cannot be written ----------------------------------------------
+def test_a_full_disk_raises_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    real_save = torch.save
+    calls = []
+
+    def disk_fills_on_the_third_save(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) < 3:
+            return real_save(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real_save(obj, buffer)
+        f.write(buffer.getvalue()[:100])  # part of it got out, then the disk was full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", disk_fills_on_the_third_save)
+    folder = tmp_path / "ckpts"
+    trainer = _trainer(folder, max_steps=10)
+    with pytest.raises(OSError) as info:
+        trainer.fit(Classifier(), loader(64, 4))
+    assert info.value.errno == errno.ENOSPC
+    message = str(info.value)
+    assert "Could not write the checkpoint" in message and "epoch=0-step=3.ckpt" in message
+    assert "No space left on device" in message and "is unchanged" in message and "ckpt_path='last'" in message
+    assert trainer.global_step == 3  # training stopped at the failed save, not later
+    # The previous checkpoint is intact and still the newest; no partial file is left behind.
+    assert sorted(os.listdir(folder)) == ["epoch=0-step=2.ckpt", "last.ckpt"]
+    assert _step_of(folder / "epoch=0-step=2.ckpt") == _step_of(folder / "last.ckpt") == 2
+
+
+class CountBatches(Callback):
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.batches += 1
+
+
+def test_a_checkpoint_folder_that_cannot_be_written_fails_before_training(tmp_path):
+    # chmod does not stop root, but nothing can create a folder inside a regular file.
+    (tmp_path / "a_file").write_text("")
+    count = CountBatches()
+    bad = tmp_path / "a_file" / "ckpts"
+    trainer = _trainer(bad, max_steps=2, callbacks=[count, ModelCheckpoint(dirpath=bad)])
+    with pytest.raises(PermissionError, match=r"ModelCheckpoint cannot write to dirpath=.*a_file/ckpts.*Not a directory"):
+        trainer.fit(Classifier(), loader())
+    assert count.batches == 0
+    # The same for the default checkpoint folder under an unwritable log_dir.
+    trainer = Trainer(max_steps=2, enable_progress_bar=False, log_dir=tmp_path / "a_file", callbacks=[count])
+    with pytest.raises(OSError, match=r"Cannot create the run folder .* for Trainer\(log_dir=.*a_file.*log_dir=None"):
+        trainer.fit(Classifier(), loader())
+    assert count.batches == 0
+
+
+# --- names and states that would point at other files -----------------------------------------
+def test_a_fixed_filename_never_overwrites_a_kept_checkpoint(tmp_path):
+    """With save_top_k=2 and filename='best', the second save must not replace the first."""
+    callback = ModelCheckpoint(dirpath=tmp_path, filename="best", every_n_train_steps=1, save_top_k=2)
+    Trainer(max_steps=3, enable_progress_bar=False, log_dir=None, callbacks=[callback]).fit(Classifier(), loader())
+    assert _ckpt_names(tmp_path) == ["best-v1.ckpt", "best-v2.ckpt", "last.ckpt"]
+    assert {_step_of(tmp_path / n) for n in ("best-v1.ckpt", "best-v2.ckpt")} == {2, 3}  # the two newest
+    # 'last' as a filename does not clobber last.ckpt either.
+    callback = ModelCheckpoint(dirpath=tmp_path / "b", filename="last", every_n_train_steps=1, save_top_k=1)
+    Trainer(max_steps=2, enable_progress_bar=False, log_dir=None, callbacks=[callback]).fit(Classifier(), loader())
+    assert _ckpt_names(tmp_path / "b") == ["last-v2.ckpt", "last.ckpt"]
+
+
+def test_resuming_into_another_folder_never_deletes_the_old_folders_checkpoints(tmp_path):
+    """The resumed ModelCheckpoint loads the old run's top-k list, whose files live elsewhere:
+    rotation must not delete them (they may be the only copies)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+
+    def top2(folder) -> ModelCheckpoint:
+        return ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=2)
+
+    _trainer(old, max_steps=3, callbacks=[top2(old)]).fit(Classifier(), loader())
+    before = {name: (old / name).read_bytes() for name in _ckpt_names(old)}
+    resumed = _trainer(new, max_steps=6, callbacks=[top2(new)])
+    resumed.fit(Classifier(), loader(), ckpt_path=old / "last.ckpt")
+    assert {name: (old / name).read_bytes() for name in _ckpt_names(old)} == before
+    assert _ckpt_names(new) == ["epoch=0-step=5.ckpt", "epoch=0-step=6.ckpt", "last.ckpt"]
+
+
+def test_a_user_checkpoint_callback_replaces_the_built_in_one(tmp_path):
+    """Two ModelCheckpoints would save twice, and share one state key in every checkpoint."""
+    mine = ModelCheckpoint(dirpath=tmp_path / "mine")
+    trainer = Trainer(max_steps=2, enable_progress_bar=False, log_dir=tmp_path / "runs", callbacks=[mine])
+    assert [cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)] == [mine]
+    trainer.fit(Classifier(), loader(32, 16))
+    assert _ckpt_names(tmp_path / "mine") == ["epoch=0-step=2.ckpt", "last.ckpt"]
+    assert not list((tmp_path / "runs").glob("*/*/checkpoints"))
