@@ -150,7 +150,7 @@ def test_a_default_model_checkpoint_is_added_unless_one_is_given():
 
 def test_temp_files_of_a_killed_save_are_removed_at_the_next_fit():
     os.makedirs("checkpoints")
-    with open("checkpoints/.tmp-abc123.ckpt", "wb") as f:
+    with open("checkpoints/.tmp-epoch=0-step=2.ckpt-abc123", "wb") as f:
         f.write(b"half a checkpoint")
 
     fit(Classifier(), epochs=1, callbacks=[ModelCheckpoint()])

@@ -139,12 +139,13 @@ def test_a_checkpoint_carrying_code_is_refused_and_the_code_never_runs():
     assert os.path.exists("pwned")
 
 
-def test_a_raw_pickle_carrying_code_is_refused():
+def test_a_raw_pickle_carrying_code_is_refused_unread():
     fit(epochs=1)
     with open("evil.ckpt", "wb") as f:
         pickle.dump({"model": RunsCode("pwned")}, f, protocol=2)
 
-    with pytest.raises(CheckpointError, match="Refusing to load"):
+    # torch.save writes a zip archive; a bare pickle is refused before anything is unpickled.
+    with pytest.raises(CheckpointError, match=r"ckpt_path='evil.ckpt' is not a checkpoint"):
         fit(epochs=2, ckpt_path="evil.ckpt")
     assert not os.path.exists("pwned")
 
@@ -175,7 +176,7 @@ def test_a_truncated_last_ckpt_falls_back_to_the_previous_checkpoint():
     expected = torch.load("checkpoints/epoch=1-step=3.ckpt", weights_only=True)
 
     start = StartStep()
-    with pytest.warns(UserWarning, match=r"skipping .*last.ckpt: .*not a readable checkpoint \(truncated or corrupt\?\)"):
+    with pytest.warns(UserWarning, match=r"skipping .*last.ckpt: .*is not a checkpoint.*cut off while being written"):
         fit(epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=2)])
 
     assert (start.epoch, start.step) == (1, 3)
@@ -190,7 +191,7 @@ def test_a_truncated_file_passed_explicitly_is_an_error_naming_it():
     with open("broken.ckpt", "wb") as f:
         f.write(data[:100])
 
-    with pytest.raises(CheckpointError, match=r"'broken.ckpt' is not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match=r"ckpt_path='broken.ckpt' is not a checkpoint.*cut off"):
         fit(epochs=2, ckpt_path="broken.ckpt")
 
 
@@ -275,7 +276,7 @@ def test_kill9_in_the_middle_of_a_save_leaves_the_previous_file_whole(tmp_path, 
     proc = subprocess.Popen(
         [sys.executable, "-c", _SAVE_FOREVER], cwd=tmp_path, env=script_env, stdout=subprocess.PIPE, text=True
     )
-    in_a_save = lambda: glob.glob(str(tmp_path / ".tmp-*.ckpt"))  # noqa: E731
+    in_a_save = lambda: glob.glob(str(tmp_path / ".tmp-*"))  # noqa: E731
     try:
         for _ in range(2):
             proc.stdout.readline()  # two saves are complete
