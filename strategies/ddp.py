@@ -148,6 +148,10 @@ class DDPStrategy(Strategy):
         self._ddp = None
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
+            # Close the rendezvous store now, while the interpreter is whole: one left for
+            # interpreter shutdown occasionally aborted a worker at exit ("terminate called
+            # without an active exception"). The next group gets a fresh key space anyway.
+            _stores.clear()
         self._owns_group = False
 
     # --- data --------------------------------------------------------------------------
