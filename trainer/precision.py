@@ -23,6 +23,9 @@ def normalize_precision(value: Any) -> str:
     raise ValueError(f"Unknown precision={value!r}. Valid: {valid}.{suggest(str(value), PRECISIONS)}")
 
 
+_FULL_PRECISION = contextlib.nullcontext()  # reusable: entered once per step, so not rebuilt each time
+
+
 class Precision:
     """Runs steps under autocast and scales float16 losses. ``"32"`` is a no-op."""
 
@@ -40,7 +43,7 @@ class Precision:
     def autocast(self) -> contextlib.AbstractContextManager:
         # autocast is thread-local: DataParallel replica threads enter this themselves.
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return _FULL_PRECISION
         return torch.autocast(self.device_type, dtype=self.dtype)
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
