@@ -8,8 +8,9 @@
 Both sides run in this process with ``torch.set_num_threads(1)``, the same model, data,
 order, optimizer (SGD, momentum 0.9) and seed. The Trainer runs with all its defaults on: the
 progress bar, TensorBoard (into a temp dir), a checkpoint at the end of each epoch, and the
-model calls ``self.log(..., prog_bar=True)`` every step. The raw loop reads its loss every
-``log_every_n_steps`` (50), as a hand-written loop that prints it would.
+model calls ``self.log(..., prog_bar=True)`` every step. The raw loop is the one in
+pytorch/examples' mnist/main.py: it moves each batch with ``.to(device)``, steps, and reads
+its loss every ``log_every_n_steps`` (50), where that script prints it.
 
 How a step is timed, and why:
 

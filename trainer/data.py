@@ -38,13 +38,13 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
 def _on_cpu(data: Any) -> bool:
     """True if no tensor in ``data`` (plain lists, tuples and dicts of them) is off the CPU.
     False for anything else, which then takes the general path."""
-    if isinstance(data, torch.Tensor):
-        return data.is_cpu
-    if type(data) is list or type(data) is tuple:
+    if type(data) is list or type(data) is tuple:  # the usual batch first: this runs every step
         for x in data:
             if not (x.is_cpu if isinstance(x, torch.Tensor) else _on_cpu(x)):
                 return False
         return True
+    if isinstance(data, torch.Tensor):
+        return data.is_cpu
     if type(data) is dict:
         return all(_on_cpu(x) for x in data.values())
     return isinstance(data, (int, float, str, bytes)) or data is None
@@ -52,15 +52,14 @@ def _on_cpu(data: Any) -> bool:
 
 def batch_size(batch: Any) -> int:
     """Length along dim 0 of the first tensor found (1 if there is none)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0] if batch.ndim else 1
-    if isinstance(batch, (list, tuple)):
+    if isinstance(batch, (list, tuple)):  # the usual (inputs, targets) first: this runs every step
         for x in batch:
-            # The usual (inputs, targets) batch: answered here, without recursing.
             n = (x.shape[0] if x.ndim else 1) if isinstance(x, torch.Tensor) else batch_size(x)
             if n:
                 return n
         return 1
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.ndim else 1
     if isinstance(batch, dict):
         for x in batch.values():
             n = batch_size(x)

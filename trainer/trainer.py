@@ -454,7 +454,7 @@ class Trainer:
             precision.step(optimizer)
         optimizer.zero_grad()
         state.global_step += 1
-        if opt.interval == "step" and opt.scheduler is not None:
+        if opt.scheduler is not None and opt.interval == "step":
             opt.step_scheduler(self.callback_metrics)
         if state.global_step % self.log_every_n_steps == 0:
             self._check_finite(loss)
