@@ -36,7 +36,7 @@ class TensorBoardLogger(Callback):
         self.writer: SummaryWriter | None = None
         self._last_step = -1
         self._clock: tuple[float, int, int] | None = None  # (time, step, samples) at the last write
-        self._pending: list[tuple[int, float, dict[str, float]]] = []  # (step, wall time, scalars)
+        self._pending: list[tuple[int, float, list[tuple[str, float]]]] = []  # (step, wall time, scalars)
         self._handed_off = 0.0  # perf_counter at the last hand-off
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
@@ -54,18 +54,19 @@ class TensorBoardLogger(Callback):
         if self.writer is None or step % trainer.log_every_n_steps or step == self._last_step:
             return
         self._last_step = step
-        scalars = dict(trainer.step_metrics())
+        scalars = list(trainer.step_metrics().items())
         groups = trainer.optimizer.param_groups
         for i, group in enumerate(groups):
-            scalars["lr" if len(groups) == 1 else f"lr/group{i}"] = group["lr"]
+            # float() now: a tensor lr is updated in place by schedulers, so read it at this step.
+            scalars.append(("lr" if len(groups) == 1 else f"lr/group{i}", float(group["lr"])))
         if trainer.grad_norm is not None:
-            scalars["grad_norm"] = float(trainer.grad_norm)
-        scalars["epoch"] = trainer.current_epoch
+            scalars.append(("grad_norm", float(trainer.grad_norm)))
+        scalars.append(("epoch", trainer.current_epoch))
         now, samples = time.perf_counter(), trainer.samples_seen
         if self._clock is not None and now > self._clock[0]:
             t0, s0, n0 = self._clock
-            scalars["throughput/steps_per_sec"] = (step - s0) / (now - t0)
-            scalars["throughput/samples_per_sec"] = (samples - n0) * trainer.world_size / (now - t0)
+            scalars.append(("throughput/steps_per_sec", (step - s0) / (now - t0)))
+            scalars.append(("throughput/samples_per_sec", (samples - n0) * trainer.world_size / (now - t0)))
         self._clock = (now, step, samples)
         self._pending.append((step, time.time(), scalars))
         if now - self._handed_off >= _HAND_OFF_S:
@@ -80,7 +81,7 @@ class TensorBoardLogger(Callback):
             self._pending.clear()
             return
         for step, walltime, scalars in self._pending:
-            values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in scalars.items()]
+            values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in scalars]
             self.writer.file_writer.add_summary(Summary(value=values), step, walltime)
         self._pending.clear()
 
