@@ -1,4 +1,4 @@
-"""benchmarks/overhead.py: its comparison is fair (same weights), and the script runs."""
+"""benchmarks/overhead.py runs, and its comparison is fair: both sides reach the same weights."""
 
 from __future__ import annotations
 
@@ -19,13 +19,6 @@ def overhead(monkeypatch):
     return overhead
 
 
-def test_the_trainer_with_all_defaults_trains_exactly_like_the_hand_written_loop(overhead, tmp_path):
-    from _workloads import workload
-
-    rows = overhead.compare(workload("tiny", reps=1, steps=20), str(tmp_path), peers={})
-    assert [(r.side, r.weights) for r in rows] == [("trainer", "identical")]
-
-
 def test_peers_that_are_not_installed_are_skipped(overhead):
     import importlib.util
 
@@ -35,7 +28,7 @@ def test_peers_that_are_not_installed_are_skipped(overhead):
     assert len(found) + len(missing) == 3
 
 
-def test_the_script_prints_the_table_and_the_worst_ratio(repo_root, script_env):
+def test_the_script_runs_and_both_sides_train_to_identical_weights(repo_root, script_env):
     out = subprocess.run(
         [sys.executable, "benchmarks/overhead.py", "--quick", "--reps", "1", "--workloads", "tiny", "--no-rss", "--no-ckpt", "--peers"],
         cwd=repo_root, env=script_env, capture_output=True, text=True, timeout=300,
