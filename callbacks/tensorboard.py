@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
 
 
+# Training scalars wait this long before going to the writer. Each hand-off wakes the writer's
+# thread, which then takes the GIL from the loop: milliseconds on a busy machine, every
+# log_every_n_steps otherwise. Anything else written, a flush or an error hands them off first.
+_HAND_OFF_S = 10.0
+
+
 class TensorBoardLogger(Callback):
     """Writes to the run's folder, ``<log_dir>/<name>/version_<n>`` (global rank 0 only).
 
@@ -44,6 +50,8 @@ class TensorBoardLogger(Callback):
         self._last_step = -1
         self._clock: tuple[float, int, int] | None = None  # (time, step, samples) at the last write
         self._paused_at: float | None = None
+        self._pending: list[tuple[int, float, list[tuple[str, float]]]] = []  # (step, wall time, scalars)
+        self._handed_off = 0.0  # perf_counter at the last hand-off
 
     # --- opening and closing -----------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
@@ -67,16 +75,19 @@ class TensorBoardLogger(Callback):
 
     def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
         self.fit_step = trainer.global_step
+        self._hand_off()
         if self.writer is not None:
             # Only a finished fit is marked: a resumed run's folder then ends up "success".
             self.writer.file_writer.add_summary(_session_end_success(), trainer.global_step)
             self.writer.flush()
 
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+        self._hand_off()
         if self.writer is not None:
             self.writer.flush()
 
     def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._hand_off()
         if self.writer is not None:
             self.writer.close()
             self.writer = None
@@ -85,6 +96,7 @@ class TensorBoardLogger(Callback):
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._last_step = trainer.global_step  # a resumed run already wrote this step
         self._clock = (time.perf_counter(), trainer.global_step, trainer.samples_seen)
+        self._handed_off = self._clock[0]
 
     def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
@@ -92,23 +104,37 @@ class TensorBoardLogger(Callback):
         if self.writer is None or step % trainer.log_every_n_steps or step == self._last_step:
             return
         self._last_step = step
-        w = self.writer
-        for name, value in trainer.step_metrics().items():
-            w.add_scalar(name, value, step)
+        scalars = list(trainer.step_metrics().items())
         groups = trainer.optimizer.param_groups
         for i, group in enumerate(groups):
-            w.add_scalar("lr" if len(groups) == 1 else f"lr/group{i}", group["lr"], step)
+            # float() now: a tensor lr is updated in place by schedulers, so read it at this step.
+            scalars.append(("lr" if len(groups) == 1 else f"lr/group{i}", float(group["lr"])))
         if trainer.grad_norm is not None:
-            w.add_scalar("grad_norm", float(trainer.grad_norm), step)
-        w.add_scalar("epoch", trainer.current_epoch, step)
+            scalars.append(("grad_norm", float(trainer.grad_norm)))
+        scalars.append(("epoch", trainer.current_epoch))
         now, samples = time.perf_counter(), trainer.samples_seen
         if self._clock is not None and now > self._clock[0]:
             t0, s0, n0 = self._clock
-            w.add_scalar("throughput/steps_per_sec", (step - s0) / (now - t0), step)
-            w.add_scalar("throughput/samples_per_sec", (samples - n0) * trainer.world_size / (now - t0), step)
+            scalars.append(("throughput/steps_per_sec", (step - s0) / (now - t0)))
+            scalars.append(("throughput/samples_per_sec", (samples - n0) * trainer.world_size / (now - t0)))
         self._clock = (now, step, samples)
+        self._pending.append((step, time.time(), scalars))
+        if now - self._handed_off >= _HAND_OFF_S:
+            self._hand_off()
+
+    def _hand_off(self) -> None:
+        """Give the pending training scalars to the writer: one event per logged step."""
+        self._handed_off = time.perf_counter()
+        if self.writer is not None and self._pending:
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            for step, walltime, scalars in self._pending:
+                values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in scalars]
+                self.writer.file_writer.add_summary(Summary(value=values), step, walltime)
+        self._pending.clear()
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._hand_off()
         if self.writer is None:
             return
         for name, value in trainer.train_epoch_metrics.items():
@@ -131,6 +157,7 @@ class TensorBoardLogger(Callback):
         self._write_eval(trainer)
 
     def _write_eval(self, trainer: Trainer) -> None:
+        self._hand_off()
         if self.writer is None:
             return
         step = trainer.global_step if trainer.state.stage == "fit" else self.fit_step
@@ -148,6 +175,7 @@ class TensorBoardLogger(Callback):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["writer"] = None  # never pickled into DDP workers
+        state["_pending"] = []
         return state
 
 

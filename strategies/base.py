@@ -102,8 +102,11 @@ class Strategy:
     # --- steps -------------------------------------------------------------------------
     def run_step(self, step_name: str, batch: Any, batch_idx: int) -> Any:
         """Run ``module.<step_name>(batch, batch_idx)`` on this strategy's device(s)."""
+        step = getattr(self.module, step_name)
+        if self.precision.dtype is None:  # full precision: no autocast region to enter on every step
+            return step(self.batch_to_device(batch), batch_idx)
         with self.precision.autocast():
-            return getattr(self.module, step_name)(self.batch_to_device(batch), batch_idx)
+            return step(self.batch_to_device(batch), batch_idx)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()

@@ -27,21 +27,39 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor on ``device``; a CPU batch bound for the CPU comes back as is."""
+    if device.type == "cpu" and _on_cpu(batch):
+        return batch  # each .to() would return its input: skip rebuilding the containers every step
     # non_blocking only helps from pinned memory; harmless otherwise.
     non_blocking = device.type == "cuda"
     return apply_to_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
 
 
+def _on_cpu(data: Any) -> bool:
+    """True if no tensor in ``data`` (plain lists, tuples and dicts of them) is off the CPU.
+    False for anything else, which then takes the general path."""
+    if type(data) is list or type(data) is tuple:  # the usual batch first: this runs every step
+        for x in data:
+            if not (x.is_cpu if isinstance(x, torch.Tensor) else _on_cpu(x)):
+                return False
+        return True
+    if isinstance(data, torch.Tensor):
+        return data.is_cpu
+    if type(data) is dict:
+        return all(_on_cpu(x) for x in data.values())
+    return isinstance(data, (int, float, str, bytes)) or data is None
+
+
 def batch_size(batch: Any) -> int:
     """Length along dim 0 of the first tensor found (1 if there is none)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0] if batch.ndim else 1
-    if isinstance(batch, (list, tuple)):
+    if isinstance(batch, (list, tuple)):  # the usual (inputs, targets) first: this runs every step
         for x in batch:
-            n = batch_size(x)
+            n = (x.shape[0] if x.ndim else 1) if isinstance(x, torch.Tensor) else batch_size(x)
             if n:
                 return n
         return 1
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.ndim else 1
     if isinstance(batch, dict):
         for x in batch.values():
             n = batch_size(x)

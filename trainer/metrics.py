@@ -45,7 +45,12 @@ class _Series:
     def collapse(self) -> None:
         if not self.values:
             return
-        values = torch.stack([v.to(torch.float64) for v in self.values])
+        dtype = self.values[0].dtype
+        if all(v.dtype == dtype for v in self.values):
+            # One stack, then one cast: the same float64 values, at a tenth of the cost.
+            values = torch.stack(self.values).to(torch.float64)
+        else:  # stack would promote, e.g. int64 with float32 to float32, and lose digits
+            values = torch.stack([v.to(torch.float64) for v in self.values])
         weights = torch.tensor(self.weights, dtype=torch.float64, device=values.device)
         part = (values * weights).sum()
         self.total = part if self.total is None else self.total + part.to(self.total.device)
@@ -138,6 +143,9 @@ class MetricSink:
         """The most recent value of each name, as floats (syncs with the device once)."""
         if not self.latest:
             return {}
+        if all(not isinstance(v, torch.Tensor) or v.is_cpu for v in self.latest.values()):
+            # Nothing to sync with a device: reading each value is cheaper than stacking them.
+            return {n: float(v) for n, v in self.latest.items()}
         names = list(self.latest)
         values = torch.stack([torch.as_tensor(self.latest[n]).to(torch.float64).cpu().reshape(()) for n in names])
         return dict(zip(names, values.tolist()))

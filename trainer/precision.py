@@ -35,6 +35,9 @@ def check_precision_available(precision: str) -> None:
         raise ValueError(_FP16_NEEDS_CUDA.format(where="a machine without CUDA"))
 
 
+_FULL_PRECISION = contextlib.nullcontext()  # reusable: entered once per step, so not rebuilt each time
+
+
 class Precision:
     """Runs steps under autocast and scales float16 losses. ``"32"`` is a no-op."""
 
@@ -49,7 +52,7 @@ class Precision:
     def autocast(self) -> contextlib.AbstractContextManager:
         # autocast is thread-local: DataParallel replica threads enter this themselves.
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return _FULL_PRECISION
         return torch.autocast(self.device_type, dtype=self.dtype)
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:

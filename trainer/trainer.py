@@ -446,36 +446,42 @@ class Trainer:
         state, hooks, strategy, opt = self.state, self._hooks, self._strategy, self._opt
         accumulate, limit = self.accumulate_grad_batches, self.num_training_batches
         val_every = _val_every(self.val_check_interval, limit) if val_loader is not None else 0
+        # Fixed for the run, so read once here rather than on every step.
+        batch_start, before_backward, after_backward, batch_end = (
+            hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
+        )
         epoch_batches = resume.batches(self, loader)  # iter() happens here, exactly once per epoch
         if strategy.world_size > 1 and loader_length(loader) is None:
             epoch_batches = _in_lockstep(epoch_batches, strategy)
         batch_idx = state.batch_in_epoch - 1
+        group, completes = 1, True  # without accumulation every batch is a whole group
         for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
             if batch_idx >= limit:
                 break
-            sink.batch_size = batch_size(batch)
-            self.samples_seen += sink.batch_size
-            for fn in hooks.on_train_batch_start:
+            sink.batch_size = size = batch_size(batch)
+            self.samples_seen += size
+            for fn in batch_start:
                 fn(self, model, batch, batch_idx)
-            group_start = batch_idx - batch_idx % accumulate
-            group = min(accumulate, limit - group_start)  # the epoch's last group may be short
-            completes = batch_idx - group_start + 1 == group
+            if accumulate > 1:
+                group_start = batch_idx - batch_idx % accumulate
+                group = min(accumulate, limit - group_start)  # the epoch's last group may be short
+                completes = batch_idx - group_start + 1 == group
             with strategy.no_backward_sync() if not completes else _NULL:
                 output = strategy.run_step("training_step", batch, batch_idx)
                 loss = output if type(output) is torch.Tensor else loss_of(output)
                 if loss.ndim or not loss.requires_grad:
                     bad_loss(loss)
-                for fn in hooks.on_before_backward:
+                for fn in before_backward:
                     fn(self, model, loss)
                 strategy.backward(self._precision.scale(loss / group if group > 1 else loss))
-                for fn in hooks.on_after_backward:
+                for fn in after_backward:
                     fn(self, model)
             state.batch_in_epoch = batch_idx + 1
             if completes:
                 self._optimizer_step(model, opt, loss)
             if val_every and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < limit:
                 self._eval_loop("validation", val_loader, self.limit_val_batches)
-            for fn in hooks.on_train_batch_end:
+            for fn in batch_end:
                 fn(self, model, output, batch, batch_idx)
             if completes and self._stopping_now():
                 return batch_idx + 1 < limit
@@ -507,7 +513,7 @@ class Trainer:
             precision.step(optimizer)
         optimizer.zero_grad()
         state.global_step += 1
-        if opt.interval == "step" and opt.scheduler is not None:
+        if opt.scheduler is not None and opt.interval == "step":
             opt.step_scheduler(self.callback_metrics)
         if state.global_step % self.log_every_n_steps == 0:
             if not skipped:  # a skipped step's loss was judged already (the same way on every rank)
@@ -516,7 +522,7 @@ class Trainer:
 
     def _check_finite(self, loss: torch.Tensor) -> None:
         """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
-        if self._agree(not bool(torch.isfinite(loss.detach()))):
+        if self._agree(not math.isfinite(loss.item())):  # item(): one read, no tensor op
             raise FloatingPointError(
                 f"The training loss is not finite (nan or inf) at step {self.state.global_step} "
                 f"(epoch {self.state.current_epoch}). Lower the learning rate, clip gradients "

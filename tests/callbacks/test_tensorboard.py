@@ -251,3 +251,17 @@ def test_flush_secs_is_checked():
 
     with pytest.raises(ValueError, match=r"TensorBoardLogger\(flush_secs\)=0"):
         TensorBoardLogger(flush_secs=0)
+
+
+class TensorLR(Classifier):
+    """A tensor learning rate, halved every step: schedulers update such an lr in place."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=torch.tensor(0.1))
+        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5), "interval": "step"}
+
+
+def test_the_lr_written_is_the_lr_of_that_step():
+    trainer = Trainer(max_epochs=1, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(TensorLR(), loader(n=96, batch_size=16))
+    assert dict(_series(_read(trainer.run_dir), "lr")) == pytest.approx({2: 0.1 / 4, 4: 0.1 / 16, 6: 0.1 / 64})

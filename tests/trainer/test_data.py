@@ -69,3 +69,17 @@ def test_rebuild_loader_keeps_the_settings():
     rebuilt = rebuild_loader(loader, sampler=SequentialSampler(range(8)))
     assert rebuilt.batch_size == 4 and rebuilt.drop_last and rebuilt.generator is g and rebuilt.collate_fn is list
     assert list(rebuilt) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_a_cpu_batch_bound_for_the_cpu_is_passed_through_unchanged():
+    x, y = torch.randn(4, 3), torch.arange(4)
+    for batch in ([x, y], (x, y), {"x": x, "meta": {"ids": [1, 2], "name": "a"}}, x):
+        assert move_to_device(batch, torch.device("cpu")) is batch
+
+
+def test_batch_size_is_the_first_non_empty_leading_dimension():
+    assert batch_size([torch.randn(5, 3), torch.arange(5)]) == 5
+    assert batch_size((torch.empty(0, 3), torch.arange(7))) == 7
+    assert batch_size([torch.tensor(1.0), torch.arange(2)]) == 1  # a 0-d tensor counts as one
+    assert batch_size({"x": [torch.randn(6, 2)]}) == 6
+    assert batch_size(["text", 3]) == 1

@@ -1,0 +1,204 @@
+"""The benchmark's workloads and the hand-written loops the Trainer is measured against.
+
+torch only: the raw loops must not import the trainer, so that a raw child process's peak
+RSS is what a hand-written script costs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+SEED = 0
+CLOCK: Callable[[], float] = time.perf_counter  # the single-process step clock; --clock cpu swaps it
+LOG_EVERY = 50  # the Trainer's default log_every_n_steps; the raw loop reads the loss as often
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # "mlp" or "conv"
+    hidden: int  # MLP width, or the conv net's first channel count
+    batch_size: int
+    steps: int  # optimizer steps per rep (one epoch)
+    reps: int  # timed reps of each side, interleaved
+
+    @property
+    def label(self) -> str:
+        if self.kind == "mlp":
+            return f"{self.name} MLP (hidden {self.hidden}, batch {self.batch_size})"
+        return f"{self.name} net (2 conv + linear, 3x32x32, batch {self.batch_size})"
+
+    def make_net(self) -> nn.Module:
+        if self.kind == "mlp":
+            h = self.hidden
+            return nn.Sequential(nn.Linear(32, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 10))
+        c = self.hidden
+        return nn.Sequential(
+            nn.Conv2d(3, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(2 * c * 8 * 8, 10),
+        )
+
+    def make_dataset(self, world_size: int = 1) -> TensorDataset:
+        """Exactly ``steps`` batches per process."""
+        n = self.steps * self.batch_size * world_size
+        g = torch.Generator().manual_seed(SEED + 1)
+        shape = (n, 32) if self.kind == "mlp" else (n, 3, 32, 32)
+        return TensorDataset(torch.randn(*shape, generator=g), torch.randint(0, 10, (n,), generator=g))
+
+    def make_loader(self, dataset: TensorDataset | None = None) -> DataLoader:
+        # Shuffled with its own generator, so both sides see the same order every rep.
+        g = torch.Generator().manual_seed(SEED + 2)
+        return DataLoader(dataset or self.make_dataset(), batch_size=self.batch_size, shuffle=True, generator=g)
+
+
+WORKLOADS = {
+    "tiny": Workload("tiny", "mlp", 64, 32, steps=300, reps=25),
+    "medium": Workload("medium", "mlp", 512, 32, steps=200, reps=11),
+    "conv": Workload("conv", "conv", 16, 32, steps=60, reps=7),
+}
+DDP_WORKLOADS = ("tiny", "conv")  # overhead-bound and compute-bound
+
+
+def workload(name: str, **changes: Any) -> Workload:
+    return replace(WORKLOADS[name], **changes)
+
+
+def make_optimizer(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+def build_net(wl: Workload) -> nn.Module:
+    torch.manual_seed(SEED)  # the Trainer side builds its module's net after the same seed
+    return wl.make_net()
+
+
+def raw_loop(wl: Workload) -> tuple[list[float], nn.Module]:
+    """The loop people write by hand. Returns the clock after each step, and the net."""
+    net = build_net(wl)
+    opt = make_optimizer(net.parameters())
+    device = torch.device("cpu")
+    tick, times = _ticker(CLOCK)
+    for step, (x, y) in enumerate(wl.make_loader()):
+        x, y = x.to(device), y.to(device)  # as in pytorch/examples' mnist/main.py
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if (step + 1) % LOG_EVERY == 0:
+            loss.item()  # where a hand-written loop prints its loss
+        tick()
+    return times, net
+
+
+def _ticker(clock: Callable[[], float]) -> tuple[Callable[[], None], list[float]]:
+    """A clock reading behind one Python call, as the Trainer's timing callback is: both
+    sides pay the same for being measured."""
+    times: list[float] = []
+
+    def tick() -> None:
+        times.append(clock())
+
+    return tick, times
+
+
+def raw_ddp_worker(rank: int, world_size: int, port: int, wl: Workload, out_path: str, probe: bool) -> None:
+    """One rank of a hand-written DDP loop on gloo (spawned by torch.multiprocessing).
+
+    Rank 0 saves its step clock and final weights to ``out_path``. With ``probe``, it then
+    measures what the DDP step is made of: the gloo all-reduce of all gradients on its own,
+    and the same step under ``no_sync()`` (compute only, both processes running).
+    """
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DistributedSampler
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        net = build_net(wl)
+        model = DistributedDataParallel(net)
+        opt = make_optimizer(model.parameters())
+        dataset = wl.make_dataset(world_size)
+        # What DDPStrategy does to a shuffled loader: a DistributedSampler with seed 0.
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+        sampler.set_epoch(0)
+        loader = DataLoader(dataset, batch_size=wl.batch_size, sampler=sampler)
+        device = torch.device("cpu")
+        clock, times = time.perf_counter, []
+        for step, (x, y) in enumerate(loader):
+            x, y = x.to(device), y.to(device)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if (step + 1) % LOG_EVERY == 0:
+                loss.item()
+            times.append(clock())
+        result: dict[str, Any] = {"times": times, "state": {k: v.clone() for k, v in net.state_dict().items()}}
+        if probe:
+            result.update(_probe(model, opt, loader, net))
+        if rank == 0:
+            torch.save(result, out_path)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _probe(model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, net: nn.Module) -> dict[str, Any]:
+    import statistics
+
+    flat = torch.zeros(sum(p.numel() for p in net.parameters()))
+    reduce_s = []
+    for _ in range(30):
+        t0 = time.perf_counter()
+        torch.distributed.all_reduce(flat)
+        reduce_s.append(time.perf_counter() - t0)
+    nosync_s = []
+    t0 = time.perf_counter()
+    with model.no_sync():  # the ranks drift apart from here on; the weights were saved above
+        for x, y in loader:
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            t1 = time.perf_counter()
+            nosync_s.append(t1 - t0)
+            t0 = t1
+    return {
+        "allreduce_s": statistics.median(reduce_s),
+        "nosync_step_s": statistics.median(nosync_s[1:]),
+        "grad_numel": flat.numel(),
+    }
+
+
+def peak_rss_kib() -> int:
+    """This process's peak RSS in KiB.
+
+    Linux's VmHWM rather than ru_maxrss: ru_maxrss keeps the parent's peak across fork+exec,
+    so a child started by this (large) benchmark process would report the benchmark's peak.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+
+def rss_child(name: str) -> None:
+    """In a fresh process: one raw run of the workload, then print the peak RSS in KiB
+    (after a "-": the raw loop loads none of the trainer's optional imports)."""
+    torch.set_num_threads(1)
+    raw_loop(WORKLOADS[name])
+    print("-", peak_rss_kib())
