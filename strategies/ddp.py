@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
 import warnings
@@ -145,13 +146,15 @@ class DDPStrategy(Strategy):
         )
 
     def teardown(self) -> None:
+        # Free the DDP wrapper (and through it the process group's C++ side) now, while the
+        # interpreter is whole. Left to interpreter shutdown, gloo's threads release tensors
+        # whose Python owners are already gone, and the worker aborts at exit with SIGABRT
+        # ("terminate called without an active exception"); see pytorch/pytorch#179291.
         self._ddp = None
+        gc.collect()
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
-            # Close the rendezvous store now, while the interpreter is whole: one left for
-            # interpreter shutdown occasionally aborted a worker at exit ("terminate called
-            # without an active exception"). The next group gets a fresh key space anyway.
-            _stores.clear()
+            _stores.clear()  # the rendezvous store too; the next group gets fresh keys anyway
         self._owns_group = False
 
     # --- data --------------------------------------------------------------------------
