@@ -145,6 +145,16 @@ class DDPStrategy(Strategy):
             find_unused_parameters=self.find_unused_parameters,
         )
 
+    @property
+    def ddp_module(self) -> DistributedDataParallel:
+        """The DistributedDataParallel wrapper, between ``setup_module`` and ``teardown``.
+
+        For subclasses, e.g. to ``register_comm_hook`` right after ``super().setup_module``.
+        """
+        if self._ddp is None:
+            raise RuntimeError("DDPStrategy.ddp_module exists only after setup_module (inside fit) and before teardown.")
+        return self._ddp
+
     def teardown(self) -> None:
         # Free the DDP wrapper (and through it the process group's C++ side) now, while the
         # interpreter is whole. Left to interpreter shutdown, gloo's threads release tensors

@@ -1,0 +1,173 @@
+"""A strategy of your own: DDP that all-reduces gradients in bfloat16, half the bytes of float32.
+
+What it shows: the strategy extension point. ``BF16AllReduceDDP`` subclasses the built-in
+``strategies.DDPStrategy`` and overrides two methods: ``setup_module`` registers a DDP
+communication hook (https://pytorch.org/docs/stable/ddp_comm_hooks.html) on the wrapped
+model, and ``teardown`` prints what the hook did. Everything else (spawning processes,
+sharding the data, checkpoints without ``module.`` keys) is inherited. The Trainer takes
+the instance like a name: ``Trainer(strategy=BF16AllReduceDDP(), devices=2)``.
+
+Why bfloat16: on a slow interconnect the gradient all-reduce dominates the step, and
+sending 2 bytes per value instead of 4 halves it. bfloat16 keeps float32's exponent range,
+so unlike float16 it cannot overflow when gradients are summed, and its rounding (about
+0.2-0.4% relative, printed at the end) is far below the noise of a minibatch gradient.
+PyTorch ships ``bf16_compress_hook``, but DDP refuses it without CUDA and NCCL; the
+ten-line hook below does the same and also runs on CPU with gloo.
+
+Run it (from the repository root):
+
+    python examples/custom_strategy.py                            # 2 CPU processes, gloo
+    python examples/custom_strategy.py --strategy ddp             # plain DDP, to compare the loss
+    torchrun --nproc-per-node 2 examples/custom_strategy.py       # the same under torchrun
+
+The task is a student network learning a fixed random teacher network (regression).
+"""
+
+# No `from __future__ import annotations` here: DDP checks the hook's annotations at runtime,
+# and string annotations fail that check.
+import argparse
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from strategies import DDPStrategy
+from trainer import Trainer, TrainModule, seed_everything
+
+
+@dataclass
+class CompressionStats:
+    """What the hook did on this rank (it is the hook's ``state``)."""
+
+    all_reduces: int = 0
+    float32_bytes: int = 0  # what plain DDP would have sent
+    sent_bytes: int = 0
+    rounding_error_sum: float = 0.0  # relative error of the bfloat16 cast, summed over calls
+
+    def summary(self) -> str:
+        mb = 1e6
+        return (
+            f"bf16 all-reduce: {self.all_reduces} bucket all-reduces sent {self.sent_bytes / mb:.2f} MB instead "
+            f"of {self.float32_bytes / mb:.2f} MB of float32 gradients ({self.float32_bytes / max(self.sent_bytes, 1):.1f}x "
+            f"less); mean relative rounding error {100 * self.rounding_error_sum / max(self.all_reduces, 1):.2f}%"
+        )
+
+
+def bf16_allreduce_hook(stats: CompressionStats, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average one bucket of gradients across ranks, sending bfloat16 instead of float32."""
+    grads = bucket.buffer()  # this rank's gradients for the bucket, flattened
+    # Divide before the sum (not after), so that the sum stays in range.
+    packed = grads.to(torch.bfloat16).div_(dist.get_world_size())
+    stats.all_reduces += 1
+    stats.float32_bytes += grads.numel() * grads.element_size()
+    stats.sent_bytes += packed.numel() * packed.element_size()
+    stats.rounding_error_sum += float((packed.float() * dist.get_world_size() - grads).norm() / grads.norm().clamp_min(1e-30))
+
+    def unpack(fut: torch.futures.Future) -> torch.Tensor:
+        grads.copy_(fut.value()[0])  # the average, back into the float32 bucket in place
+        return grads
+
+    return dist.all_reduce(packed, async_op=True).get_future().then(unpack)
+
+
+class BF16AllReduceDDP(DDPStrategy):
+    """``DDPStrategy`` whose gradient all-reduce sends bfloat16. Takes DDPStrategy's options."""
+
+    name = "ddp_bf16"  # recorded in checkpoints and TensorBoard's HParams tab
+
+    def __init__(self, **ddp_options) -> None:
+        super().__init__(**ddp_options)
+        self.stats = CompressionStats()
+
+    def describe(self) -> str:
+        return super().describe() + ", gradients all-reduced in bfloat16"
+
+    def setup_module(self, module: nn.Module) -> None:
+        super().setup_module(module)  # moves the module and wraps it in DistributedDataParallel
+        self.ddp_module.register_comm_hook(self.stats, bf16_allreduce_hook)
+
+    def teardown(self) -> None:
+        if self.is_global_zero and self.stats.all_reduces:
+            print(f"[rank 0 of {self.world_size}] {self.stats.summary()}", flush=True)
+        self.stats = CompressionStats()  # a later fit/validate counts afresh
+        super().teardown()
+
+
+# --- the model and data: a student MLP learning a fixed random teacher ----------------------
+class Student(TrainModule):
+    def __init__(self, features: int = 32, hidden: int = 256, lr: float = 3e-3) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.lr = lr
+        self.net = nn.Sequential(nn.Linear(features, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self(x), y), prog_bar=True)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+
+def teacher_data(n: int, features: int = 32, seed: int = 0) -> TensorDataset:
+    """Inputs x ~ N(0, I) and targets y = teacher(x), from a fixed random 2-layer network."""
+    g = torch.Generator().manual_seed(1234)  # the same teacher for every split and seed
+    w1, w2 = torch.randn(features, 64, generator=g) / math.sqrt(features), torch.randn(64, generator=g) / 8
+    x = torch.randn(n, features, generator=torch.Generator().manual_seed(seed))
+    return TensorDataset(x, torch.tanh(x @ w1) @ w2)
+
+
+def devices(text: str) -> str | int | list[int]:
+    """--devices: 'auto', a count ('2'), or device indices ('0,1')."""
+    if text == "auto":
+        return text
+    if "," in text:
+        return [int(i) for i in text.split(",") if i]
+    return int(text)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--strategy", default="ddp_bf16", help="ddp_bf16 (this example's strategy), or a built-in name such as ddp")
+    p.add_argument("--devices", type=devices, default=2, help="processes (CPU) or GPUs; 'auto' under torchrun")
+    p.add_argument("--precision", default="32", help="32, bf16-mixed, 16-mixed (CUDA only)")
+    p.add_argument("--max-epochs", type=int, default=5)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--log-dir", default="runs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=64, help="per process")
+    p.add_argument("--n-train", type=int, default=8192)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    seed_everything(args.seed)
+    strategy = BF16AllReduceDDP() if args.strategy == BF16AllReduceDDP.name else args.strategy
+    train = DataLoader(teacher_data(args.n_train, seed=args.seed), batch_size=args.batch_size, shuffle=True)
+    val = DataLoader(teacher_data(2048, seed=args.seed + 1), batch_size=256)
+    model = Student()
+    trainer = Trainer(
+        strategy=strategy, devices=args.devices, precision=args.precision, max_epochs=args.max_epochs,
+        max_steps=args.max_steps, log_dir=args.log_dir, seed=args.seed,
+    )
+    trainer.fit(model, train, val)
+    print(f"val_loss {trainer.callback_metrics['val_loss']:.4f} after {trainer.global_step} steps "
+          f"with strategy {trainer.strategy.name!r}; checkpoint {trainer.checkpoint_callback.last_model_path}")
+
+
+if __name__ == "__main__":
+    main()

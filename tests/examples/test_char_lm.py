@@ -1,0 +1,42 @@
+"""examples/char_lm.py: the README's first command, run small."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from tests.examples._run import load_example, only_run_dir, run_example, scalar_tags
+
+TINY = (
+    "--corpus-mb", "0.05", "--batch-size", "4", "--block-size", "16", "--d-model", "16", "--n-layers", "1",
+    "--n-heads", "2", "--sample-chars", "60",
+)
+
+
+def test_trains_logs_checkpoints_and_prints_a_sample(script_env):
+    output = run_example("char_lm", *TINY, "--max-steps", "3", "--log-dir", "tb", env=script_env)
+
+    sample = output.split("--- sample from the checkpoint (temperature 0.8) ---\n", 1)
+    assert len(sample) == 2, output
+    assert sample[1].startswith("def ") and len(sample[1].rstrip("\n")) >= 4 + 60 - 1
+    assert "val_bpc" in output
+
+    run_dir = only_run_dir("tb")
+    scalars = scalar_tags(run_dir)
+    assert [step for step, _ in scalars["train_loss"]] == [1, 2, 3]  # every step
+    assert len(scalars["val_bpc"]) == 1 and 0 < scalars["val_bpc"][0][1] < 8  # once, at the (cut) epoch's end
+
+    # The checkpoint contract: hparams rebuild the bare model, and "model" loads into it.
+    ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)
+    char_lm = load_example("char_lm")
+    model = char_lm.CharLM(**ckpt["hparams"])
+    model.load_state_dict(ckpt["model"])
+    assert ckpt["hparams"]["d_model"] == 16 and ckpt["loop"]["global_step"] == 3
+
+
+def test_ddp_on_two_processes(script_env):
+    output = run_example("char_lm", *TINY, "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--log-dir", "tb", env=script_env)
+    assert "world size 2" in output
+    assert "--- sample from the checkpoint" in output
+    assert torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)["loop"]["world_size"] == 2
