@@ -14,14 +14,16 @@ Run it (from the repository root):
     python examples/char_lm.py --strategy ddp --devices 2     # two processes (gloo on a CPU)
     python examples/char_lm.py --precision bf16-mixed --max-steps 200
 
-Measured with the defaults on a 2-core CPU (Python 3.11's standard library, torch 2.13):
-validation 2.06 bpc after 2 epochs (454 steps) in about 60 s of training. For scale: a
-uniform guess over the 97 symbols is 6.6 bpc, and "always a space" about 5 bpc.
+Measured with the defaults on this project's 2-core CPU (Python 3.11's standard library,
+torch 2.13, 2 epochs = 886 steps of 64 windows x 64 characters): validation 2.07 bpc
+(1.43 nats per character) on the held-out files, 68 s of training, 70 s for the whole
+command. The same --seed gives the same metric on a rerun. For scale: a uniform guess
+over the 98 symbols is 6.6 bpc, and a guess from character frequencies alone 4.5 bpc.
 
 The model is a tiny GPT (2 layers, 128 wide, 0.43 M parameters) rather than a GRU: a
-transformer computes all 128 positions of a window in parallel, which keeps two CPU
-cores busy with large matrix products, while a GRU walks the window one character at a
-time and learned less per second in our measurements.
+transformer computes all 64 positions of a window at once, in large matrix products that
+keep both cores busy, while a GRU walks the window one character at a time; in a quick
+measurement here a GRU of the same size processed several times fewer characters per second.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from trainer import Trainer, TrainModule, seed_everything
 # --- data ------------------------------------------------------------------------------
 # A fixed vocabulary (newline, tab and printable ASCII) so that ids mean the same thing on
 # every machine, and a checkpoint never needs the corpus to be decoded. Anything else
-# (a rare non-ASCII character in a docstring) becomes UNKNOWN.
+# (a rare non-ASCII character in a docstring) becomes UNKNOWN, shown as "?" in samples.
 CHARS = "\n\t" + "".join(chr(c) for c in range(32, 127))
 UNKNOWN = len(CHARS)
 VOCAB_SIZE = len(CHARS) + 1
@@ -54,7 +56,12 @@ def encode(text: str) -> torch.Tensor:
 
 
 def decode(ids: torch.Tensor) -> str:
-    return "".join(CHARS[i] if i < UNKNOWN else "\N{REPLACEMENT CHARACTER}" for i in ids.tolist())
+    return "".join(CHARS[i] if i < UNKNOWN else "?" for i in ids.tolist())  # "?": prints on any console
+
+
+# Modules that are mostly data tables (locale aliases, Unicode tables, build settings): they
+# would teach the model to write tables, not code.
+_DATA_TABLES = ("locale.py", "stringprep.py", "_sysconfigdata")
 
 
 def stdlib_corpus(max_mb: float, val_every: int = 10) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -66,7 +73,7 @@ def stdlib_corpus(max_mb: float, val_every: int = 10) -> tuple[torch.Tensor, tor
     """
     root = os.path.dirname(os.__file__)
     names = sorted(
-        (n for n in os.listdir(root) if n.endswith(".py") and not n.startswith("_sysconfigdata")),
+        (n for n in os.listdir(root) if n.endswith(".py") and not n.startswith(_DATA_TABLES)),
         key=lambda n: zlib.crc32(n.encode()),
     )
     train, val, val_names, total = [], [], [], 0
@@ -76,9 +83,11 @@ def stdlib_corpus(max_mb: float, val_every: int = 10) -> tuple[torch.Tensor, tor
         with open(os.path.join(root, name), encoding="utf-8", errors="replace") as f:
             text = f.read()
         total += len(text)
-        (val if i % val_every == 0 else train).append(text)
         if i % val_every == 0:
+            val.append(text)
             val_names.append(name)
+        else:
+            train.append(text)
     return encode("".join(train)), encode("".join(val)), val_names
 
 
@@ -219,7 +228,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
     p.add_argument("--log-dir", default="runs", help="TensorBoard logs and checkpoints go under here")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--corpus-mb", type=float, default=1.0, help="megabytes of standard-library source to read")
+    p.add_argument("--corpus-mb", type=float, default=2.0, help="megabytes of standard-library source to read")
     p.add_argument("--batch-size", type=int, default=64, help="windows per step (per process under ddp)")
     p.add_argument("--block-size", type=int, default=64, help="characters of context")
     p.add_argument("--d-model", type=int, default=128)
@@ -256,8 +265,8 @@ def main(argv: list[str] | None = None) -> None:
 
     m = trainer.callback_metrics
     print(
-        f"\nval_bpc {m['val_bpc']:.3f} (val_loss {m['val_loss']:.3f} nats/char) after {trainer.current_epoch} "
-        f"epoch(s), {trainer.global_step} steps, {took:.0f} s"
+        f"\nval_bpc {m['val_bpc']:.3f} (val_loss {m['val_loss']:.3f} nats/char) after {trainer.global_step} steps "
+        f"in {took:.0f} s"
     )
     print(f"TensorBoard logs: {trainer.run_dir}  (tensorboard --logdir {args.log_dir})")
     # The checkpoint contract: plain tensors under "model", the constructor's arguments under "hparams".

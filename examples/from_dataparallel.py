@@ -62,7 +62,8 @@ accuracy in 3 epochs (well under a minute).
 #     outputs onto GPU 0, where the loss is computed (so GPU 0 runs out of memory first).
 #     strategy="dp" runs the whole training_step in each replica on its slice of the batch:
 #     the loss is computed per replica, and only the scalar losses are combined, as a mean
-#     weighted by slice size. Loss and gradients equal those of one device on the whole batch.
+#     weighted by slice size. For a mean loss like this one, loss and gradients equal those of
+#     one device on the whole batch (BatchNorm statistics stay per replica, as with DataParallel).
 #     The DataLoader's batch_size stays the global batch, split across the GPUs, as before.
 # (6) print(loss)  ->  self.log("train_loss", loss): progress bar, TensorBoard (--log-dir),
 #     and epoch means; self.log in validation_step gives val_loss/val_acc per epoch.

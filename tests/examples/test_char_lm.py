@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from tests.examples._run import load_example, only_run_dir, run_example, scalar_tags
+
+
+pytestmark = pytest.mark.slow  # each test runs the example in a fresh Python (and DDP workers)
 
 TINY = (
     "--corpus-mb", "0.05", "--batch-size", "4", "--block-size", "16", "--d-model", "16", "--n-layers", "1",

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from tests.examples._run import load_example, only_run_dir, run_example, scalar_tags
+
+
+pytestmark = pytest.mark.slow  # each test runs the example in a fresh Python (and DDP workers)
 
 
 def test_dp_run_writes_logs_and_a_checkpoint_the_bare_net_loads(script_env):
