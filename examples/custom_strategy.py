@@ -1,11 +1,12 @@
 """A strategy of your own: DDP that all-reduces gradients in bfloat16, half the bytes of float32.
 
 What it shows: the strategy extension point. ``BF16AllReduceDDP`` subclasses the built-in
-``strategies.DDPStrategy`` and overrides two methods: ``setup_module`` registers a DDP
-communication hook (https://pytorch.org/docs/stable/ddp_comm_hooks.html) on the wrapped
-model, and ``teardown`` prints what the hook did. Everything else (spawning processes,
-sharding the data, checkpoints without ``module.`` keys) is inherited. The Trainer takes
-the instance like a name: ``Trainer(strategy=BF16AllReduceDDP(), devices=2)``.
+``strategies.DDPStrategy`` and overrides two methods that matter: ``setup_module`` registers
+a DDP communication hook (https://pytorch.org/docs/stable/ddp_comm_hooks.html) on the
+wrapped model, and ``teardown`` prints what the hook did (``describe`` only adds to the
+log line). Everything else (spawning processes, sharding the data, checkpoints without
+``module.`` keys) is inherited. The Trainer takes the instance like a name:
+``Trainer(strategy=BF16AllReduceDDP(), devices=2)``.
 
 Why bfloat16: on a slow interconnect the gradient all-reduce dominates the step, and
 sending 2 bytes per value instead of 4 halves it. bfloat16 keeps float32's exponent range,
@@ -46,14 +47,14 @@ class CompressionStats:
     all_reduces: int = 0
     float32_bytes: int = 0  # what plain DDP would have sent
     sent_bytes: int = 0
-    rounding_error_sum: float = 0.0  # relative error of the bfloat16 cast, summed over calls
+    rounding_error_sum: float | torch.Tensor = 0.0  # relative error of the bf16 cast, summed over calls
 
     def summary(self) -> str:
         mb = 1e6
         return (
             f"bf16 all-reduce: {self.all_reduces} bucket all-reduces sent {self.sent_bytes / mb:.2f} MB instead "
             f"of {self.float32_bytes / mb:.2f} MB of float32 gradients ({self.float32_bytes / max(self.sent_bytes, 1):.1f}x "
-            f"less); mean relative rounding error {100 * self.rounding_error_sum / max(self.all_reduces, 1):.2f}%"
+            f"less); mean relative rounding error {100 * float(self.rounding_error_sum) / max(self.all_reduces, 1):.2f}%"
         )
 
 
@@ -65,7 +66,8 @@ def bf16_allreduce_hook(stats: CompressionStats, bucket: dist.GradBucket) -> tor
     stats.all_reduces += 1
     stats.float32_bytes += grads.numel() * grads.element_size()
     stats.sent_bytes += packed.numel() * packed.element_size()
-    stats.rounding_error_sum += float((packed.float() * dist.get_world_size() - grads).norm() / grads.norm().clamp_min(1e-30))
+    # Kept as a tensor: reading it here would stall a GPU on every bucket.
+    stats.rounding_error_sum += ((packed.float() * dist.get_world_size() - grads).norm() / grads.norm().clamp_min(1e-30)).detach()
 
     def unpack(fut: torch.futures.Future) -> torch.Tensor:
         grads.copy_(fut.value()[0])  # the average, back into the float32 bucket in place

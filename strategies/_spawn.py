@@ -173,6 +173,10 @@ def _worker(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank), LOCAL_RANK=str(local_rank),
         WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK="0",
     )
+    # Ranks share the machine's cores. Uncapped, each CPU rank uses them all and they fight:
+    # 2 ranks on 2 cores ran 100 steps in 39 s instead of 20 s. torchrun sets OMP_NUM_THREADS=1.
+    if "OMP_NUM_THREADS" not in os.environ and not torch.cuda.is_available():
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // nprocs))
     # The caller's seed at fit time, even if re-importing the script re-seeded this process.
     if global_seed is None:
         os.environ.pop(SEED_ENV, None)
