@@ -137,24 +137,23 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
     return callbacks
 
 
-def interval(name: str, value: Any) -> int | float | None:
+def _fraction_or_count(name: str, value: Any, of: str, minimum: int) -> int | float | None:
+    """None, a float fraction in (0, 1], or an int count >= ``minimum``."""
     if value is None:
         return None
     if isinstance(value, float):
         if not 0.0 < value <= 1.0:
-            raise ValueError(f"{name}={value!r}: a float is a fraction of the epoch in (0, 1].")
+            raise ValueError(f"{name}={value!r}: a float is a fraction of the {of} in (0, 1]; an int is a count.")
         return value
-    return positive_int(name, value)
+    return positive_int(name, value, minimum=minimum)
+
+
+def interval(name: str, value: Any) -> int | float | None:
+    return _fraction_or_count(name, value, "epoch", minimum=1)
 
 
 def limit(name: str, value: Any, allow_zero: bool = True) -> int | float | None:
-    if value is None:
-        return None
-    if isinstance(value, float):
-        if not 0.0 < value <= 1.0:
-            raise ValueError(f"{name}={value!r}: a float is a fraction of the batches in (0, 1]; an int is a count.")
-        return value
-    return positive_int(name, value, minimum=0 if allow_zero else 1)
+    return _fraction_or_count(name, value, "batches", minimum=0 if allow_zero else 1)
 
 
 def check_ckpt_path(ckpt_path: Any) -> None:
