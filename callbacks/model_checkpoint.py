@@ -59,6 +59,10 @@ class ModelCheckpoint(Callback):
         self.every_n_train_steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, allow_none=True)
         self.every_n_epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, allow_none=True)
         self._template()  # a bad filename fails now, not at the first save after an epoch of training
+        if self.every_n_train_steps is not None:
+            # Attached only when saving by steps: the loop calls a hook on every batch, but only
+            # the hooks a callback has (Callback's docstring), so epoch-only saving costs nothing there.
+            self.on_train_batch_end = self._save_by_steps
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
         self.best_model_path = ""
         self.last_model_path = ""
@@ -90,7 +94,8 @@ class ModelCheckpoint(Callback):
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._step_seen = trainer.global_step
 
-    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def _save_by_steps(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """``on_train_batch_end`` when ``every_n_train_steps`` is set."""
         if trainer.global_step == self._step_seen:
             return  # an accumulation micro-batch: its gradients are not in any state we could save
         self._step_seen = trainer.global_step

@@ -22,8 +22,8 @@ class ProgressBar(Callback):
     """One bar per training epoch (batches, step, loss, ``prog_bar=True`` values) and a
     short-lived one for each validation, test or predict run. Global rank 0 only.
 
-    Refreshed at most every ``refresh_s`` seconds: between refreshes a step costs a counter
-    increment and a clock read (the loss is read off the device only at a refresh). Without
+    Refreshed at most every ``refresh_s`` seconds: between refreshes a step costs a clock
+    read (the loss is read off the device only at a refresh). Without
     a terminal (CI logs, files) it prints a plain line every ``line_every_s`` seconds and one
     per epoch instead of carriage-return updates.
     """
@@ -35,7 +35,6 @@ class ProgressBar(Callback):
         self._eval_bar: tqdm | None = None
         self._active = False
         self._tty = False
-        self._pending = 0  # batches since the last refresh
         self._next = 0.0  # perf_counter time of the next refresh
         self._epoch_t0 = 0.0
         self._first_batch = 0  # a resumed epoch starts past the batches it already ran
@@ -47,11 +46,11 @@ class ProgressBar(Callback):
     # --- training ----------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
         if not self._active:
+            self._next = float("inf")  # never due: other ranks only pay the comparison
             return
         total = trainer.num_training_batches
         self._epoch_t0 = time.perf_counter()
         self._next = self._epoch_t0 + (self.refresh_s if self._tty else self.line_every_s)
-        self._pending = 0
         self._first_batch = trainer.state.batch_in_epoch
         if self._tty:
             from tqdm import tqdm
@@ -62,16 +61,13 @@ class ProgressBar(Callback):
             )
 
     def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if not self._active:
-            return
-        self._pending += 1
         now = time.perf_counter()
-        if now < self._next:
+        if now < self._next:  # all that most steps do here
             return
         self._next = now + (self.refresh_s if self._tty else self.line_every_s)
         values = self._values(trainer, outputs)
         if self._bar is not None:
-            self._bar.update(self._pending)
+            self._bar.update(batch_idx + 1 - self._bar.n)
             self._bar.set_postfix(values, refresh=True)
         else:
             total = trainer.num_training_batches
@@ -79,7 +75,6 @@ class ProgressBar(Callback):
             rate = (batch_idx + 1 - self._first_batch) / max(now - self._epoch_t0, 1e-9)
             shown = "".join(f" {k}={v}" for k, v in values.items())
             _line(f"epoch {trainer.current_epoch} batch {batch_idx + 1}{of}{shown} ({rate:.1f} batches/s)")
-        self._pending = 0
 
     def _values(self, trainer: Trainer, outputs: Any) -> dict[str, str]:
         values = {"step": str(trainer.global_step)}
@@ -97,14 +92,13 @@ class ProgressBar(Callback):
         shown = {"step": str(trainer.global_step)}
         shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in trainer.prog_bar_names)
         if self._bar is not None:
-            self._bar.update(self._pending)
+            self._bar.update(trainer.state.batch_in_epoch - self._bar.n)
             self._bar.set_postfix(shown, refresh=True)
             self._bar.close()
             self._bar = None
         else:
             took = time.perf_counter() - self._epoch_t0
             _line(f"epoch {trainer.current_epoch} done in {took:.1f}s" + "".join(f" {k}={v}" for k, v in shown.items()))
-        self._pending = 0
 
     # --- validation, test, predict: a bar while they run, on a terminal ----------------
     def _eval_start(self, desc: str) -> None:

@@ -47,10 +47,9 @@ class TensorBoardLogger(Callback):
         # The step the last fit reached: standalone validate/test write there, at the end of the
         # fit's curves where those weights belong, rather than back at step 0.
         self.fit_step = 0
-        self._last_step = -1
         self._clock: tuple[float, int, int] | None = None  # (time, step, samples) at the last write
         self._paused_at: float | None = None
-        self._pending: list[tuple[int, float, list[tuple[str, float]]]] = []  # (step, wall time, scalars)
+        self._pending: list[tuple[int, float, tuple[Any, ...]]] = []  # (step, wall time, _scalars' arguments)
         self._handed_off = 0.0  # perf_counter at the last hand-off
 
     # --- opening and closing -----------------------------------------------------------
@@ -94,33 +93,37 @@ class TensorBoardLogger(Callback):
 
     # --- training ----------------------------------------------------------------------
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._last_step = trainer.global_step  # a resumed run already wrote this step
         self._clock = (time.perf_counter(), trainer.global_step, trainer.samples_seen)
         self._handed_off = self._clock[0]
 
-    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        # Under gradient accumulation several batches end at the same step: write it once.
-        if self.writer is None or step % trainer.log_every_n_steps or step == self._last_step:
+    def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
+        if self.writer is None:
             return
-        self._last_step = step
-        scalars = list(trainer.step_metrics().items())
-        groups = trainer.optimizer.param_groups
-        for i, group in enumerate(groups):
-            # float() now: a tensor lr is updated in place by schedulers, so read it at this step.
-            scalars.append(("lr" if len(groups) == 1 else f"lr/group{i}", float(group["lr"])))
-        if trainer.grad_norm is not None:
-            scalars.append(("grad_norm", float(trainer.grad_norm)))
-        scalars.append(("epoch", trainer.current_epoch))
-        now, samples = time.perf_counter(), trainer.samples_seen
+        step, samples, now = trainer.state.global_step, trainer.samples_seen, time.perf_counter()
+        rates = None
         if self._clock is not None and now > self._clock[0]:
             t0, s0, n0 = self._clock
-            scalars.append(("throughput/steps_per_sec", (step - s0) / (now - t0)))
-            scalars.append(("throughput/samples_per_sec", (samples - n0) * trainer.world_size / (now - t0)))
+            rates = ((step - s0) / (now - t0), (samples - n0) * trainer.world_size / (now - t0))
         self._clock = (now, step, samples)
-        self._pending.append((step, time.time(), scalars))
+        lrs = [float(g["lr"]) for g in trainer.optimizer.param_groups]  # float(): schedulers update tensors in place
+        grad_norm = None if trainer.grad_norm is None else float(trainer.grad_norm)
+        # The scalars list is built at the hand-off, off the training steps.
+        self._pending.append((step, time.time(), (metrics, lrs, grad_norm, trainer.state.current_epoch, rates)))
         if now - self._handed_off >= _HAND_OFF_S:
             self._hand_off()
+
+    @staticmethod
+    def _scalars(metrics: dict[str, float], lrs: list[float], grad_norm: float | None, epoch: int,
+                 rates: tuple[float, float] | None) -> list[tuple[str, float]]:
+        """One logged step's scalars: the values, lr, grad_norm, epoch and throughput."""
+        scalars = list(metrics.items())
+        scalars += [("lr" if len(lrs) == 1 else f"lr/group{i}", lr) for i, lr in enumerate(lrs)]
+        if grad_norm is not None:
+            scalars.append(("grad_norm", grad_norm))
+        scalars.append(("epoch", epoch))
+        if rates is not None:
+            scalars += [("throughput/steps_per_sec", rates[0]), ("throughput/samples_per_sec", rates[1])]
+        return scalars
 
     def _hand_off(self) -> None:
         """Give the pending training scalars to the writer: one event per logged step."""
@@ -128,8 +131,8 @@ class TensorBoardLogger(Callback):
         if self.writer is not None and self._pending:
             from tensorboard.compat.proto.summary_pb2 import Summary
 
-            for step, walltime, scalars in self._pending:
-                values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in scalars]
+            for step, walltime, parts in self._pending:
+                values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in self._scalars(*parts)]
                 self.writer.file_writer.add_summary(Summary(value=values), step, walltime)
         self._pending.clear()
 

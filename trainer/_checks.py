@@ -88,17 +88,23 @@ def loss_of(output: Any) -> torch.Tensor:
     )
 
 
-def bad_loss(loss: torch.Tensor) -> None:
-    if loss.ndim:
-        raise ValueError(
+def bad_loss(loss: torch.Tensor) -> ValueError | None:
+    """Why backward() refused ``loss``, in the user's terms; None if the loss was not the problem.
+
+    Asked only after backward() failed, so that a good loss costs no checks on every step.
+    """
+    if loss.ndim and loss.numel() != 1:
+        return ValueError(
             f"training_step returned a loss of shape {tuple(loss.shape)}; it must be a scalar. "
             "Reduce it, e.g. loss.mean()."
         )
-    raise ValueError(
-        "training_step returned a loss that does not require grad, so backward() cannot train "
-        "anything. Compute it from the model's outputs, and don't call .detach(), .item() or "
-        "torch.no_grad() on the way."
-    )
+    if not loss.requires_grad:
+        return ValueError(
+            "training_step returned a loss that does not require grad, so backward() cannot train "
+            "anything. Compute it from the model's outputs, and don't call .detach(), .item() or "
+            "torch.no_grad() on the way."
+        )
+    return None
 
 
 def check_model(model: Any, needs_training_step: bool = True) -> None:

@@ -1,7 +1,9 @@
 """What ``self.log`` writes into: latest per-step values and batch-size-weighted epoch means.
 
-The hot path (``log``) only appends detached tensors to lists; nothing is synced with
-the device until a value is read (at the logging cadence or at the end of an epoch).
+``log`` runs on every step, so it does little. A value on an accelerator is kept as a
+detached tensor, and nothing waits for the device until it is read (at the logging cadence or
+at the end of an epoch). A value on the CPU, or a plain number, is read at once and added to
+a running float64 sum: there is nothing to wait for, and nothing needs to be kept.
 """
 
 from __future__ import annotations
@@ -33,54 +35,52 @@ _COLLAPSE_AT = 256  # bound memory on long epochs: fold the pending values every
 
 
 class _Series:
+    """One name's batch-size-weighted sum. CPU values are added to ``total`` as they come;
+    device tensors wait in ``values`` (with their ``weights``) and are folded in every
+    ``_COLLAPSE_AT`` values, or when read."""
+
     __slots__ = ("values", "weights", "total", "weight", "prog_bar")
 
     def __init__(self, prog_bar: bool) -> None:
         self.values: list[torch.Tensor] = []
         self.weights: list[float] = []
-        self.total: torch.Tensor | None = None
+        self.total: float | torch.Tensor = 0.0  # a device tensor once device values were folded in
         self.weight = 0.0
         self.prog_bar = prog_bar
 
     def collapse(self) -> None:
-        if not self.values:
+        values, weights = self.values, self.weights
+        if not values:
             return
-        dtype = self.values[0].dtype
-        if all(v.dtype == dtype for v in self.values):
+        device = values[0].device
+        if all(v.dtype == values[0].dtype and v.device == device for v in values):
             # One stack, then one cast: the same float64 values, at a tenth of the cost.
-            values = torch.stack(self.values).to(torch.float64)
+            stacked = torch.stack(values).to(torch.float64)
         else:  # stack would promote, e.g. int64 with float32 to float32, and lose digits
-            values = torch.stack([v.to(torch.float64) for v in self.values])
-        weights = torch.tensor(self.weights, dtype=torch.float64, device=values.device)
-        part = (values * weights).sum()
-        self.total = part if self.total is None else self.total + part.to(self.total.device)
-        self.weight += sum(self.weights)
-        self.values.clear()
-        self.weights.clear()
+            stacked = torch.stack([v.to(device, torch.float64) for v in values])
+        self.total = self.total + (stacked * torch.tensor(weights, dtype=torch.float64, device=device)).sum()
+        self.weight += sum(weights)
+        values.clear()
+        weights.clear()
 
 
 class MetricSink:
     """Collects the values logged during one phase (a training epoch, a validation run)."""
 
     def __init__(self) -> None:
-        self.latest: dict[str, torch.Tensor | float] = {}
+        self.latest: dict[str, float | torch.Tensor] = {}
         self.prog_bar: set[str] = set()
         self._series: dict[str, _Series] = {}
         self.batch_size: int = 1  # set by the loop for each batch
+        self.on_device = False  # whether a value was logged on an accelerator (kept as a tensor)
 
     def log(self, name: str, value: Any, prog_bar: bool = False, batch_size: int | None = None) -> None:
-        series = self._series.get(name)
-        if series is None:
-            series = self._new_series(name, value, prog_bar)
-        if isinstance(value, torch.Tensor):
-            value = value.detach()
-        else:
-            value = torch.tensor(float(value), dtype=torch.float64)
-        self.latest[name] = value
-        series.values.append(value)
-        series.weights.append(self.batch_size if batch_size is None else batch_size)
-        if len(series.values) >= _COLLAPSE_AT:
-            series.collapse()
+        """Record ``value`` in this sink (``log_metric`` records into the current one)."""
+        previous = set_sink(self)
+        try:
+            log_metric(name, value, prog_bar=prog_bar, batch_size=batch_size)
+        finally:
+            set_sink(previous)
 
     def _new_series(self, name: str, value: Any, prog_bar: bool) -> _Series:
         # Checked once per name, so the per-step path stays a dict lookup and an append.
@@ -106,20 +106,22 @@ class MetricSink:
         names = [n for n in parts[0][0].latest]
         total = sum(w for _, w in parts)
         for name in names:
-            value = sum(s.latest[name].to(parts[0][0].latest[name].device) * (w / total) for s, w in parts)
+            latest = [torch.as_tensor(s.latest[name]) for s, _ in parts]
+            value = sum(v.to(latest[0].device) * (w / total) for v, (_, w) in zip(latest, parts))
             prog = any(name in s.prog_bar for s, _ in parts)
             self.log(name, value, prog_bar=prog, batch_size=total)
 
     def state_dict(self) -> dict[str, Any]:
         """The values logged so far, as CPU tensors: a mid-epoch checkpoint carries them so that
-        the resumed epoch's means (and whatever monitors them) come out as if never stopped."""
+        the resumed epoch's means (and whatever monitors them) come out as if never stopped.
+        Device values not yet folded in stay separate, so saving changes no rounding."""
         series = {
             name: {
+                "total": torch.as_tensor(s.total, dtype=torch.float64).detach().cpu(),
+                "weight": s.weight,
                 "values": torch.stack([v.detach().to("cpu", torch.float64).reshape(()) for v in s.values])
                 if s.values else torch.zeros(0, dtype=torch.float64),
                 "weights": list(s.weights),
-                "total": None if s.total is None else s.total.detach().cpu(),
-                "weight": s.weight,
                 "prog_bar": s.prog_bar,
             }
             for name, s in self._series.items()
@@ -128,36 +130,43 @@ class MetricSink:
         return {"series": series, "latest": latest}
 
     def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
+        """Put back ``state_dict()``: as floats on the CPU, as float64 tensors on ``device`` elsewhere."""
+        on_cpu = device.type == "cpu"
         for name, saved in state["series"].items():
             series = self._series[name] = _Series(saved["prog_bar"])
-            # float64 holds every float32 exactly, and collapse() computes in float64 anyway.
-            series.values = list(saved["values"].to(device).unbind())
-            series.weights = list(saved["weights"])
-            series.total = None if saved["total"] is None else saved["total"].to(device)
             series.weight = saved["weight"]
+            if on_cpu:
+                series.total = float(saved["total"])
+                for value, weight in zip(saved["values"].tolist(), saved["weights"]):
+                    series.total += value * weight
+                    series.weight += weight
+            else:
+                series.total = saved["total"].to(device)
+                series.values = list(saved["values"].to(device).unbind())
+                series.weights = list(saved["weights"])
             if saved["prog_bar"]:
                 self.prog_bar.add(name)
-        self.latest.update(state["latest"])
+        self.latest.update({n: float(v) if on_cpu else v.to(device) for n, v in state["latest"].items()})
+        self.on_device = self.on_device or not on_cpu
 
     def latest_floats(self) -> dict[str, float]:
         """The most recent value of each name, as floats (syncs with the device once)."""
-        if not self.latest:
-            return {}
-        if all(not isinstance(v, torch.Tensor) or v.is_cpu for v in self.latest.values()):
-            # Nothing to sync with a device: reading each value is cheaper than stacking them.
-            return {n: float(v) for n, v in self.latest.items()}
-        names = list(self.latest)
-        values = torch.stack([torch.as_tensor(self.latest[n]).to(torch.float64).cpu().reshape(()) for n in names])
-        return dict(zip(names, values.tolist()))
+        latest = dict(self.latest)
+        if not self.on_device:  # all numbers already
+            return latest
+        on_device = [n for n, v in latest.items() if isinstance(v, torch.Tensor)]
+        if on_device:
+            values = torch.stack([latest[n].to(torch.float64).reshape(()).cpu() for n in on_device]).tolist()
+            latest.update(zip(on_device, values))
+        return {n: float(v) for n, v in latest.items()}
 
     def epoch_means(self, reduce: Reducer | None = None) -> dict[str, float]:
         """Batch-size-weighted means of everything logged, reduced across processes."""
         parts: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for name, series in self._series.items():
             series.collapse()
-            if series.total is None:
-                continue
-            parts[name] = (series.total.reshape(()), torch.tensor(series.weight, dtype=torch.float64))
+            total = torch.as_tensor(series.total, dtype=torch.float64).reshape(())
+            parts[name] = (total, torch.tensor(series.weight, dtype=torch.float64))
         if reduce is not None:
             parts = reduce(parts)
         means = {}
@@ -165,3 +174,38 @@ class MetricSink:
             w = float(weight)
             means[name] = float(total) / w if w > 0 else math.nan
         return means
+
+
+def log_metric(name: str, value: Any, *, prog_bar: bool = False, batch_size: int | None = None) -> None:
+    """Record a scalar in the current step's sink: what ``TrainModule.log`` is.
+
+    One function, not a method calling the sink's: it runs for every value on every step,
+    where each call costs about a microsecond (benchmarks/overhead.py).
+    """
+    sink = getattr(_local, "sink", None)
+    if sink is None:
+        raise RuntimeError(
+            f"self.log({name!r}, ...) was called outside a step. Call it from training_step, "
+            "validation_step, test_step or predict_step while the Trainer runs them."
+        )
+    series = sink._series.get(name)
+    if series is None:
+        series = sink._new_series(name, value, prog_bar)
+    weight = sink.batch_size if batch_size is None else batch_size
+    if isinstance(value, torch.Tensor):
+        if not value.is_cpu:
+            sink.on_device = True
+            sink.latest[name] = value = value.detach()
+            series.values.append(value)
+            series.weights.append(weight)
+            if len(series.values) >= _COLLAPSE_AT:
+                series.collapse()
+            return
+        value = value.tolist()  # a number, like item(), at a quarter of detach().item()'s cost
+        while type(value) is list:  # shape (1,) or (1, 1): a scalar by numel
+            value = value[0]
+    else:
+        value = float(value)
+    sink.latest[name] = value
+    series.total += value * weight
+    series.weight += weight

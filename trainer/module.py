@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .metrics import _local
+from .metrics import log_metric
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -40,15 +40,10 @@ class TrainModule(nn.Module):
     def configure_optimizers(self) -> Any:
         return None
 
-    def log(self, name: str, value: Any, *, prog_bar: bool = False, batch_size: int | None = None) -> None:
-        """Record a scalar. Inside a step it is kept per step and as a batch-size-weighted epoch mean."""
-        sink = getattr(_local, "sink", None)  # current_sink(), one call less on every step
-        if sink is None:
-            raise RuntimeError(
-                f"self.log({name!r}, ...) was called outside a step. Call it from training_step, "
-                "validation_step, test_step or predict_step while the Trainer runs them."
-            )
-        sink.log(name, value, prog_bar, batch_size)
+    #: ``self.log(name, value, *, prog_bar=False, batch_size=None)``: record a scalar. Inside a
+    #: step it is kept per step and as a batch-size-weighted epoch mean (``batch_size``
+    #: defaults to the batch's). A plain function, so that each call is one call.
+    log = staticmethod(log_metric)
 
     def save_hyperparameters(self, **extra: Any) -> None:
         """Record the calling ``__init__``'s arguments (plus ``extra``) in ``self.hparams``.

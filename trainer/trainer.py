@@ -24,7 +24,7 @@ from ._hooks import Hooks
 from ._run_dir import run_dir
 from ._resume import Resume, capture, resolve_path
 from ._signals import Interrupted, StopSignals
-from .data import batch_size, loader_length
+from .data import batch_size, loader_length, uniform_batches
 from .metrics import MetricSink, set_sink
 from .module import TrainModule
 from .optim import OptimizerSetup, resolve_optimizers
@@ -118,7 +118,9 @@ class Trainer:
         self.logged_metrics: dict[str, float] = {}  # the epoch means of the phase that just ended
         self.train_epoch_metrics: dict[str, float] = {}  # the last training epoch's means
         self.prog_bar_names: set[str] = set()  # names logged with prog_bar=True
-        self.samples_seen = 0  # training samples this process has stepped through in this fit
+        # Training samples this process has stepped through, updated every log_every_n_steps steps
+        # and at each epoch's end (TensorBoard's throughput reads it then).
+        self.samples_seen = 0
         self.run_dir: str | None = None  # <log_dir>/<name>/version_<n>, set by the TensorBoard logger
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
@@ -130,7 +132,8 @@ class Trainer:
         self._precision: Precision | None = None
         self._hooks = Hooks([])
         self._signals = StopSignals()
-        self._skip_step = False
+        self._skip_step = False  # set by skip_optimizer_step() for the step about to happen
+        self._step_skipped = False  # whether the last optimizer step was skipped
         self._train_sink: MetricSink | None = None
         self._step_cache: tuple[int, dict[str, float]] = (-1, {})
         self._epoch_complete = False
@@ -390,14 +393,16 @@ class Trainer:
                 on_train_epoch_start
                 for each batch (a resumed run skips the consumed ones at the sampler):
                     on_train_batch_start
-                    no gradient sync unless this micro-batch completes an accumulation group:
-                        loss = strategy.run_step("training_step")   # split, compute, combine
-                        on_before_backward
-                        backward(loss / group size)
-                        on_after_backward
+                    strategy.no_backward_sync() held from an accumulation group's first
+                    micro-batch until its last one starts (no gradient sync until then)
+                    loss = strategy.run_step("training_step")   # split, compute, combine
+                    on_before_backward
+                    backward(loss / group size)
+                    on_after_backward
                     if the group is complete:
                         unscale, clip, on_before_optimizer_step, optimizer step, zero_grad
                         scheduler step (interval="step")
+                        every log_every_n_steps steps: NaN/Inf loss check, on_train_log
                     validation loop if val_check_interval is due
                     on_train_batch_end            # the step boundary: step checkpoints
                     stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
@@ -442,49 +447,116 @@ class Trainer:
         hooks.call("on_fit_end", self, model)
 
     def _train_epoch(self, model: TrainModule, loader: Any, val_loader: Any, resume: Resume, sink: MetricSink) -> bool:
-        """One epoch's batches; returns True if fit must stop before the epoch's end."""
+        """One epoch's batches; returns True if fit must stop before the epoch's end.
+
+        The body runs once per batch, between a data load and a model step that push it out of
+        the CPU's caches: there, each Python function it calls costs about a microsecond, not
+        the tens of nanoseconds a micro-benchmark shows (benchmarks/overhead.py). So the
+        common path calls none of its own. Whatever is fixed for the run is read into locals
+        first, and what a run does not use (accumulation, hooks, clipping, a gradient
+        scaler, a strategy's own backward, a stop request) costs a comparison.
+        """
+        from strategies.base import Strategy  # here: strategies imports this package first
+
         state, hooks, strategy, opt = self.state, self._hooks, self._strategy, self._opt
-        accumulate, limit = self.accumulate_grad_batches, self.num_training_batches
+        accumulate, limit, log_every = self.accumulate_grad_batches, self.num_training_batches, self.log_every_n_steps
         val_every = _val_every(self.val_check_interval, limit) if val_loader is not None else 0
-        # Fixed for the run, so read once here rather than on every step.
         batch_start, before_backward, after_backward, batch_end = (
             hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
         )
+        backward = torch.Tensor.backward if type(strategy).backward is Strategy.backward else strategy.backward
+        scaler, optimizer = self._precision.scaler, opt.optimizer
+        # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
+        plain_step = (
+            self.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
+            and not (opt.scheduler is not None and opt.interval == "step")
+        )
+        max_steps = math.inf if self.max_steps is None else self.max_steps
+        # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
+        sync_every = _STOP_SYNC_EVERY if strategy.world_size > 1 else 0
+        signals = self._signals
+        self._step_skipped = False
+        # A DataLoader's batch sizes are known in advance; other iterables are measured per batch.
+        sizes = uniform_batches(loader)
+        full_size, last_size, last_idx = sizes if sizes is not None else (0, 0, -1)
+        training_step: Callable[[Any, int], Any] | None = None  # picked at the epoch's first batch
+        tensor = torch.Tensor
+        # Counted here; published to self.samples_seen at the logging cadence and when the epoch ends.
+        samples = self.samples_seen
+
         epoch_batches = resume.batches(self, loader)  # iter() happens here, exactly once per epoch
         if strategy.world_size > 1 and loader_length(loader) is None:
             epoch_batches = _in_lockstep(epoch_batches, strategy)
         batch_idx = state.batch_in_epoch - 1
         group, completes = 1, True  # without accumulation every batch is a whole group
-        for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
-            if batch_idx >= limit:
-                break
-            sink.batch_size = size = batch_size(batch)
-            self.samples_seen += size
-            for fn in batch_start:
-                fn(self, model, batch, batch_idx)
-            if accumulate > 1:
-                group_start = batch_idx - batch_idx % accumulate
-                group = min(accumulate, limit - group_start)  # the epoch's last group may be short
-                completes = batch_idx - group_start + 1 == group
-            with strategy.no_backward_sync() if not completes else _NULL:
-                output = strategy.run_step("training_step", batch, batch_idx)
-                loss = output if type(output) is torch.Tensor else loss_of(output)
-                if loss.ndim or not loss.requires_grad:
-                    bad_loss(loss)
-                for fn in before_backward:
-                    fn(self, model, loss)
-                strategy.backward(self._precision.scale(loss / group if group > 1 else loss))
-                for fn in after_backward:
-                    fn(self, model)
-            state.batch_in_epoch = batch_idx + 1
-            if completes:
-                self._optimizer_step(model, opt, loss)
-            if val_every and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < limit:
-                self._eval_loop("validation", val_loader, self.limit_val_batches)
-            for fn in batch_end:
-                fn(self, model, output, batch, batch_idx)
-            if completes and self._stopping_now():
-                return batch_idx + 1 < limit
+        # Holds the strategy's no-sync context over an accumulation group's micro-batches but the last.
+        with contextlib.ExitStack() as no_sync:
+            for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
+                if batch_idx >= limit:
+                    break
+                if sizes is None:
+                    size = batch_size(batch)
+                else:
+                    size = last_size if batch_idx == last_idx else full_size
+                sink.batch_size = size
+                samples += size
+                if training_step is None:
+                    training_step = strategy.step_runner("training_step", batch)
+                if batch_start:
+                    for fn in batch_start:
+                        fn(self, model, batch, batch_idx)
+                if accumulate > 1:
+                    group_start = batch_idx - batch_idx % accumulate
+                    group = min(accumulate, limit - group_start)  # the epoch's last group may be short
+                    completes = batch_idx - group_start + 1 == group
+                    if completes:
+                        no_sync.close()
+                    elif batch_idx == group_start:  # groups start at multiples of accumulate, resumed too
+                        no_sync.enter_context(strategy.no_backward_sync())
+
+                output = training_step(batch, batch_idx)
+                loss = output if type(output) is tensor else loss_of(output)
+                if before_backward:
+                    for fn in before_backward:
+                        fn(self, model, loss)
+                try:
+                    if group == 1 and scaler is None:
+                        backward(loss)
+                    else:
+                        scaled = loss / group if group > 1 else loss
+                        backward(scaled if scaler is None else scaler.scale(scaled))
+                except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
+                    problem = bad_loss(loss)
+                    if problem is None:
+                        raise
+                    raise problem from err
+                if after_backward:
+                    for fn in after_backward:
+                        fn(self, model)
+
+                state.batch_in_epoch = batch_idx + 1
+                if completes:
+                    if plain_step:  # _optimizer_step with nothing to do around the step
+                        optimizer.step()
+                        optimizer.zero_grad()
+                        state.global_step += 1
+                    else:
+                        self._optimizer_step(model, opt)
+                    if state.global_step % log_every == 0:
+                        self.samples_seen = samples
+                        self._at_log_step(loss)
+                if val_every and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < limit:
+                    self._eval_loop("validation", val_loader, self.limit_val_batches)
+                if batch_end:
+                    for fn in batch_end:
+                        fn(self, model, output, batch, batch_idx)
+                if completes and (
+                    state.global_step >= max_steps
+                    or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
+                ) and self._stopping_now():
+                    self.samples_seen = samples
+                    return batch_idx + 1 < limit
+            self.samples_seen = samples
         if batch_idx < 0 and state.batch_in_epoch == 0:
             once = isinstance(loader, collections.abc.Iterator) and state.current_epoch > 0
             raise ValueError(
@@ -494,8 +566,10 @@ class Trainer:
             )
         return False
 
-    def _optimizer_step(self, model: TrainModule, opt: OptimizerSetup, loss: torch.Tensor) -> None:
-        precision, optimizer, state = self._precision, opt.optimizer, self.state
+    def _optimizer_step(self, model: TrainModule, opt: OptimizerSetup) -> None:
+        """Unscale, clip, on_before_optimizer_step, then step (or skip), zero_grad, and the
+        per-step scheduler. The loop steps the optimizer itself when none of these applies."""
+        precision, optimizer = self._precision, opt.optimizer
         if self.gradient_clip_val is not None:
             precision.unscale(optimizer)
             params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -506,19 +580,24 @@ class Trainer:
                 torch.nn.utils.clip_grad_value_(params, self.gradient_clip_val)
         for fn in self._hooks.on_before_optimizer_step:
             fn(self, model, optimizer)
-        skipped, self._skip_step = self._skip_step, False
-        if skipped:
+        self._step_skipped, self._skip_step = self._skip_step, False
+        if self._step_skipped:
             precision.skip()
         else:
             precision.step(optimizer)
         optimizer.zero_grad()
-        state.global_step += 1
+        self.state.global_step += 1
         if opt.scheduler is not None and opt.interval == "step":
             opt.step_scheduler(self.callback_metrics)
-        if state.global_step % self.log_every_n_steps == 0:
-            if not skipped:  # a skipped step's loss was judged already (the same way on every rank)
-                self._check_finite(loss)
-            self.callback_metrics.update(self.step_metrics())
+
+    def _at_log_step(self, loss: torch.Tensor) -> None:
+        """Every ``log_every_n_steps`` steps: check the loss, and publish the step's logged values."""
+        if not self._step_skipped:  # a skipped step's loss was judged already (the same way on every rank)
+            self._check_finite(loss)
+        metrics = self.step_metrics()
+        self.callback_metrics.update(metrics)
+        for fn in self._hooks.on_train_log:
+            fn(self, self._module, metrics)
 
     def _check_finite(self, loss: torch.Tensor) -> None:
         """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
@@ -632,9 +711,6 @@ class Trainer:
         state["_module"] = None  # sent separately as fit's argument
         state["val_dataloaders"] = None  # likewise (and a dataset is costly to pickle twice)
         return state
-
-
-_NULL = contextlib.nullcontext()  # reused: entering it per step allocates nothing
 
 
 def _in_lockstep(batches: Iterator[Any], strategy: Strategy) -> Iterator[Any]:

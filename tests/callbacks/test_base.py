@@ -171,3 +171,21 @@ def test_hooks_receive_the_trainer_module_and_loop_values():
     assert t is trainer and m is model and batch_idx == 0
     assert outputs is got["loss"] and outputs.ndim == 0 and torch.isfinite(outputs)
     assert got["optimizer"] is trainer.optimizer
+
+
+class LogWatcher(Callback):
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, dict[str, float]]] = []
+
+    def on_train_log(self, trainer, module, metrics):
+        self.calls.append((trainer.global_step, metrics))
+
+
+def test_on_train_log_runs_every_log_every_n_steps_optimizer_steps_with_the_logged_floats():
+    watcher = LogWatcher()
+    trainer = Trainer(**quiet(callbacks=[watcher], max_epochs=1, accumulate_grad_batches=2, log_every_n_steps=2))
+    trainer.fit(Classifier(), loader(64, batch_size=8))  # 8 batches, 4 optimizer steps
+    # Once per logged optimizer step, not once per micro-batch.
+    assert [step for step, _ in watcher.calls] == [2, 4]
+    assert all(set(m) == {"train_loss"} and isinstance(m["train_loss"], float) for _, m in watcher.calls)
+    assert watcher.calls[-1][1] == trainer.step_metrics()  # the last step's values

@@ -183,3 +183,12 @@ def test_checkpoint_state_survives_a_resume():
 def test_bad_arguments_are_refused_when_built(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         ModelCheckpoint(**kwargs)
+
+
+def test_only_a_checkpoint_that_saves_by_steps_is_called_on_every_batch(tmp_path):
+    from trainer._hooks import Hooks
+
+    by_epoch, by_step = ModelCheckpoint(dirpath=tmp_path), ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2)
+    hooks = Hooks([by_epoch, by_step])
+    assert [fn.__self__ for fn in hooks.on_train_batch_end] == [by_step]
+    assert [fn.__self__ for fn in hooks.on_train_epoch_end] == [by_epoch, by_step]

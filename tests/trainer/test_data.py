@@ -6,9 +6,9 @@ from collections import namedtuple
 from dataclasses import dataclass
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
-from trainer.data import SkipBatches, apply_to_tensors, batch_size, move_to_device, rebuild_loader
+from trainer.data import SkipBatches, apply_to_tensors, batch_size, move_to_device, rebuild_loader, uniform_batches
 
 
 @dataclass
@@ -83,3 +83,21 @@ def test_batch_size_is_the_first_non_empty_leading_dimension():
     assert batch_size([torch.tensor(1.0), torch.arange(2)]) == 1  # a 0-d tensor counts as one
     assert batch_size({"x": [torch.randn(6, 2)]}) == 6
     assert batch_size(["text", 3]) == 1
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(torch.arange(10))
+
+
+def test_a_dataloaders_batch_sizes_are_known_from_its_sampler_and_others_are_not():
+    data = torch.arange(10)
+    # (size, size of the last batch, index of the last batch)
+    assert uniform_batches(DataLoader(data, batch_size=4)) == (4, 2, 2)
+    assert uniform_batches(DataLoader(data, batch_size=4, drop_last=True)) == (4, 4, 1)
+    assert uniform_batches(DataLoader(data, batch_size=5)) == (5, 5, 1)
+    # The batch sizes of these depend on what they yield: they are measured batch by batch.
+    assert uniform_batches(DataLoader(data, batch_sampler=[[0, 1], [2, 3, 4]])) is None
+    assert uniform_batches(DataLoader(data, batch_size=None)) is None
+    assert uniform_batches(DataLoader(Stream(), batch_size=4)) is None
+    assert uniform_batches([(data[:4],), (data[4:],)]) is None

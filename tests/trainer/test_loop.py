@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -11,7 +12,10 @@ from torch.utils.data import DataLoader
 
 from callbacks import Callback
 from tests._models import Classifier, dataset, loader, quiet
+from strategies import SingleDeviceStrategy
 from trainer import Trainer, TrainModule
+from trainer.metrics import MetricSink, set_sink
+from trainer.precision import Precision
 
 
 class Count(Callback):
@@ -262,3 +266,69 @@ def test_training_epoch_mean_is_weighted_by_batch_size():
     trainer, _ = fit(LogsEverything(), train=DataLoader(dataset(40), batch_size=16), max_epochs=1)
     # batches of 16, 16 and 8: weighted mean of the batch sizes = (16*16+16*16+8*8)/40
     assert trainer.train_epoch_metrics["n"] == pytest.approx((256 + 256 + 64) / 40)
+
+
+@pytest.mark.parametrize("source", ["list", "generator loader", "drop_last"])
+def test_training_epoch_mean_weights_batches_of_any_loader_by_their_sizes(source):
+    data = dataset(40)
+    if source == "list":  # not a DataLoader: each batch is measured
+        train = [tuple(t[i : i + 16] for t in data.tensors) for i in range(0, 40, 16)]
+        sizes = [16, 16, 8]
+    elif source == "generator loader":  # a batch sampler of its own: measured too
+        train = DataLoader(data, batch_sampler=[list(range(0, 10)), list(range(10, 40))])
+        sizes = [10, 30]
+    else:
+        train = DataLoader(data, batch_size=16, drop_last=True)
+        sizes = [16, 16]
+    trainer, _ = fit(LogsEverything(), train=train, max_epochs=1)
+    assert trainer.train_epoch_metrics["n"] == pytest.approx(sum(n * n for n in sizes) / sum(sizes))
+
+
+class RecordsSync(SingleDeviceStrategy):
+    """Records which training batches ran inside no_backward_sync()."""
+
+    def __init__(self) -> None:
+        super().__init__("cpu")
+        self.unsynced: list[int] = []
+        self.inside = False
+
+    @contextlib.contextmanager
+    def no_backward_sync(self):
+        assert not self.inside, "entered twice"
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+    def run_step(self, step_name, batch, batch_idx):
+        if self.inside:
+            self.unsynced.append(batch_idx)
+        return super().run_step(step_name, batch, batch_idx)
+
+
+def test_accumulation_skips_the_gradient_sync_on_all_micro_batches_but_each_groups_last():
+    strategy = RecordsSync()
+    fit(train=loader(56, batch_size=8), max_epochs=1, accumulate_grad_batches=3, strategy=strategy)
+    # 7 batches: groups [0, 1, 2], [3, 4, 5] and the short [6], which syncs at once.
+    assert strategy.unsynced == [0, 1, 3, 4]
+    assert not strategy.inside  # left when the group's last micro-batch starts
+
+
+def test_the_cpu_step_is_the_models_own_method_and_other_cases_go_through_run_step():
+    model = Classifier()
+    batch = next(iter(loader(8, batch_size=4)))
+    plain = SingleDeviceStrategy("cpu")
+    plain.precision, plain.module = Precision("32", plain.root_device), model
+    assert plain.step_runner("training_step", batch) == model.training_step
+    bf16 = SingleDeviceStrategy("cpu")
+    bf16.precision, bf16.module = Precision("bf16-mixed", bf16.root_device), model
+    runner = bf16.step_runner("training_step", batch)
+    previous = set_sink(MetricSink())  # training_step logs
+    try:
+        assert runner != model.training_step and runner(batch, 0).dtype == torch.float32
+    finally:
+        set_sink(previous)
+    custom = RecordsSync()
+    custom.precision, custom.module = Precision("32", custom.root_device), model
+    assert custom.step_runner("training_step", batch).func == custom.run_step  # its override is kept
