@@ -10,6 +10,7 @@ import tempfile
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from trainer import checkpoint as ckpt_io
 from trainer._checks import flag, one_of, positive_int
 
 from .base import Callback
@@ -30,6 +31,10 @@ class ModelCheckpoint(Callback):
     string over ``epoch``, ``step`` and logged metrics, e.g. ``"{epoch}-{val_loss:.3f}"``.
     Files are written atomically, and an old top-k file is deleted only after its
     replacement is fully on disk.
+
+    Training does not wait for the disk: a save copies the state to the CPU, and a thread
+    writes it while the next steps run. The next save, the end of fit, and a stop by
+    signal wait for that write (and raise its error, e.g. a full disk).
     """
 
     def __init__(
@@ -70,6 +75,7 @@ class ModelCheckpoint(Callback):
         self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
         self._monitor_due = False  # a validation or epoch end has run, so the monitor must exist by now
         self._warned_early = False
+        self._writer = ckpt_io.BackgroundWriter()  # global rank 0 writes; the others never submit
 
     @property
     def state_key(self) -> str:
@@ -112,8 +118,22 @@ class ModelCheckpoint(Callback):
         if n is not None and (trainer.current_epoch + 1) % n == 0 and trainer.global_step != self._last_step_saved:
             self._save(trainer, module)
 
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._writer.wait()  # fit returns with its files on disk, or with the error of the write that failed
+        trainer.strategy.barrier()
+
+    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+        try:
+            self._writer.wait()  # let a write in flight finish: it is complete and resumable
+        except Exception:  # noqa: BLE001 - the run is failing with its own error already
+            pass
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._writer.close()
+
     def write_last(self, trainer: Trainer, module: TrainModule) -> str:
-        """Write only ``last.ckpt`` (used when a signal stops the run). Every rank must call."""
+        """Write only ``last.ckpt``, now (used when a signal stops the run). Every rank must call."""
+        self._writer.wait()
         path = os.path.join(self.dirpath, LAST)
         self.last_model_path = path
         trainer.save_checkpoint(path)
@@ -121,30 +141,35 @@ class ModelCheckpoint(Callback):
 
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer, module: TrainModule) -> None:
+        self._writer.wait()  # the previous write's error surfaces before any book-keeping
         score = self._score(trainer)
+        last = os.path.join(self.dirpath, LAST)
         if score is None:  # the monitor is not logged yet; the epoch end at this step may still rank a file
             if self.save_last:
-                self.write_last(trainer, module)
+                self.last_model_path = last
+                self._write(trainer, last)
             return
         self._last_step_saved = trainer.global_step
-        keep = self._keeps(score)
-        if not keep:
+        if not self._keeps(score):
             if self.save_last:
-                self.write_last(trainer, module)
+                self.last_model_path = last
+                self._write(trainer, last)
             return
         path = os.path.join(self.dirpath, self._free_name(self._format(trainer)))
         # Book-keeping first, so that the file records itself among the top k: a run resumed
         # from it still knows every file it kept, and deletes the right ones later.
         dropped = self._add_top_k(path, score)
-        self.last_model_path = os.path.join(self.dirpath, LAST) if self.save_last else path
-        trainer.save_checkpoint(path)  # collective: every rank takes part, rank 0 writes
-        # Only now (its replacement is complete on disk), and only a file in our own folder: a
-        # state loaded from elsewhere (another callback's, a moved run) must not delete its files.
+        self.last_model_path = last if self.save_last else path
+        # Only a file in our own folder is deleted: a state loaded from elsewhere (another
+        # callback's, a moved run) must not delete its files.
         ours = dropped is not None and os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
-        if trainer.is_global_zero and ours and dropped != path and os.path.exists(dropped):
-            os.remove(dropped)
-        if self.save_last:
-            self._link_last(path, trainer)
+        self._write(trainer, path, dropped if ours and dropped != path else None, link_last=self.save_last)
+
+    def _write(self, trainer: Trainer, path: str, dropped: str | None = None, link_last: bool = False) -> None:
+        """Take the state now (every rank: it is a collective) and have rank 0 write it in the background."""
+        checkpoint = trainer.checkpoint_state(copy=True)
+        if checkpoint is not None:
+            self._writer.submit(_write_files, checkpoint, path, dropped, link_last)
 
     def _free_name(self, name: str) -> str:
         """``name``, or ``name-v1.ckpt``, ... if a kept checkpoint already has it: a save never
@@ -209,20 +234,6 @@ class ModelCheckpoint(Callback):
         self.best_model_path = best or ""
         return dropped
 
-    def _link_last(self, path: str, trainer: Trainer) -> None:
-        """Point ``last.ckpt`` at the file just written: a hard link swapped in atomically."""
-        if trainer.is_global_zero:
-            last = os.path.join(self.dirpath, LAST)
-            tmp = os.path.join(self.dirpath, f".tmp-{LAST}-{os.getpid()}")
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            try:
-                os.link(path, tmp)
-            except OSError:  # no hard links on this filesystem: copy (rank 0 alone, no collective)
-                shutil.copyfile(path, tmp)
-            os.replace(tmp, last)
-        trainer.strategy.barrier()
-
     def _format(self, trainer: Trainer) -> str:
         values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
         return self._template(values).replace(os.sep, "_") + ".ckpt"
@@ -255,6 +266,24 @@ class ModelCheckpoint(Callback):
         self._last_step_saved = state_dict.get("last_step_saved", -1)
         if self.dirpath is None:
             self.dirpath = state_dict.get("dirpath")
+
+
+def _write_files(checkpoint: dict[str, Any], path: str, dropped: str | None, link_last: bool) -> None:
+    """On the writer thread: the new file, then (it being complete on disk) the old top-k
+    file's deletion, then ``last.ckpt`` pointed at the new file."""
+    ckpt_io.save_atomic(checkpoint, path)
+    if dropped is not None and os.path.exists(dropped):
+        os.remove(dropped)
+    if link_last:
+        directory = os.path.dirname(path)
+        last, tmp = os.path.join(directory, LAST), os.path.join(directory, f".tmp-{LAST}-{os.getpid()}")
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        try:  # a hard link swapped in atomically
+            os.link(path, tmp)
+        except OSError:  # no hard links on this filesystem: copy
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, last)
 
 
 class _Missing(dict):

@@ -686,12 +686,21 @@ class Trainer:
     # --- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike) -> None:
         """Write the full training state to ``path`` (rank 0 writes; every rank must call)."""
-        checkpoint = capture(self)
-        if self.is_global_zero:
-            for cb in self._hooks.on_save_checkpoint:
-                cb(self, self._module, checkpoint)
+        checkpoint = self.checkpoint_state()
+        if checkpoint is not None:
             ckpt_io.save_atomic(checkpoint, path)
         self._strategy.barrier()
+
+    def checkpoint_state(self, copy: bool = False) -> dict[str, Any] | None:
+        """What ``save_checkpoint`` writes, after the ``on_save_checkpoint`` hooks, on global
+        rank 0; None on the other ranks. Every rank must call it. Its tensors are the live
+        model's and optimizer's, or with ``copy=True`` copies on the CPU, safe to write later."""
+        checkpoint = capture(self, copy=copy and self.is_global_zero)
+        if not self.is_global_zero:
+            return None
+        for cb in self._hooks.on_save_checkpoint:
+            cb(self, self._module, checkpoint)
+        return checkpoint
 
     # --- small helpers -----------------------------------------------------------------
     def _done(self) -> bool:

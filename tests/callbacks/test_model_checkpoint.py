@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 
 import pytest
 import torch
 
-from callbacks import ModelCheckpoint
+from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, loader, quiet
-from trainer import Trainer
+from trainer import Trainer, checkpoint
 
 # 32 samples in batches of 16: 2 optimizer steps per epoch.
 STEPS_PER_EPOCH = 2
@@ -192,3 +193,47 @@ def test_only_a_checkpoint_that_saves_by_steps_is_called_on_every_batch(tmp_path
     hooks = Hooks([by_epoch, by_step])
     assert [fn.__self__ for fn in hooks.on_train_batch_end] == [by_step]
     assert [fn.__self__ for fn in hooks.on_train_epoch_end] == [by_epoch, by_step]
+
+
+class WeightsAt(Callback):
+    """Copies the weights at one step, and lets the (held) checkpoint write go two steps later."""
+
+    def __init__(self, step: int, release: threading.Event) -> None:
+        self.step, self.release, self.weights = step, release, None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            self.weights = {k: v.clone() for k, v in module.state_dict().items()}
+        if trainer.global_step == self.step + 2:
+            self.release.set()
+
+
+def test_a_step_checkpoint_is_written_while_training_goes_on_and_holds_the_weights_of_its_step(tmp_path, monkeypatch):
+    release, started = threading.Event(), []
+    real_save_atomic = checkpoint.save_atomic
+
+    def slow_disk(obj, path):  # the write cannot finish until training has moved two steps on
+        started.append(obj["loop"]["global_step"])
+        assert release.wait(timeout=30), "the loop waited for the write"
+        real_save_atomic(obj, path)
+
+    monkeypatch.setattr(checkpoint, "save_atomic", slow_disk)
+    watcher = WeightsAt(step=3, release=release)
+    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, every_n_epochs=None, save_top_k=-1)
+    trainer = Trainer(**quiet(max_steps=6, callbacks=[watcher, ckpt]))
+    trainer.fit(Classifier(), loader(64, 4))
+    assert started == [3, 6]
+    saved = checkpoint.load(tmp_path / "epoch=0-step=3.ckpt")["model"]
+    assert all(torch.equal(saved[k], watcher.weights[k]) for k in saved)  # not the later steps' weights
+    assert checkpoint.load(tmp_path / "last.ckpt")["loop"]["global_step"] == 6  # fit waited for the last write
+
+
+def test_a_snapshot_is_a_copy_that_keeps_tied_tensors_tied():
+    weight = torch.randn(4, 3)
+    state = {"model": {"embed": weight, "head": weight, "bias": weight[0]}, "step": 3}
+    copy = checkpoint.snapshot(state)
+    weight.add_(1.0)  # training goes on
+    assert not torch.equal(copy["model"]["embed"], weight) and copy["step"] == 3
+    assert copy["model"]["embed"].untyped_storage().data_ptr() == copy["model"]["head"].untyped_storage().data_ptr()
+    assert torch.equal(copy["model"]["bias"], copy["model"]["embed"][0])
+    assert copy["model"]["bias"].untyped_storage().data_ptr() == copy["model"]["embed"].untyped_storage().data_ptr()

@@ -43,7 +43,7 @@ KILL_SCRIPT = textwrap.dedent(
 
     from callbacks import ModelCheckpoint
     from tests._models import Classifier, loader
-    from trainer import Trainer
+    from trainer import Trainer, checkpoint
 
     phase, folder, marker = sys.argv[1:]
     real_save, saves = torch.save, []
@@ -62,17 +62,17 @@ KILL_SCRIPT = textwrap.dedent(
         f.flush()
         hold("mid-write")
 
-    real_save_checkpoint = Trainer.save_checkpoint
+    real_save_atomic = checkpoint.save_atomic
 
-    def save_then_hold(self, path):  # the new file is complete; the one it replaces is not deleted yet
-        real_save_checkpoint(self, path)
-        if self.global_step >= 3:
+    def save_then_hold(obj, path):  # the new file is complete; the one it replaces is not deleted yet
+        real_save_atomic(obj, path)
+        if obj["loop"]["global_step"] >= 3:
             hold("written, old one not yet deleted")
 
     if phase == "mid-write":
         torch.save = half_written_save
     else:
-        Trainer.save_checkpoint = save_then_hold
+        checkpoint.save_atomic = save_then_hold
     checkpoints = ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=1)
     trainer = Trainer(max_steps=50, enable_progress_bar=False, log_dir=None, callbacks=[checkpoints])
     trainer.fit(Classifier(), loader(256, 4))
@@ -141,7 +141,8 @@ def test_a_full_disk_raises_and_keeps_the_previous_checkpoint(tmp_path, monkeypa
     message = str(info.value)
     assert "Could not write the checkpoint" in message and "epoch=0-step=3.ckpt" in message
     assert "No space left on device" in message and "is unchanged" in message and "ckpt_path='last'" in message
-    assert trainer.global_step == 3  # training stopped at the failed save, not later
+    # Step 3's write failed on the writer thread; step 4's save waits for it and stops the run.
+    assert trainer.global_step == 4
     # The previous checkpoint is intact and still the newest; no partial file is left behind.
     assert sorted(os.listdir(folder)) == ["epoch=0-step=2.ckpt", "last.ckpt"]
     assert _step_of(folder / "epoch=0-step=2.ckpt") == _step_of(folder / "last.ckpt") == 2
