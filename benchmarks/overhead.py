@@ -553,9 +553,9 @@ def report_ddp(wls: list[Workload], log_dir: str, quick: bool) -> None:
         at_sync = row.raw_s - x["nosync_step_s"]
         print(
             f"    raw DDP step {ms(row.raw_s)} ms = {ms(x['nosync_step_s'])} computing (no_sync, both processes "
-            f"running; one process alone: {ms(x['one_raw_s'])}) + {ms(at_sync)} at the gradient all-reduce, of "
-            f"which moving {x['grad_numel']:,} grads takes {ms(x['allreduce_s'])} (gloo, measured alone) and the "
-            "rest is waiting for the other rank",
+            f"running; one process alone: {ms(x['one_raw_s'])}) + {ms(at_sync)} at the gradient all-reduce. Alone, "
+            f"an all-reduce of the {x['grad_numel']:,} grads takes {ms(x['allreduce_s'])} when both ranks are ready "
+            f"(gloo), but its median is {ms(x['allreduce_median_s'])}: the rest is waiting for the other rank",
             flush=True,
         )
 
