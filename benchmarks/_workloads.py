@@ -6,6 +6,7 @@ RSS is what a hand-written script costs.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from dataclasses import dataclass, replace
@@ -117,39 +118,47 @@ def raw_ddp_worker(rank: int, world_size: int, port: int, wl: Workload, out_path
     measures what the DDP step is made of: the gloo all-reduce of all gradients on its own,
     and the same step under ``no_sync()`` (compute only, both processes running).
     """
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DistributedSampler
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        net = build_net(wl)
-        model = DistributedDataParallel(net)
-        opt = make_optimizer(model.parameters())
-        dataset = wl.make_dataset(world_size)
-        # What DDPStrategy does to a shuffled loader: a DistributedSampler with seed 0.
-        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
-        sampler.set_epoch(0)
-        loader = DataLoader(dataset, batch_size=wl.batch_size, sampler=sampler)
-        device = torch.device("cpu")
-        clock, times = time.perf_counter, []
-        for step, (x, y) in enumerate(loader):
-            x, y = x.to(device), y.to(device)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if (step + 1) % LOG_EVERY == 0:
-                loss.item()
-            times.append(clock())
-        result: dict[str, Any] = {"times": times, "state": {k: v.clone() for k, v in net.state_dict().items()}}
-        if probe:
-            result.update(_probe(model, opt, loader, net))
+        result = _raw_ddp_run(wl, world_size, rank, probe)
         if rank == 0:
             torch.save(result, out_path)
     finally:
+        # The DDP wrapper died with _raw_ddp_run's frame; destroying the group under a live
+        # one aborts the process at exit ("terminate called without an active exception").
+        gc.collect()
         torch.distributed.destroy_process_group()
+
+
+def _raw_ddp_run(wl: Workload, world_size: int, rank: int, probe: bool) -> dict[str, Any]:
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DistributedSampler
+
+    net = build_net(wl)
+    model = DistributedDataParallel(net)
+    opt = make_optimizer(model.parameters())
+    dataset = wl.make_dataset(world_size)
+    # What DDPStrategy does to a shuffled loader: a DistributedSampler with seed 0.
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(0)
+    loader = DataLoader(dataset, batch_size=wl.batch_size, sampler=sampler)
+    device = torch.device("cpu")
+    clock, times = time.perf_counter, []
+    for step, (x, y) in enumerate(loader):
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if (step + 1) % LOG_EVERY == 0:
+            loss.item()
+        times.append(clock())
+    result: dict[str, Any] = {"times": times, "state": {k: v.clone() for k, v in net.state_dict().items()}}
+    if probe:
+        result.update(_probe(model, opt, loader, net))
+    return result
 
 
 def _probe(model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, net: nn.Module) -> dict[str, Any]:
