@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 import subprocess
@@ -265,3 +266,19 @@ def test_the_lr_written_is_the_lr_of_that_step():
     trainer = Trainer(max_epochs=1, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False)
     trainer.fit(TensorLR(), loader(n=96, batch_size=16))
     assert dict(_series(_read(trainer.run_dir), "lr")) == pytest.approx({2: 0.1 / 4, 4: 0.1 / 16, 6: 0.1 / 64})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("boto3") is None, reason="boto3 is not installed")
+def test_the_logger_keeps_tensorboard_from_importing_boto3_and_leaves_a_users_import_alone(tmp_path, script_env):
+    code = (
+        "import sys\n"
+        "from tests._models import Classifier, loader\n"
+        "from trainer import Trainer\n"
+        f"Trainer(max_steps=2, log_dir={str(tmp_path)!r}, enable_progress_bar=False).fit(Classifier(), loader())\n"
+        "print('boto3' in sys.modules, 'botocore' in sys.modules)\n"
+        "import boto3\n"  # installed, so the user's own import still works
+        "print(boto3.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "boto3"]
+    assert glob.glob(str(tmp_path / "*" / "version_0" / "events.out.tfevents.*"))  # and it logged
