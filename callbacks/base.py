@@ -17,7 +17,8 @@ class Callback:
     the user gave them, then the built-ins (progress bar, TensorBoard, checkpoints), with no
     reordering by type; a built-in the user passed configured replaces the default one. Only
     the hooks a callback overrides (in its class, or as an instance attribute, as
-    ``LambdaCallback`` does) are ever called, so an unused hook costs nothing per step.
+    ``LambdaCallback`` does) and ``wants`` for the run are ever called, so an unused hook
+    costs nothing per step.
     ``state_dict``/``load_state_dict`` ride in checkpoints under ``state_key``; under DDP,
     rank 0's state is loaded back into the caller's callbacks after fit.
     """
@@ -25,6 +26,12 @@ class Callback:
     @property
     def state_key(self) -> str:
         return type(self).__name__
+
+    def wants(self, hook: str) -> bool:
+        """Whether this run should call ``hook``, one this callback overrides; asked once at
+        the start of each ``fit``/``validate``/``test``/``predict``. Say False for a per-batch
+        hook that has nothing to do this run, and it costs nothing on every batch."""
+        return True
 
     # --- whole run ---------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None: ...

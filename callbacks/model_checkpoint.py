@@ -10,6 +10,8 @@ import tempfile
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from trainer import checkpoint as ckpt_io
 from trainer._checks import flag, one_of, positive_int
 
@@ -34,7 +36,9 @@ class ModelCheckpoint(Callback):
 
     Training does not wait for the disk: a save copies the state to the CPU, and a thread
     writes it while the next steps run. The next save, the end of fit, and a stop by
-    signal wait for that write (and raise its error, e.g. a full disk).
+    signal wait for that write (and raise its error, e.g. a full disk, on every rank).
+    During fit, ``best_model_path`` and ``last_model_path`` may name a file whose write is
+    still in flight; when fit returns, they are on disk.
     """
 
     def __init__(
@@ -64,10 +68,6 @@ class ModelCheckpoint(Callback):
         self.every_n_train_steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, allow_none=True)
         self.every_n_epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, allow_none=True)
         self._template()  # a bad filename fails now, not at the first save after an epoch of training
-        if self.every_n_train_steps is not None:
-            # Attached only when saving by steps: the loop calls a hook on every batch, but only
-            # the hooks a callback has (Callback's docstring), so epoch-only saving costs nothing there.
-            self.on_train_batch_end = self._save_by_steps
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
         self.best_model_path = ""
         self.last_model_path = ""
@@ -100,13 +100,17 @@ class ModelCheckpoint(Callback):
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._step_seen = trainer.global_step
 
-    def _save_by_steps(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """``on_train_batch_end`` when ``every_n_train_steps`` is set."""
-        if trainer.global_step == self._step_seen:
-            return  # an accumulation micro-batch: its gradients are not in any state we could save
+    def wants(self, hook: str) -> bool:
+        # Saving only by epochs, nothing happens at batch ends: not called on every batch then.
+        return hook != "on_train_batch_end" or self.every_n_train_steps is not None or (
+            type(self).on_train_batch_end is not ModelCheckpoint.on_train_batch_end  # a subclass's own
+        )
+
+    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.every_n_train_steps is None or trainer.global_step == self._step_seen:
+            return  # not saving by steps; or an accumulation micro-batch, not a state we could save
         self._step_seen = trainer.global_step
-        n = self.every_n_train_steps
-        if n is not None and trainer.global_step % n == 0 and trainer.global_step != self._last_step_saved:
+        if trainer.global_step % self.every_n_train_steps == 0 and trainer.global_step != self._last_step_saved:
             self._save(trainer, module)
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
@@ -119,21 +123,35 @@ class ModelCheckpoint(Callback):
             self._save(trainer, module)
 
     def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._writer.wait()  # fit returns with its files on disk, or with the error of the write that failed
-        trainer.strategy.barrier()
+        self._wait_for_writer(trainer)  # fit returns with its files on disk, or with the write's error
 
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
-        try:
-            self._writer.wait()  # let a write in flight finish: it is complete and resumable
-        except Exception:  # noqa: BLE001 - the run is failing with its own error already
-            pass
+        error = self._writer.error()  # let a write in flight finish: it is complete and resumable
+        if error is not None:  # the run fails with its own error; say that this save failed too
+            warnings.warn(f"The checkpoint being written when fit failed was not saved: {error}", stacklevel=2)
+
+    def _wait_for_writer(self, trainer: Trainer) -> None:
+        """Wait for the write in flight (rank 0). If it failed, every rank raises, together:
+        rank 0 its error, the others a pointer to it, rather than waiting in the next collective."""
+        error = self._writer.error()
+        if trainer.world_size > 1:
+            failed = trainer.strategy.all_reduce_sum(torch.tensor([float(error is not None)])).item() > 0
+        else:
+            failed = error is not None
+        if error is not None:
+            raise error
+        if failed:
+            raise RuntimeError(
+                "Global rank 0 could not write a checkpoint; its error (in its traceback) ends the run. "
+                "Free disk space or choose another ModelCheckpoint(dirpath=...), then resume with fit(..., ckpt_path='last')."
+            )
 
     def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._writer.close()
 
     def write_last(self, trainer: Trainer, module: TrainModule) -> str:
         """Write only ``last.ckpt``, now (used when a signal stops the run). Every rank must call."""
-        self._writer.wait()
+        self._wait_for_writer(trainer)
         path = os.path.join(self.dirpath, LAST)
         self.last_model_path = path
         trainer.save_checkpoint(path)
@@ -141,7 +159,7 @@ class ModelCheckpoint(Callback):
 
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer, module: TrainModule) -> None:
-        self._writer.wait()  # the previous write's error surfaces before any book-keeping
+        self._wait_for_writer(trainer)  # the previous write's error surfaces before any book-keeping
         score = self._score(trainer)
         last = os.path.join(self.dirpath, LAST)
         if score is None:  # the monitor is not logged yet; the epoch end at this step may still rank a file

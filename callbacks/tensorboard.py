@@ -186,7 +186,8 @@ def _summary_writer() -> type[SummaryWriter]:
 
     tensorboard imports boto3 whenever it is installed, for ``s3://`` log dirs, which the run
     folder never is: about 10 MiB of memory and 0.3 s of start-up for nothing. A boto3 that
-    is already imported is left alone.
+    is already imported is left alone. tensorboard decides once, at import, whether S3 works:
+    code that uses tensorboard with ``s3://`` paths in the same process imports boto3 first.
     """
     missing = object()
     saved = {name: sys.modules.get(name, missing) for name in ("boto3", "botocore")}

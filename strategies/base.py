@@ -119,8 +119,11 @@ class Strategy:
         the CPU too, as a DataLoader's are (a stray one on a GPU fails in the model, loudly).
         Subclasses override ``run_step``, not this.
         """
-        cls = type(self)
-        plain = cls.run_step is Strategy.run_step and cls.batch_to_device is Strategy.batch_to_device
+        cls, own = type(self), vars(self)
+        plain = (
+            cls.run_step is Strategy.run_step and cls.batch_to_device is Strategy.batch_to_device
+            and "run_step" not in own and "batch_to_device" not in own  # e.g. mock.patch.object
+        )
         if plain and self.precision.dtype is None and self.root_device.type == "cpu" and on_cpu(first_batch):
             return getattr(self.module, step_name)
         return functools.partial(self.run_step, step_name)

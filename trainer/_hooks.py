@@ -17,7 +17,7 @@ class Hooks:
     def __init__(self, callbacks: list[Callback]) -> None:
         self.callbacks = callbacks
         for name in HOOKS:
-            setattr(self, name, [getattr(cb, name) for cb in callbacks if overrides(cb, name)])
+            setattr(self, name, [getattr(cb, name) for cb in callbacks if overrides(cb, name) and cb.wants(name)])
 
     def call(self, name: str, *args: Any) -> None:
         fns: list[Callable[..., Any]] = getattr(self, name)

@@ -98,9 +98,14 @@ class BackgroundWriter:
 
     def wait(self) -> None:
         """Block until the last write is on disk; raise its error if it failed."""
+        error = self.error()
+        if error is not None:
+            raise error
+
+    def error(self) -> BaseException | None:
+        """Block until the last write is on disk; return its error if it failed (once)."""
         pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
+        return None if pending is None else pending.exception()
 
     def close(self) -> None:
         try:
@@ -131,7 +136,7 @@ def _plainly_loadable(value: Any) -> bool:
     if kind is dict or kind is collections.OrderedDict:
         return all(type(k) in _PLAIN_LEAVES for k in value) and all(_plainly_loadable(v) for v in value.values())
     if kind is list or kind is tuple:
-        return all(type(v) in _PLAIN_LEAVES or _plainly_loadable(v) for v in value)
+        return all(_plainly_loadable(v) for v in value)
     return False
 
 
@@ -244,9 +249,8 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    words = internal.tolist() if isinstance(internal, torch.Tensor) else internal
-    random.setstate((version, tuple(words), gauss))
+    version, words, gauss = state["python"]
+    random.setstate((version, tuple(words.tolist()), gauss))
     torch.set_rng_state(state["torch"])
     if "numpy" in state:
         try:

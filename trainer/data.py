@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Sampler, default_collate
 
 
 def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -81,10 +81,14 @@ def uniform_batches(loader: Any) -> tuple[int, int, int] | None:
     """``(batch size, size of the last batch, index of the last batch)`` for a DataLoader that
     batches its sampler's indices in fixed-size groups; None for any other iterable.
 
-    A batch's size is then the number of samples drawn for it, known without looking at the
-    batch (which costs a microsecond per step inside a training loop, see benchmarks/).
+    With the default collate function, a batch's size is the number of samples drawn for it,
+    known without looking at the batch (which costs a microsecond per step inside a training
+    loop, see benchmarks/). A custom ``collate_fn`` may pack or split samples, so its batches
+    are measured like any other iterable's.
     """
     if not isinstance(loader, DataLoader) or type(loader.batch_sampler) is not BatchSampler:
+        return None
+    if loader.collate_fn is not default_collate:  # it may pack or split samples: measure its batches
         return None
     size = loader.batch_sampler.batch_size
     try:

@@ -88,10 +88,7 @@ class MetricSink:
             raise TypeError(f"self.log(name={name!r}): name must be a non-empty string.")
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
-                raise ValueError(
-                    f"self.log({name!r}, value): value must be a scalar, got a tensor of shape "
-                    f"{tuple(value.shape)}. Reduce it first, e.g. value.mean()."
-                )
+                raise _not_scalar(name, value)
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(
                 f"self.log({name!r}, value={value!r}): value must be a number or a scalar tensor."
@@ -194,6 +191,8 @@ def log_metric(name: str, value: Any, *, prog_bar: bool = False, batch_size: int
     weight = sink.batch_size if batch_size is None else batch_size
     if isinstance(value, torch.Tensor):
         if not value.is_cpu:
+            if value.numel() != 1:
+                raise _not_scalar(name, value)
             sink.on_device = True
             sink.latest[name] = value = value.detach()
             series.values.append(value)
@@ -201,11 +200,27 @@ def log_metric(name: str, value: Any, *, prog_bar: bool = False, batch_size: int
             if len(series.values) >= _COLLAPSE_AT:
                 series.collapse()
             return
-        value = value.tolist()  # a number, like item(), at a quarter of detach().item()'s cost
-        while type(value) is list:  # shape (1,) or (1, 1): a scalar by numel
-            value = value[0]
+        number = value.tolist()  # a number, like item(), at a quarter of detach().item()'s cost
+        value = number if type(number) is float else _one_float(name, value, number)
     else:
         value = float(value)
     sink.latest[name] = value
     series.total += value * weight
     series.weight += weight
+
+
+def _one_float(name: str, tensor: torch.Tensor, listed: Any) -> float:
+    """``tensor.tolist()`` as a float: an int or bool tensor's value, or the one element of a
+    tensor of shape (1,) or (1, 1). Anything with more (or fewer) elements is refused."""
+    while type(listed) is list:
+        if len(listed) != 1:
+            raise _not_scalar(name, tensor)
+        listed = listed[0]
+    return float(listed)
+
+
+def _not_scalar(name: str, tensor: torch.Tensor) -> ValueError:
+    return ValueError(
+        f"self.log({name!r}, value): value must be a scalar, got a tensor of shape {tuple(tensor.shape)}. "
+        "Reduce it first, e.g. value.mean()."
+    )

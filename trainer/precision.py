@@ -55,22 +55,17 @@ class Precision:
             return _FULL_PRECISION
         return torch.autocast(self.device_type, dtype=self.dtype)
 
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss if self.scaler is None else self.scaler.scale(loss)
-
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
 
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Step the optimizer; returns False when the scaler skipped it (inf/nan grads)."""
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step the optimizer; the scaler skips the step itself when the gradients hold inf/nan."""
         if self.scaler is None:
             optimizer.step()
-            return True
-        scale = self.scaler.get_scale()
+            return
         self.scaler.step(optimizer)
         self.scaler.update()
-        return self.scaler.get_scale() >= scale
 
     def skip(self) -> None:
         """Drop this step's update. The scaler forgets an ``unscale_`` done for it (update()

@@ -464,7 +464,8 @@ class Trainer:
         batch_start, before_backward, after_backward, batch_end = (
             hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
         )
-        backward = torch.Tensor.backward if type(strategy).backward is Strategy.backward else strategy.backward
+        own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
+        backward = strategy.backward if own_backward else torch.Tensor.backward
         scaler, optimizer = self._precision.scaler, opt.optimizer
         # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
         plain_step = (
@@ -489,73 +490,74 @@ class Trainer:
             epoch_batches = _in_lockstep(epoch_batches, strategy)
         batch_idx = state.batch_in_epoch - 1
         group, completes = 1, True  # without accumulation every batch is a whole group
-        # Holds the strategy's no-sync context over an accumulation group's micro-batches but the last.
-        with contextlib.ExitStack() as no_sync:
-            for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
-                if batch_idx >= limit:
-                    break
-                if sizes is None:
-                    size = batch_size(batch)
-                else:
-                    size = last_size if batch_idx == last_idx else full_size
-                sink.batch_size = size
-                samples += size
-                if training_step is None:
-                    training_step = strategy.step_runner("training_step", batch)
-                if batch_start:
-                    for fn in batch_start:
-                        fn(self, model, batch, batch_idx)
-                if accumulate > 1:
-                    group_start = batch_idx - batch_idx % accumulate
-                    group = min(accumulate, limit - group_start)  # the epoch's last group may be short
-                    completes = batch_idx - group_start + 1 == group
+        try:
+            # Holds the strategy's no-sync context over an accumulation group's micro-batches but the last.
+            with contextlib.ExitStack() as no_sync:
+                for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
+                    if batch_idx >= limit:
+                        break
+                    if sizes is None:
+                        size = batch_size(batch)
+                    else:
+                        size = last_size if batch_idx == last_idx else full_size
+                    sink.batch_size = size
+                    samples += size
+                    if training_step is None:
+                        training_step = strategy.step_runner("training_step", batch)
+                    if batch_start:
+                        for fn in batch_start:
+                            fn(self, model, batch, batch_idx)
+                    if accumulate > 1:
+                        group_start = batch_idx - batch_idx % accumulate
+                        group = min(accumulate, limit - group_start)  # the epoch's last group may be short
+                        completes = batch_idx - group_start + 1 == group
+                        if completes:
+                            no_sync.close()
+                        elif batch_idx == group_start:  # groups start at multiples of accumulate, resumed too
+                            no_sync.enter_context(strategy.no_backward_sync())
+
+                    output = training_step(batch, batch_idx)
+                    loss = output if type(output) is tensor else loss_of(output)
+                    if before_backward:
+                        for fn in before_backward:
+                            fn(self, model, loss)
+                    try:
+                        if group == 1 and scaler is None:
+                            backward(loss)
+                        else:
+                            scaled = loss / group if group > 1 else loss
+                            backward(scaled if scaler is None else scaler.scale(scaled))
+                    except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
+                        problem = bad_loss(loss)
+                        if problem is None:
+                            raise
+                        raise problem from err
+                    if after_backward:
+                        for fn in after_backward:
+                            fn(self, model)
+
+                    state.batch_in_epoch = batch_idx + 1
                     if completes:
-                        no_sync.close()
-                    elif batch_idx == group_start:  # groups start at multiples of accumulate, resumed too
-                        no_sync.enter_context(strategy.no_backward_sync())
-
-                output = training_step(batch, batch_idx)
-                loss = output if type(output) is tensor else loss_of(output)
-                if before_backward:
-                    for fn in before_backward:
-                        fn(self, model, loss)
-                try:
-                    if group == 1 and scaler is None:
-                        backward(loss)
-                    else:
-                        scaled = loss / group if group > 1 else loss
-                        backward(scaled if scaler is None else scaler.scale(scaled))
-                except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
-                    problem = bad_loss(loss)
-                    if problem is None:
-                        raise
-                    raise problem from err
-                if after_backward:
-                    for fn in after_backward:
-                        fn(self, model)
-
-                state.batch_in_epoch = batch_idx + 1
-                if completes:
-                    if plain_step:  # _optimizer_step with nothing to do around the step
-                        optimizer.step()
-                        optimizer.zero_grad()
-                        state.global_step += 1
-                    else:
-                        self._optimizer_step(model, opt)
-                    if state.global_step % log_every == 0:
-                        self.samples_seen = samples
-                        self._at_log_step(loss)
-                if val_every and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < limit:
-                    self._eval_loop("validation", val_loader, self.limit_val_batches)
-                if batch_end:
-                    for fn in batch_end:
-                        fn(self, model, output, batch, batch_idx)
-                if completes and (
-                    state.global_step >= max_steps
-                    or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
-                ) and self._stopping_now():
-                    self.samples_seen = samples
-                    return batch_idx + 1 < limit
+                        if plain_step:  # _optimizer_step with nothing to do around the step
+                            optimizer.step()
+                            optimizer.zero_grad()
+                            state.global_step += 1
+                        else:
+                            self._optimizer_step(model, opt)
+                        if state.global_step % log_every == 0:
+                            self.samples_seen = samples
+                            self._at_log_step(loss)
+                    if val_every and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < limit:
+                        self._eval_loop("validation", val_loader, self.limit_val_batches)
+                    if batch_end:
+                        for fn in batch_end:
+                            fn(self, model, output, batch, batch_idx)
+                    if completes and (
+                        state.global_step >= max_steps
+                        or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
+                    ) and self._stopping_now():
+                        return batch_idx + 1 < limit
+        finally:  # however the epoch ends
             self.samples_seen = samples
         if batch_idx < 0 and state.batch_in_epoch == 0:
             once = isinstance(loader, collections.abc.Iterator) and state.current_epoch > 0
@@ -694,13 +696,14 @@ class Trainer:
     def checkpoint_state(self, copy: bool = False) -> dict[str, Any] | None:
         """What ``save_checkpoint`` writes, after the ``on_save_checkpoint`` hooks, on global
         rank 0; None on the other ranks. Every rank must call it. Its tensors are the live
-        model's and optimizer's, or with ``copy=True`` copies on the CPU, safe to write later."""
-        checkpoint = capture(self, copy=copy and self.is_global_zero)
+        model's and optimizer's, or with ``copy=True`` copies on the CPU (what the hooks
+        added too), safe to write while training goes on."""
+        checkpoint = capture(self)
         if not self.is_global_zero:
             return None
         for cb in self._hooks.on_save_checkpoint:
             cb(self, self._module, checkpoint)
-        return checkpoint
+        return ckpt_io.snapshot(checkpoint) if copy else checkpoint
 
     # --- small helpers -----------------------------------------------------------------
     def _done(self) -> bool:

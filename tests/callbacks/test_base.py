@@ -181,11 +181,22 @@ class LogWatcher(Callback):
         self.calls.append((trainer.global_step, metrics))
 
 
+class RecordsItsLoss(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)  # logs train_loss
+        self.losses.append(loss.item())
+        return loss
+
+
 def test_on_train_log_runs_every_log_every_n_steps_optimizer_steps_with_the_logged_floats():
-    watcher = LogWatcher()
+    watcher, model = LogWatcher(), RecordsItsLoss()
     trainer = Trainer(**quiet(callbacks=[watcher], max_epochs=1, accumulate_grad_batches=2, log_every_n_steps=2))
-    trainer.fit(Classifier(), loader(64, batch_size=8))  # 8 batches, 4 optimizer steps
-    # Once per logged optimizer step, not once per micro-batch.
+    trainer.fit(model, loader(64, batch_size=8))  # 8 batches, 4 optimizer steps
+    # Once per logged optimizer step, not once per micro-batch, with the step's last micro-batch's value.
     assert [step for step, _ in watcher.calls] == [2, 4]
-    assert all(set(m) == {"train_loss"} and isinstance(m["train_loss"], float) for _, m in watcher.calls)
-    assert watcher.calls[-1][1] == trainer.step_metrics()  # the last step's values
+    assert [m["train_loss"] for _, m in watcher.calls] == [model.losses[3], model.losses[7]]
+    assert all(set(m) == {"train_loss"} and type(m["train_loss"]) is float for _, m in watcher.calls)

@@ -189,10 +189,16 @@ def test_bad_arguments_are_refused_when_built(kwargs, message):
 def test_only_a_checkpoint_that_saves_by_steps_is_called_on_every_batch(tmp_path):
     from trainer._hooks import Hooks
 
+    class Counting(ModelCheckpoint):  # a subclass's own batch hook always runs
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
+
     by_epoch, by_step = ModelCheckpoint(dirpath=tmp_path), ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2)
-    hooks = Hooks([by_epoch, by_step])
-    assert [fn.__self__ for fn in hooks.on_train_batch_end] == [by_step]
-    assert [fn.__self__ for fn in hooks.on_train_epoch_end] == [by_epoch, by_step]
+    later, sub = ModelCheckpoint(dirpath=tmp_path), Counting(dirpath=tmp_path)
+    later.every_n_train_steps = 3  # set after construction: still honoured
+    hooks = Hooks([by_epoch, by_step, later, sub])
+    assert [fn.__self__ for fn in hooks.on_train_batch_end] == [by_step, later, sub]
+    assert [fn.__self__ for fn in hooks.on_train_epoch_end] == [by_epoch, by_step, later, sub]
 
 
 class WeightsAt(Callback):
@@ -237,3 +243,33 @@ def test_a_snapshot_is_a_copy_that_keeps_tied_tensors_tied():
     assert copy["model"]["embed"].untyped_storage().data_ptr() == copy["model"]["head"].untyped_storage().data_ptr()
     assert torch.equal(copy["model"]["bias"], copy["model"]["embed"][0])
     assert copy["model"]["bias"].untyped_storage().data_ptr() == copy["model"]["embed"].untyped_storage().data_ptr()
+
+
+class AddsLiveTensor(Callback):
+    """Puts a live tensor into each checkpoint, as an EMA callback would, then changes it."""
+
+    def __init__(self) -> None:
+        self.shadow = torch.zeros(3)
+
+    def on_save_checkpoint(self, trainer, module, checkpoint):
+        checkpoint["ema"] = self.shadow
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.shadow.fill_(float(trainer.global_step))
+
+
+def test_what_on_save_checkpoint_adds_is_copied_when_the_state_is_taken(tmp_path, monkeypatch):
+    release = threading.Event()
+    real_save_atomic = checkpoint.save_atomic
+
+    def slow_disk(obj, path):
+        assert release.wait(timeout=30)
+        real_save_atomic(obj, path)
+
+    monkeypatch.setattr(checkpoint, "save_atomic", slow_disk)
+    ema = AddsLiveTensor()
+    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, every_n_epochs=None, save_top_k=-1)
+    releaser = WeightsAt(step=2, release=release)
+    Trainer(**quiet(max_steps=4, callbacks=[ema, releaser, ckpt])).fit(Classifier(), loader(64, 4))
+    # Taken at step 2, after on_train_batch_end filled it with 2.0; written after step 4's fill.
+    assert torch.equal(checkpoint.load(tmp_path / "epoch=0-step=2.ckpt")["ema"], torch.full((3,), 2.0))

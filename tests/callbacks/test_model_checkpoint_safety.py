@@ -209,3 +209,49 @@ def test_a_user_checkpoint_callback_replaces_the_built_in_one(tmp_path):
     trainer.fit(Classifier(), loader(32, 16))
     assert _ckpt_names(tmp_path / "mine") == ["epoch=0-step=2.ckpt", "last.ckpt"]
     assert not list((tmp_path / "runs").glob("*/*/checkpoints"))
+
+
+DDP_DISK_FULL = textwrap.dedent(
+    """
+    import errno, io, os, sys
+
+    import torch
+
+    from callbacks import ModelCheckpoint
+    from tests._models import Classifier, loader
+    from trainer import Trainer
+
+    real_save, saves = torch.save, []
+
+    def disk_full_at_step_3(obj, f, *args, **kwargs):  # runs in rank 0's writer thread
+        if torch.distributed.is_initialized() and not isinstance(f, io.BytesIO):  # a checkpoint file
+            saves.append(1)
+            if len(saves) == 3:  # the save of step 3
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, f, *args, **kwargs)
+
+    torch.save = disk_full_at_step_3  # module level: the spawned ranks re-import this file
+
+    if __name__ == "__main__":
+        ckpt = ModelCheckpoint(dirpath=sys.argv[1], every_n_train_steps=1, every_n_epochs=None)
+        trainer = Trainer(strategy="ddp", devices=2, max_steps=20, enable_progress_bar=False, log_dir=None, callbacks=[ckpt])
+        trainer.fit(Classifier(), loader(256, 4))
+    """
+)
+
+
+@pytest.mark.slow
+def test_under_ddp_a_failed_background_write_stops_every_rank_with_rank_0s_error(tmp_path, script_env):
+    (tmp_path / "ddp_disk_full.py").write_text(DDP_DISK_FULL)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "ddp_disk_full.py", str(tmp_path / "ckpts")], cwd=tmp_path, env=script_env,
+        capture_output=True, text=True, timeout=240,
+    )
+    took = time.monotonic() - start
+    assert done.returncode != 0
+    assert "WorkerError" in done.stderr and "Could not write the checkpoint" in done.stderr, done.stderr[-3000:]
+    assert "epoch=0-step=3.ckpt" in done.stderr and "No space left on device" in done.stderr
+    assert took < 120  # the other rank did not sit in a collective until the 5-minute timeout
+    names = sorted(os.listdir(tmp_path / "ckpts"))
+    assert "epoch=0-step=2.ckpt" in names and not any("step=4" in n or "step=5" in n for n in names)

@@ -101,3 +101,5 @@ def test_a_dataloaders_batch_sizes_are_known_from_its_sampler_and_others_are_not
     assert uniform_batches(DataLoader(data, batch_size=None)) is None
     assert uniform_batches(DataLoader(Stream(), batch_size=4)) is None
     assert uniform_batches([(data[:4],), (data[4:],)]) is None
+    # A collate function of one's own may pack or split samples: measured too.
+    assert uniform_batches(DataLoader(data, batch_size=4, collate_fn=lambda items: torch.stack(items))) is None

@@ -289,7 +289,8 @@ class RecordsSync(SingleDeviceStrategy):
 
     def __init__(self) -> None:
         super().__init__("cpu")
-        self.unsynced: list[int] = []
+        self.unsynced: list[int] = []  # training batches run inside no_backward_sync()
+        self.unsynced_other: list[int] = []  # validation batches run inside it
         self.inside = False
 
     @contextlib.contextmanager
@@ -303,7 +304,7 @@ class RecordsSync(SingleDeviceStrategy):
 
     def run_step(self, step_name, batch, batch_idx):
         if self.inside:
-            self.unsynced.append(batch_idx)
+            (self.unsynced if step_name == "training_step" else self.unsynced_other).append(batch_idx)
         return super().run_step(step_name, batch, batch_idx)
 
 
@@ -332,3 +333,44 @@ def test_the_cpu_step_is_the_models_own_method_and_other_cases_go_through_run_st
     custom = RecordsSync()
     custom.precision, custom.module = Precision("32", custom.root_device), model
     assert custom.step_runner("training_step", batch).func == custom.run_step  # its override is kept
+
+
+class ReturnsShape1(Classifier):
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx).reshape(1)
+
+
+def test_a_loss_of_shape_1_trains_like_a_scalar_one():
+    torch.manual_seed(0)
+    scalar = Classifier()
+    shaped = ReturnsShape1()
+    shaped.load_state_dict(scalar.state_dict())
+    fit(scalar, train=loader(32, 8), max_steps=3)
+    fit(shaped, train=loader(32, 8), max_steps=3)
+    assert all(torch.equal(a, b) for a, b in zip(scalar.state_dict().values(), shaped.state_dict().values()))
+
+
+class BreaksBackward(Classifier):
+    def training_step(self, batch, batch_idx):
+        x, _ = batch
+        probs = torch.sigmoid(self.net(x))  # sigmoid's backward needs its output
+        loss = probs.mean()
+        probs.mul_(2)  # in place on what the graph saved: backward() fails, and not because of the loss
+        return loss
+
+
+def test_a_backward_failure_that_is_not_about_the_loss_comes_through_unchanged():
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        fit(BreaksBackward(), train=loader(32, 8), max_steps=1)
+
+
+def test_validation_in_the_middle_of_an_accumulation_group_runs_inside_it_and_syncs_after():
+    strategy = RecordsSync()
+    trainer, count = fit(
+        train=loader(64, batch_size=8), val=loader(16, batch_size=8), max_epochs=1,
+        accumulate_grad_batches=2, val_check_interval=3, limit_val_batches=1, strategy=strategy,
+    )
+    # Validation after batches 3 and 6 (1-based): the first inside group [2, 3], before its last micro-batch.
+    assert count.val_runs == 3 and trainer.global_step == 4  # twice mid-epoch, once at its end
+    assert strategy.unsynced == [0, 2, 4, 6]
+    assert strategy.unsynced_other == [0]  # the validation after batch 3 ran inside group [2, 3]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from trainer.metrics import _COLLAPSE_AT, MetricSink
@@ -33,3 +34,14 @@ def test_latest_floats_are_the_logged_values():
     sink.log("b", torch.tensor([3], dtype=torch.int64))
     sink.log("c", 2.5)
     assert sink.latest_floats() == {"a": float(torch.tensor(0.1, dtype=torch.float32)), "b": 3.0, "c": 2.5}
+
+
+
+def test_a_later_value_of_another_shape_is_refused_like_the_first():
+    sink = MetricSink()
+    sink.log("loss", torch.tensor(0.5))
+    sink.log("loss", torch.tensor([0.25]))  # one element: fine
+    with pytest.raises(ValueError, match=r"self.log\('loss', value\): value must be a scalar, got a tensor of shape \(3,\)"):
+        sink.log("loss", torch.ones(3))
+    sink.log("n", torch.tensor(3))  # an int tensor comes out as a float
+    assert sink.latest_floats() == {"loss": 0.25, "n": 3.0} and type(sink.latest_floats()["n"]) is float
