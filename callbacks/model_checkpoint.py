@@ -10,8 +10,6 @@ import tempfile
 import warnings
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from trainer import checkpoint as ckpt_io
 from trainer._checks import flag, one_of, positive_int
 
@@ -131,23 +129,18 @@ class ModelCheckpoint(Callback):
             warnings.warn(f"The checkpoint being written when fit failed was not saved: {error}", stacklevel=2)
 
     def _wait_for_writer(self, trainer: Trainer) -> None:
-        """Wait for the write in flight (rank 0). If it failed, every rank raises, together:
-        rank 0 its error, the others a pointer to it, rather than waiting in the next collective."""
+        """Wait for the write in flight (rank 0). If it failed, every rank raises, together and
+        with its message, rather than waiting in the next collective: whichever rank a launcher
+        reports first, the reason is in it."""
         error = self._writer.error()
         if trainer.world_size > 1:
-            failed = trainer.strategy.all_reduce_sum(torch.tensor([float(error is not None)])).item() > 0
+            reason = trainer.strategy.broadcast_object(None if error is None else f"{type(error).__name__}: {error}")
         else:
-            failed = error is not None
+            reason = None
         if error is not None:
             raise error
-        if failed:
-            raise RuntimeError(
-                "Global rank 0 could not write a checkpoint; its error (in its traceback) ends the run. "
-                "Free disk space or choose another ModelCheckpoint(dirpath=...), then resume with fit(..., ckpt_path='last')."
-            )
-
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        self._writer.close()
+        if reason is not None:
+            raise RuntimeError(f"Global rank 0 could not write a checkpoint, so every rank stops. {reason}")
 
     def write_last(self, trainer: Trainer, module: TrainModule) -> str:
         """Write only ``last.ckpt``, now (used when a signal stops the run). Every rank must call."""
