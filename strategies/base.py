@@ -114,7 +114,7 @@ class Strategy:
 
         A strategy that keeps this class's ``run_step`` and ``batch_to_device``, in full
         precision on the CPU, with a first batch already on the CPU, gets the user's step
-        method itself: in a training loop each call in between costs about a microsecond,
+        method itself: in a training loop each call in between can cost up to a microsecond,
         and here it would do nothing. The rest of that epoch's batches are taken to be on
         the CPU too, as a DataLoader's are (a stray one on a GPU fails in the model, loudly).
         Subclasses override ``run_step``, not this.

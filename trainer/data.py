@@ -82,7 +82,7 @@ def uniform_batches(loader: Any) -> tuple[int, int, int] | None:
     batches its sampler's indices in fixed-size groups; None for any other iterable.
 
     With the default collate function, a batch's size is the number of samples drawn for it,
-    known without looking at the batch (which costs a microsecond per step inside a training
+    known without looking at the batch (which can cost up to a microsecond per step inside a training
     loop, see benchmarks/). A custom ``collate_fn`` may pack or split samples, so its batches
     are measured like any other iterable's.
     """

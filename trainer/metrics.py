@@ -177,7 +177,7 @@ def log_metric(name: str, value: Any, *, prog_bar: bool = False, batch_size: int
     """Record a scalar in the current step's sink: what ``TrainModule.log`` is.
 
     One function, not a method calling the sink's: it runs for every value on every step,
-    where each call costs about a microsecond (benchmarks/overhead.py).
+    where each call can cost up to a microsecond (benchmarks/overhead.py).
     """
     sink = getattr(_local, "sink", None)
     if sink is None:

@@ -450,7 +450,7 @@ class Trainer:
         """One epoch's batches; returns True if fit must stop before the epoch's end.
 
         The body runs once per batch, between a data load and a model step that push it out of
-        the CPU's caches: there, each Python function it calls costs about a microsecond, not
+        the CPU's caches: there, each Python function it calls can cost up to a microsecond, not
         the tens of nanoseconds a micro-benchmark shows (benchmarks/overhead.py). So the
         common path calls none of its own. Whatever is fixed for the run is read into locals
         first, and what a run does not use (accumulation, hooks, clipping, a gradient
