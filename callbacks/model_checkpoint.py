@@ -155,13 +155,9 @@ class ModelCheckpoint(Callback):
         self._wait_for_writer(trainer)  # the previous write's error surfaces before any book-keeping
         score = self._score(trainer)
         last = os.path.join(self.dirpath, LAST)
-        if score is None:  # the monitor is not logged yet; the epoch end at this step may still rank a file
-            if self.save_last:
-                self.last_model_path = last
-                self._write(trainer, last)
-            return
-        self._last_step_saved = trainer.global_step
-        if not self._keeps(score):
+        if score is not None:  # None: the monitor is not logged yet; this step's epoch end may still rank a file
+            self._last_step_saved = trainer.global_step
+        if score is None or not self._keeps(score):  # no file to rank: only last.ckpt moves on
             if self.save_last:
                 self.last_model_path = last
                 self._write(trainer, last)

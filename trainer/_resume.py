@@ -185,13 +185,8 @@ def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[
     return sorted(own - set(state)), sorted(set(state) - own)
 
 
-def capture(trainer: Trainer, copy: bool = False) -> dict[str, Any]:
-    """The full state. Every rank must call it (RNG states are gathered to all ranks).
-
-    The model's, optimizer's, scheduler's, scaler's and callbacks' states hold the live
-    tensors; ``copy=True`` copies those to the CPU (the rest is built fresh here anyway), for
-    a write that happens while training goes on.
-    """
+def capture(trainer: Trainer) -> dict[str, Any]:
+    """The full state. Every rank must call it (RNG states are gathered to all ranks)."""
     from . import __version__
 
     strategy, state, opt = trainer.strategy, trainer.state, trainer._opt
@@ -207,19 +202,14 @@ def capture(trainer: Trainer, copy: bool = False) -> dict[str, Any]:
     sink = trainer._train_sink if batch > 0 else None
     train_metrics = strategy.gather_objects(None if sink is None else sink.state_dict())
     module = trainer.module
-    live = {
+    return {
+        "format": FORMAT,
+        "version": __version__,
         "model": strategy.module_state_dict(),
         "optimizer": None if opt is None else opt.optimizer.state_dict(),
         "lr_scheduler": None if opt is None or opt.scheduler is None else opt.scheduler.state_dict(),
         "precision": trainer._precision.state_dict(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
-    }
-    if copy:
-        live = ckpt_io.snapshot(live)
-    return {
-        "format": FORMAT,
-        "version": __version__,
-        **live,
         "loop": {
             "epoch": epoch, "batch_in_epoch": batch, "global_step": state.global_step,
             "world_size": strategy.world_size,
