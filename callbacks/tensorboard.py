@@ -45,9 +45,6 @@ class TensorBoardLogger(Callback):
     def __init__(self, flush_secs: float = 30.0) -> None:
         self.flush_secs = positive_number("TensorBoardLogger(flush_secs)", flush_secs, allow_none=False)
         self.writer: SummaryWriter | None = None
-        # The step the last fit reached: standalone validate/test write there, at the end of the
-        # fit's curves where those weights belong, rather than back at step 0.
-        self.fit_step = 0
         self._clock: tuple[float, int, int] | None = None  # (time, step, samples) at the last write
         self._paused_at: float | None = None
         self._pending: list[tuple[int, float, tuple[Any, ...]]] = []  # (step, wall time, _scalars' arguments)
@@ -72,7 +69,6 @@ class TensorBoardLogger(Callback):
             self.writer = _summary_writer()(trainer.run_dir, purge_step=purge_step, flush_secs=self.flush_secs)
 
     def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self.fit_step = trainer.global_step
         self._hand_off()
         if self.writer is not None:
             # Only a finished fit is marked: a resumed run's folder then ends up "success".
@@ -162,17 +158,12 @@ class TensorBoardLogger(Callback):
         self._hand_off()
         if self.writer is None:
             return
-        step = trainer.global_step if trainer.state.stage == "fit" else self.fit_step
+        # After fit, global_step is where training ended: a later validate/test lands at the
+        # end of the curves, where the weights it evaluated belong.
         for name, value in trainer.logged_metrics.items():
-            self.writer.add_scalar(name, value, step)
+            self.writer.add_scalar(name, value, trainer.global_step)
         self.writer.flush()
 
-    # --- state -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"fit_step": self.fit_step}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.fit_step = int(state_dict.get("fit_step", 0))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import replicate
 
+from trainer._checks import user_stacklevel
 from trainer.data import apply_to_tensors, move_to_device
 from trainer.metrics import MetricSink, current_sink, set_sink
 
@@ -137,7 +138,7 @@ class DataParallelStrategy(Strategy):
             warnings.warn(
                 f"strategy='dp' needs 2 or more GPUs, but devices={devices!r} gives it {len(self.device_ids)} "
                 f"({gpus} visible); running on the single device {where} instead.",
-                stacklevel=4,  # the line that built the Trainer
+                stacklevel=user_stacklevel(),  # the line that built the Trainer
             )
             self.output_device = None
         self.root_device = torch.device("cuda", self.device_ids[0]) if self.device_ids else torch.device("cpu")

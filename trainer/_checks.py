@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Iterable
 
 import torch
 from torch import nn
 
-from callbacks.base import Callback
-
 from .checkpoint import require_archive
 from .data import loader_length
 from .module import TrainModule
+
+
+# The folders of trainer, strategies and callbacks: a warning about an option points past them.
+_PACKAGES = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
+    for name in ("trainer", "strategies", "callbacks")
+)
+
+
+def user_stacklevel() -> int:
+    """``warnings.warn(..., stacklevel=user_stacklevel())`` points at the first line outside
+    these packages, e.g. the user's ``Trainer(...)``, however deep the call that warns."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGES):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def suggest(value: str, choices: Iterable[str]) -> str:
@@ -125,22 +140,6 @@ def check_loader(name: str, loader: Any) -> None:
         raise TypeError(f"{name}={loader!r:.80} is not iterable; pass a torch.utils.data.DataLoader.")
     if loader_length(loader) == 0:
         raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
-
-
-def check_callbacks(callbacks: Any) -> list[Callback]:
-    if callbacks is None:
-        return []
-    if isinstance(callbacks, Callback):
-        callbacks = [callbacks]
-    if isinstance(callbacks, (str, bytes)) or not hasattr(callbacks, "__iter__"):
-        raise TypeError(f"callbacks={callbacks!r:.80} must be a list of callbacks.Callback instances (or None).")
-    callbacks = list(callbacks)
-    for cb in callbacks:
-        if isinstance(cb, type) and issubclass(cb, Callback):
-            raise TypeError(f"callbacks contains the class {cb.__name__}, not an instance: pass {cb.__name__}().")
-        if not isinstance(cb, Callback):
-            raise TypeError(f"callbacks contains {cb!r:.80}, which is not a callbacks.Callback.")
-    return callbacks
 
 
 def _fraction_or_count(name: str, value: Any, of: str, minimum: int) -> int | float | None:

@@ -1,4 +1,5 @@
-"""Calling callback hooks: which callbacks override which hook is worked out once per run."""
+"""The Trainer's side of callbacks: checking the list, and working out once per run which
+callbacks override which hook."""
 
 from __future__ import annotations
 
@@ -32,3 +33,19 @@ def overrides(callback: Callback, name: str) -> bool:
         return True
     base = getattr(Callback, name)
     return getattr(type(callback), name, base) is not base
+
+
+def check_callbacks(callbacks: Any) -> list[Callback]:
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, Callback):
+        callbacks = [callbacks]
+    if isinstance(callbacks, (str, bytes)) or not hasattr(callbacks, "__iter__"):
+        raise TypeError(f"callbacks={callbacks!r:.80} must be a list of callbacks.Callback instances (or None).")
+    callbacks = list(callbacks)
+    for cb in callbacks:
+        if isinstance(cb, type) and issubclass(cb, Callback):
+            raise TypeError(f"callbacks contains the class {cb.__name__}, not an instance: pass {cb.__name__}().")
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks contains {cb!r:.80}, which is not a callbacks.Callback.")
+    return callbacks

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
+from . import __version__
 from . import checkpoint as ckpt_io
 from .checkpoint import CheckpointError
 from .data import SkipBatches, rebuild_loader
@@ -187,8 +188,6 @@ def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[
 
 def capture(trainer: Trainer) -> dict[str, Any]:
     """The full state. Every rank must call it (RNG states are gathered to all ranks)."""
-    from . import __version__
-
     strategy, state, opt = trainer.strategy, trainer.state, trainer._opt
     if trainer._epoch_complete:
         epoch, batch = state.current_epoch + 1, 0

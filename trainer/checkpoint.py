@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch
 
+from .data import apply_to_tensors
+
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, unreadable, unsafe, or does not fit the model."""
@@ -64,8 +66,6 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
 def snapshot(obj: Any) -> Any:
     """``obj`` with every tensor copied to the CPU, so that training can go on changing the
     originals while the copy is written. Tensors that share memory (tied weights) still do."""
-    from .data import apply_to_tensors
-
     copies: dict[tuple[str, int], torch.UntypedStorage] = {}
 
     def copy(t: torch.Tensor) -> torch.Tensor:

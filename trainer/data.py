@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler, default_collate
+
+if TYPE_CHECKING:
+    from strategies import Strategy
+
+_log = logging.getLogger("trainer")
 
 
 def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -160,3 +166,26 @@ def rebuild_loader(loader: DataLoader, *, sampler: Sampler | None = None, batch_
 
 def is_batch_sampler(obj: Any) -> bool:
     return isinstance(obj, BatchSampler) or hasattr(obj, "batch_size")
+
+
+def in_lockstep(batches: Iterator[Any], strategy: Strategy) -> Iterator[Any]:
+    """An unsized loader on several processes: take a batch only when every rank has one.
+
+    A rank that runs out first would otherwise wait forever in the others' next gradient
+    all-reduce. The epoch ends on every rank when the first one runs out.
+    """
+    while True:
+        batch = next(batches, _END)
+        have = int(strategy.all_reduce_sum(torch.tensor([float(batch is not _END)])).item())
+        if have < strategy.world_size:
+            if have and strategy.is_global_zero:
+                _log.warning(
+                    "train_dataloaders ran out on %d of %d processes before the others; the epoch ended on "
+                    "all of them. Give every rank the same number of batches to use all the data.",
+                    strategy.world_size - have, strategy.world_size,
+                )
+            return
+        yield batch
+
+
+_END = object()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from typing import Iterator
 
 import torch
 
@@ -31,3 +33,35 @@ def seed_everything(seed: int) -> int:
         np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
     return seed
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool) -> Iterator[None]:
+    """With ``enabled``, deterministic kernels (``torch.use_deterministic_algorithms``, no cuDNN
+    autotuning) inside the block; the process's previous settings come back after it."""
+    if not enabled:
+        yield
+        return
+    previous = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+        os.environ.get(_CUBLAS_ENV),
+    )
+    # cuBLAS needs a fixed workspace to be deterministic; it is read when a handle is made.
+    os.environ.setdefault(_CUBLAS_ENV, ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        enabled_before, warn_only, benchmark, cublas = previous
+        torch.use_deterministic_algorithms(enabled_before, warn_only=warn_only)
+        torch.backends.cudnn.benchmark = benchmark
+        if cublas is None:
+            os.environ.pop(_CUBLAS_ENV, None)
+        else:
+            os.environ[_CUBLAS_ENV] = cublas
+
+
+_CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"

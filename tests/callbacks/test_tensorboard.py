@@ -135,6 +135,7 @@ def test_validate_and_test_after_fit_land_at_the_fit_step_and_predict_writes_not
     trainer.test(model, loader(32))
     trainer.predict(model, loader(32))
     assert sorted(os.listdir(os.path.join("runs", "default"))) == ["version_0"]  # predict made no folder
+    assert trainer.global_step == 4  # evaluation moved no counter
     acc = _read(trainer.run_dir)
     assert [s for s, _ in _series(acc, "val_loss")] == [4, 4]  # fit's validation, then validate's
     assert _series(acc, "test_loss") == [(4, pytest.approx(trainer.callback_metrics["test_loss"], rel=1e-6))]

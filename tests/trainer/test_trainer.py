@@ -40,3 +40,68 @@ def test_a_nan_loss_stops_fit_at_the_logging_cadence():
     trainer = Trainer(max_epochs=2, log_every_n_steps=2, **quiet())
     with pytest.raises(FloatingPointError, match="at step 4"):
         trainer.fit(_NaNAtStep(), loader(n=128, batch_size=16))
+
+
+# --- evaluation after fit keeps the training counters --------------------------------------
+def _counters(trainer: Trainer) -> tuple[int, int]:
+    return trainer.global_step, trainer.current_epoch
+
+
+@pytest.mark.parametrize("strategy", ["single", pytest.param("ddp", marks=pytest.mark.slow)])
+def test_validate_test_and_predict_after_fit_keep_global_step_and_current_epoch(strategy):
+    devices = 2 if strategy == "ddp" else 1
+    trainer = Trainer(strategy=strategy, devices=devices, max_epochs=2, **quiet())
+    model = Classifier()
+    trainer.fit(model, loader(n=64, batch_size=16))
+    after_fit = _counters(trainer)
+    assert after_fit == (8 // devices, 2)  # 2 epochs of 4 batches, each rank taking half under ddp
+    trainer.validate(model, loader(n=32))
+    assert _counters(trainer) == after_fit
+    trainer.test(model, loader(n=32))
+    assert _counters(trainer) == after_fit
+    trainer.predict(model, loader(n=32))
+    assert _counters(trainer) == after_fit
+    assert trainer.state.stage == "idle"
+
+
+def test_the_step_a_callback_sees_during_validate_after_fit_is_the_last_training_step():
+    from callbacks import Callback
+
+    seen = []
+
+    class Sees(Callback):
+        def on_validation_end(self, trainer, module):
+            seen.append((trainer.state.stage, trainer.global_step))
+
+    trainer = Trainer(max_epochs=2, callbacks=[Sees()], **quiet())
+    model = Classifier()
+    trainer.fit(model, loader(n=64, batch_size=16), loader(n=32))
+    trainer.validate(model, loader(n=32))
+    assert seen == [("fit", 4), ("fit", 8), ("validate", 8)]
+
+
+def test_deterministic_is_switched_back_off_after_fit():
+    assert not torch.are_deterministic_algorithms_enabled()
+    Trainer(max_steps=2, deterministic=True, **quiet()).fit(Classifier(), loader())
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_deterministic_leaves_a_callers_own_setting_as_it_was():
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        Trainer(max_steps=2, deterministic=True, **quiet()).fit(Classifier(), loader())
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_deterministic_is_on_while_the_model_trains():
+    class Checks(Classifier):
+        def training_step(self, batch, batch_idx):
+            self.saw = torch.are_deterministic_algorithms_enabled()
+            return super().training_step(batch, batch_idx)
+
+    model = Checks()
+    Trainer(max_steps=1, deterministic=True, **quiet()).fit(model, loader())
+    assert model.saw is True

@@ -1,0 +1,378 @@
+"""The fit loop: epochs, the per-batch step, the optimizer step and stop requests."""
+
+from __future__ import annotations
+
+import collections.abc
+import contextlib
+import logging
+import math
+import signal
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from strategies.base import Strategy
+
+from ._checks import bad_loss, loss_of
+from ._resume import Resume
+from ._signals import Interrupted
+from .data import batch_size, in_lockstep, loader_length, uniform_batches
+from .evaluation_loop import evaluation_loop, limited
+from .metrics import MetricSink, set_sink
+from .optim import resolve_optimizers
+
+if TYPE_CHECKING:
+    from .module import TrainModule
+    from .trainer import Trainer
+
+log = logging.getLogger("trainer")
+_STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop requests (DDP)
+
+
+class FitLoop:
+    """One ``fit`` in one process. The order of events, which is the contract callbacks rely on::
+
+        setup("fit")                              (in stage.run_stage)
+        on_fit_start
+        on_train_start
+        for each epoch until max_epochs, max_steps or a stop request:
+            on_train_epoch_start
+            for each batch (a resumed run skips the consumed ones at the sampler):
+                on_train_batch_start
+                strategy.no_backward_sync() held from an accumulation group's first
+                micro-batch until its last one starts (no gradient sync until then)
+                loss = strategy's training_step runner   # split, compute, combine
+                on_before_backward
+                backward(loss / group size)
+                on_after_backward
+                if the group is complete:
+                    unscale, clip, on_before_optimizer_step, optimizer step, zero_grad
+                    scheduler step (interval="step")
+                    every log_every_n_steps steps: NaN/Inf loss check, on_train_log
+                validation loop if val_check_interval is due
+                on_train_batch_end                # the step boundary: step checkpoints
+                stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
+            epoch means of self.log values
+            validation loop if check_val_every_n_epoch is due
+            scheduler step (interval="epoch")
+            on_train_epoch_end                    # epoch checkpoints
+        on_train_end
+        on_fit_end
+        teardown("fit")                           (in stage.run_stage)
+
+    The loop's state that checkpoints record (the counters, the epoch's loader and RNG at its
+    start, the optimizer setup) lives on the Trainer, where ``checkpoint_state`` reads it.
+    """
+
+    def __init__(self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None) -> None:
+        strategy = trainer.strategy
+        self.trainer, self.model = trainer, model
+        trainer._opt = resolve_optimizers(model, trainer._optimizer_factory)
+        trainer.optimizer, trainer.lr_scheduler = trainer._opt.optimizer, trainer._opt.scheduler
+        self.train_loader = strategy.process_dataloader(train_loader, "train")
+        self.val_loader = None if val_loader is None else strategy.process_dataloader(val_loader, "validate")
+        n = loader_length(self.train_loader)
+        if n == 0:
+            raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
+        trainer.num_training_batches = limited(n, trainer.limit_train_batches)
+        trainer.val_dataloaders = self.val_loader  # callbacks read it (EarlyStopping: is there validation?)
+        counts = strategy.gather_objects(trainer.num_training_batches)
+        if len(set(counts)) > 1:
+            raise ValueError(
+                f"The processes have different numbers of training batches per epoch: {counts} (by rank). "
+                "Every step all-reduces gradients, so a rank that runs out first would wait forever for the "
+                "others. Let the Trainer shard a plain DataLoader (DistributedSampler pads to equal lengths), "
+                f"give each rank the same number of batches, or set limit_train_batches<={min(counts)}."
+            )
+        self.resume = Resume.load(trainer, ckpt_path)
+        if trainer.is_global_zero:
+            log.info("%s", _summary(trainer, self.train_loader))
+
+    def run(self) -> None:
+        trainer, model, hooks, state = self.trainer, self.model, self.trainer._hooks, self.trainer.state
+        with trainer._signals:
+            if not model.training:  # a model handed over in eval mode trains; submodules the
+                model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
+            hooks.call("on_fit_start", trainer, model)
+            hooks.call("on_train_start", trainer, model)
+            while not self._done():
+                trainer._train_sink = sink = MetricSink()
+                previous_sink = set_sink(sink)
+                try:
+                    hooks.call("on_train_epoch_start", trainer, model)
+                    stopped = self._train_epoch(sink)
+                finally:
+                    set_sink(previous_sink)
+                # A checkpoint taken from here on resumes at the next epoch, unless this one was cut short.
+                trainer._epoch_complete = not stopped
+                trainer.train_epoch_metrics = trainer.logged_metrics = sink.epoch_means(trainer.strategy.reduce_metrics)
+                trainer.callback_metrics.update(trainer.logged_metrics)
+                trainer.prog_bar_names |= sink.prog_bar
+                if self.val_loader is not None and self._epoch_val_due():
+                    evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
+                if trainer._opt.interval == "epoch":
+                    trainer._opt.step_scheduler(trainer.callback_metrics)
+                hooks.call("on_train_epoch_end", trainer, model)
+                trainer._epoch_complete = False
+                if stopped:  # the epoch was cut short: current_epoch counts only completed ones
+                    break
+                state.current_epoch += 1
+                state.batch_in_epoch = 0
+                state.should_stop = self._agree(state.should_stop)
+            hooks.call("on_train_end", trainer, model)
+            hooks.call("on_fit_end", trainer, model)
+        received = trainer._signals.received
+        if received is not None:  # came after the last stop check: finished, but say so
+            raise Interrupted(
+                f"{signal.Signals(received).name} arrived after the last step boundary; training "
+                f"had finished (step {state.global_step}) and its checkpoints are complete.",
+                received,
+            )
+
+    def _train_epoch(self, sink: MetricSink) -> bool:
+        """One epoch's batches; returns True if fit must stop before the epoch's end.
+
+        The body runs once per batch, between a data load and a model step that push it out of
+        the CPU's caches: there, each Python function it calls can cost up to a microsecond, not
+        the tens of nanoseconds a micro-benchmark shows (benchmarks/overhead.py). So the
+        common path calls none of its own. Whatever is fixed for the run is read into locals
+        first, and what a run does not use (accumulation, hooks, clipping, a gradient
+        scaler, a strategy's own backward, a stop request) costs a comparison.
+        """
+        trainer, model, loader, val_loader = self.trainer, self.model, self.train_loader, self.val_loader
+        state, hooks, strategy, opt = trainer.state, trainer._hooks, trainer.strategy, trainer._opt
+        accumulate, limit, log_every = trainer.accumulate_grad_batches, trainer.num_training_batches, trainer.log_every_n_steps
+        val_every = _val_every(trainer.val_check_interval, limit) if val_loader is not None else 0
+        batch_start, before_backward, after_backward, batch_end = (
+            hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
+        )
+        own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
+        backward = strategy.backward if own_backward else torch.Tensor.backward
+        scaler, optimizer = trainer._precision.scaler, opt.optimizer
+        # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
+        plain_step = (
+            trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
+            and not (opt.scheduler is not None and opt.interval == "step")
+        )
+        max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
+        # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
+        sync_every = _STOP_SYNC_EVERY if strategy.world_size > 1 else 0
+        signals = trainer._signals
+        trainer._step_skipped = False
+        # A DataLoader's batch sizes are known in advance; other iterables are measured per batch.
+        sizes = uniform_batches(loader)
+        full_size, last_size, last_idx = sizes if sizes is not None else (0, 0, -1)
+        training_step: Callable[[Any, int], Any] | None = None  # picked at the epoch's first batch
+        tensor = torch.Tensor
+        # Counted here; published to trainer.samples_seen at the logging cadence and when the epoch ends.
+        samples = trainer.samples_seen
+
+        epoch_batches = self.resume.batches(trainer, loader)  # iter() happens here, exactly once per epoch
+        if strategy.world_size > 1 and loader_length(loader) is None:
+            epoch_batches = in_lockstep(epoch_batches, strategy)
+        batch_idx = state.batch_in_epoch - 1
+        group, completes = 1, True  # without accumulation every batch is a whole group
+        try:
+            # Holds the strategy's no-sync context over an accumulation group's micro-batches but the last.
+            with contextlib.ExitStack() as no_sync:
+                for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
+                    if batch_idx >= limit:
+                        break
+                    if sizes is None:
+                        size = batch_size(batch)
+                    else:
+                        size = last_size if batch_idx == last_idx else full_size
+                    sink.batch_size = size
+                    samples += size
+                    if training_step is None:
+                        training_step = strategy.step_runner("training_step", batch)
+                    if batch_start:
+                        for fn in batch_start:
+                            fn(trainer, model, batch, batch_idx)
+                    if accumulate > 1:
+                        group_start = batch_idx - batch_idx % accumulate
+                        group = min(accumulate, limit - group_start)  # the epoch's last group may be short
+                        completes = batch_idx - group_start + 1 == group
+                        if completes:
+                            no_sync.close()
+                        elif batch_idx == group_start:  # groups start at multiples of accumulate, resumed too
+                            no_sync.enter_context(strategy.no_backward_sync())
+
+                    output = training_step(batch, batch_idx)
+                    loss = output if type(output) is tensor else loss_of(output)
+                    if before_backward:
+                        for fn in before_backward:
+                            fn(trainer, model, loss)
+                    try:
+                        if group == 1 and scaler is None:
+                            backward(loss)
+                        else:
+                            scaled = loss / group if group > 1 else loss
+                            backward(scaled if scaler is None else scaler.scale(scaled))
+                    except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
+                        problem = bad_loss(loss)
+                        if problem is None:
+                            raise
+                        raise problem from err
+                    if after_backward:
+                        for fn in after_backward:
+                            fn(trainer, model)
+
+                    state.batch_in_epoch = batch_idx + 1
+                    if completes:
+                        if plain_step:  # _optimizer_step with nothing to do around the step
+                            optimizer.step()
+                            optimizer.zero_grad()
+                            state.global_step += 1
+                        else:
+                            self._optimizer_step()
+                        if state.global_step % log_every == 0:
+                            trainer.samples_seen = samples
+                            self._at_log_step(loss)
+                    if val_every and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < limit:
+                        evaluation_loop(trainer, "validation", val_loader, trainer.limit_val_batches)
+                    if batch_end:
+                        for fn in batch_end:
+                            fn(trainer, model, output, batch, batch_idx)
+                    if completes and (
+                        state.global_step >= max_steps
+                        or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
+                    ) and self._stopping_now():
+                        return batch_idx + 1 < limit
+        finally:  # however the epoch ends
+            trainer.samples_seen = samples
+        if batch_idx < 0 and state.batch_in_epoch == 0:
+            once = isinstance(loader, collections.abc.Iterator) and state.current_epoch > 0
+            raise ValueError(
+                f"train_dataloaders yielded no batches in epoch {state.current_epoch}. "
+                + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
+                   "or another object that can be iterated again." if once else "Check the dataset and sampler.")
+            )
+        return False
+
+    def _optimizer_step(self) -> None:
+        """Unscale, clip, on_before_optimizer_step, then step (or skip), zero_grad, and the
+        per-step scheduler. The loop steps the optimizer itself when none of these applies."""
+        trainer = self.trainer
+        precision, opt = trainer._precision, trainer._opt
+        optimizer = opt.optimizer
+        if trainer.gradient_clip_val is not None:
+            precision.unscale(optimizer)
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            if trainer.gradient_clip_algorithm == "norm":
+                trainer.grad_norm = torch.nn.utils.clip_grad_norm_(params, trainer.gradient_clip_val)
+            else:
+                trainer.grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+                torch.nn.utils.clip_grad_value_(params, trainer.gradient_clip_val)
+        for fn in trainer._hooks.on_before_optimizer_step:
+            fn(trainer, self.model, optimizer)
+        trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
+        if trainer._step_skipped:
+            precision.skip()
+        else:
+            precision.step(optimizer)
+        optimizer.zero_grad()
+        trainer.state.global_step += 1
+        if opt.scheduler is not None and opt.interval == "step":
+            opt.step_scheduler(trainer.callback_metrics)
+
+    def _at_log_step(self, loss: torch.Tensor) -> None:
+        """Every ``log_every_n_steps`` steps: check the loss, and publish the step's logged values."""
+        trainer = self.trainer
+        if not trainer._step_skipped:  # a skipped step's loss was judged already (the same way on every rank)
+            self._check_finite(loss)
+        metrics = trainer.step_metrics()
+        trainer.callback_metrics.update(metrics)
+        for fn in trainer._hooks.on_train_log:
+            fn(trainer, self.model, metrics)
+
+    def _check_finite(self, loss: torch.Tensor) -> None:
+        """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
+        if self._agree(not math.isfinite(loss.item())):  # item(): one read, no tensor op
+            state = self.trainer.state
+            raise FloatingPointError(
+                f"The training loss is not finite (nan or inf) at step {state.global_step} "
+                f"(epoch {state.current_epoch}). Lower the learning rate, clip gradients "
+                "(gradient_clip_val=...), or add callbacks.NaNGuard(action='skip') to skip such steps."
+            )
+
+    def _stopping_now(self) -> bool:
+        """True at a step boundary where fit must end. On several processes, stop requests
+        (should_stop, SIGTERM/SIGINT) are agreed every few steps, so all ranks stop together."""
+        trainer = self.trainer
+        state, strategy, signals = trainer.state, trainer.strategy, trainer._signals
+        if strategy.world_size > 1:
+            if state.global_step % _STOP_SYNC_EVERY:
+                return self._reached_max_steps()
+            flags = torch.tensor([float(signals.received is not None), float(state.should_stop)])
+            signalled, stop = (strategy.all_reduce_sum(flags) > 0).tolist()
+            state.should_stop = bool(stop)
+        else:
+            signalled = signals.received is not None
+        if signalled:
+            self._interrupt()
+        return state.should_stop or self._reached_max_steps()
+
+    def _reached_max_steps(self) -> bool:
+        trainer = self.trainer
+        if trainer.max_steps is None or trainer.state.global_step < trainer.max_steps:
+            return False
+        trainer.state.stop_reason = trainer.state.stop_reason or "max_steps"
+        return True
+
+    def _agree(self, local: bool) -> bool:
+        """True on every rank if it is True on any rank."""
+        strategy = self.trainer.strategy
+        if strategy.world_size == 1:
+            return local
+        return bool(strategy.all_reduce_sum(torch.tensor([float(local)])).item() > 0)
+
+    def _interrupt(self) -> None:
+        trainer = self.trainer
+        signum = trainer._signals.received or signal.SIGTERM
+        trainer.state.stop_reason = "signal"
+        checkpoint = trainer.checkpoint_callback
+        path = None if checkpoint is None else checkpoint.write_last(trainer, self.model)
+        where = f"; last checkpoint: {path}" if path else ""
+        raise Interrupted(
+            f"Training stopped by {signal.Signals(signum).name} at step {trainer.state.global_step} "
+            f"(epoch {trainer.state.current_epoch}){where}. Resume with fit(..., ckpt_path='last').",
+            signum,
+        )
+
+    def _done(self) -> bool:
+        trainer = self.trainer
+        s = trainer.state
+        return (
+            s.should_stop
+            or (trainer.max_epochs is not None and s.current_epoch >= trainer.max_epochs)
+            or (trainer.max_steps is not None and s.global_step >= trainer.max_steps)
+        )
+
+    def _epoch_val_due(self) -> bool:
+        every = self.trainer.check_val_every_n_epoch
+        return every is not None and (self.trainer.state.current_epoch + 1) % every == 0
+
+
+def _summary(trainer: Trainer, train_loader: Any) -> str:
+    """E.g. 'Training with ddp (gloo) on cpu; 2 device(s), world size 2;
+    global batch 64 = 16 per device x 2 device(s) x 2 accumulation.'"""
+    strategy, accumulate = trainer.strategy, trainer.accumulate_grad_batches
+    devices = strategy.num_devices * strategy.world_size
+    tail = f"x {devices} device(s) x {accumulate} accumulation"
+    loader_batch = getattr(train_loader, "batch_size", None)  # per process; dp splits it across its devices
+    if loader_batch:
+        total = loader_batch * strategy.world_size * accumulate
+        batch = f"{total} = {loader_batch / strategy.num_devices:g} per device {tail}"
+    else:
+        batch = f"= per-device batch {tail}"
+    return f"Training with {strategy.describe()}; {devices} device(s), world size {strategy.world_size}; global batch {batch}."
+
+
+def _val_every(interval: int | float | None, num_batches: int | float) -> int:
+    """Batches between mid-epoch validations (0: none), from ``val_check_interval``."""
+    if interval is None:
+        return 0
+    if isinstance(interval, float):
+        return 0 if num_batches == math.inf else max(1, int(num_batches * interval))
+    return interval
