@@ -50,6 +50,8 @@ class Strategy:
         self.world_size = 1
         self.precision: Any = None  # set by the Trainer: autocast context and scaler
         self.module: nn.Module | None = None  # the user's TrainModule, unwrapped
+        # Set by Trainer(sync_batchnorm=True): BatchNorm statistics over all processes' batches.
+        self.sync_batchnorm = False
 
     @property
     def is_global_zero(self) -> bool:
@@ -147,6 +149,15 @@ class Strategy:
     def gather_objects(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order (all ranks receive the list)."""
         return [obj]
+
+    def broadcast_buffers(self) -> None:
+        """Before evaluation: every process takes global rank 0's buffers (BatchNorm running
+        statistics), so that all evaluate the model a checkpoint holds. One process: nothing."""
+
+    def gather_predictions(self, outputs: list[Any]) -> list[Any] | None:
+        """``predict``'s outputs as the caller receives them: every rank's, in rank order, on the
+        rank that returns them (global rank 0); None on the others."""
+        return outputs
 
     def reduce_metrics(
         self, parts: dict[str, tuple[torch.Tensor, torch.Tensor]]

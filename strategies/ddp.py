@@ -18,7 +18,7 @@ from torch.utils.data import (
 )
 
 from trainer._checks import suggest
-from trainer.data import rebuild_loader
+from trainer.data import apply_to_tensors, rebuild_loader
 from trainer.seed import SEED_ENV
 
 from ._env import launched_env
@@ -138,6 +138,14 @@ class DDPStrategy(Strategy):
             self._owns_group = True
 
     def setup_module(self, module: torch.nn.Module) -> None:
+        if self.sync_batchnorm:
+            if self.root_device.type != "cuda":
+                raise ValueError(
+                    "sync_batchnorm=True needs CUDA devices: torch's SyncBatchNorm runs only on GPUs. On the "
+                    "CPU leave it off; every rank then normalises with its own batch's statistics in training, "
+                    "and evaluates with rank 0's running statistics."
+                )
+            module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # the root is a TrainModule: converted in place
         super().setup_module(module)
         self._ddp = DistributedDataParallel(
             StepDispatcher(self.module),
@@ -224,6 +232,20 @@ class DDPStrategy(Strategy):
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
+
+    def broadcast_buffers(self) -> None:
+        # Training changes each rank's running statistics with its own batches (DDP broadcasts
+        # rank 0's only at the next forward): evaluate with rank 0's, as its checkpoint holds them.
+        for buffer in self.module.buffers():
+            dist.broadcast(buffer, src=0)
+
+    def gather_predictions(self, outputs: list[Any]) -> list[Any] | None:
+        # To rank 0 only, and through the CPU: an all-gather would hold every rank's outputs
+        # on every rank, and unpickle CUDA tensors onto the devices they were made on.
+        on_cpu = apply_to_tensors(outputs, lambda t: t.detach().cpu())
+        parts: list[Any] | None = [None] * self.world_size if self.is_global_zero else None
+        dist.gather_object(on_cpu, parts, dst=0)
+        return None if parts is None else [o for part in parts for o in part]
 
     def reduce_metrics(self, parts: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         # A rank with no evaluation batches logged nothing: agree on the names first.

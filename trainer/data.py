@@ -168,6 +168,20 @@ def is_batch_sampler(obj: Any) -> bool:
     return isinstance(obj, BatchSampler) or hasattr(obj, "batch_size")
 
 
+def describe_fit(strategy: Strategy, train_loader: Any, accumulate: int) -> str:
+    """E.g. 'Training with ddp (gloo) on cpu; 2 device(s), world size 2;
+    global batch 64 = 16 per device x 2 device(s) x 2 accumulation.'"""
+    devices = strategy.num_devices * strategy.world_size
+    tail = f"x {devices} device(s) x {accumulate} accumulation"
+    loader_batch = getattr(train_loader, "batch_size", None)  # per process; dp splits it across its devices
+    if loader_batch:
+        total = loader_batch * strategy.world_size * accumulate
+        batch = f"{total} = {loader_batch / strategy.num_devices:g} per device {tail}"
+    else:
+        batch = f"= per-device batch {tail}"
+    return f"Training with {strategy.describe()}; {devices} device(s), world size {strategy.world_size}; global batch {batch}."
+
+
 def in_lockstep(batches: Iterator[Any], strategy: Strategy) -> Iterator[Any]:
     """An unsized loader on several processes: take a batch only when every rank has one.
 

@@ -21,7 +21,7 @@ def evaluation_loop(trainer: Trainer, phase: str, loader: Any, limit: int | floa
 
     The order of events::
 
-        model.eval(), torch.no_grad()
+        every rank takes rank 0's buffers (BatchNorm statistics); model.eval(), torch.no_grad()
         on_{phase}_start, on_{phase}_epoch_start
         for each batch (up to the limit):
             on_{phase}_batch_start
@@ -39,6 +39,7 @@ def evaluation_loop(trainer: Trainer, phase: str, loader: Any, limit: int | floa
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
     if n == 0 and (limit == 0 or strategy.world_size == 1):
         return [] if phase == "predict" else None
+    strategy.broadcast_buffers()
     modes = [m.training for m in model.modules()]
     model.eval()
     sink = MetricSink()
@@ -80,3 +81,12 @@ def limited(n: int | None, limit: int | float | None) -> int | float:
     if isinstance(limit, float):
         return total if total == math.inf else max(1, int(total * limit))
     return min(total, limit)
+
+
+def validation_every(interval: int | float | None, num_batches: int | float) -> int:
+    """Batches between mid-epoch validations (0: none), from ``val_check_interval``."""
+    if interval is None:
+        return 0
+    if isinstance(interval, float):
+        return 0 if num_batches == math.inf else max(1, int(num_batches * interval))
+    return interval

@@ -16,9 +16,9 @@ from strategies.base import Strategy
 from ._checks import bad_loss, loss_of
 from ._resume import Resume
 from ._signals import Interrupted
-from .data import batch_size, in_lockstep, loader_length, uniform_batches
-from .evaluation_loop import evaluation_loop, limited
-from .metrics import MetricSink, set_sink
+from .data import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
+from .evaluation_loop import evaluation_loop, limited, validation_every
+from .metrics import MetricSink, mean_over_processes, set_sink
 from .optim import resolve_optimizers
 
 if TYPE_CHECKING:
@@ -46,12 +46,14 @@ class FitLoop:
                 backward(loss / group size)
                 on_after_backward
                 if the group is complete:
-                    unscale, clip, on_before_optimizer_step, optimizer step, zero_grad
+                    unscale, on_before_optimizer_step, clip, optimizer step, zero_grad
                     scheduler step (interval="step")
                     every log_every_n_steps steps: NaN/Inf loss check, on_train_log
                 validation loop if val_check_interval is due
                 on_train_batch_end                # the step boundary: step checkpoints
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
+            (an unsized loader that ran out inside an accumulation group: optimizer step)
+            if the epoch was cut short: save last.ckpt, validate if max_steps ended it, stop
             epoch means of self.log values
             validation loop if check_val_every_n_epoch is due
             scheduler step (interval="epoch")
@@ -60,8 +62,8 @@ class FitLoop:
         on_fit_end
         teardown("fit")                           (in stage.run_stage)
 
-    The loop's state that checkpoints record (the counters, the epoch's loader and RNG at its
-    start, the optimizer setup) lives on the Trainer, where ``checkpoint_state`` reads it.
+    A cut epoch's end is left to the run that resumes it, so stopping and resuming does it
+    once. The state that checkpoints record lives on the Trainer (``checkpoint_state``).
     """
 
     def __init__(self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None) -> None:
@@ -85,8 +87,9 @@ class FitLoop:
                 f"give each rank the same number of batches, or set limit_train_batches<={min(counts)}."
             )
         self.resume = Resume.load(trainer, ckpt_path)
+        self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         if trainer.is_global_zero:
-            log.info("%s", _summary(trainer, self.train_loader))
+            log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
 
     def run(self) -> None:
         trainer, model, hooks, state = self.trainer, self.model, self.trainer._hooks, self.trainer.state
@@ -100,22 +103,13 @@ class FitLoop:
                 previous_sink = set_sink(sink)
                 try:
                     hooks.call("on_train_epoch_start", trainer, model)
-                    stopped = self._train_epoch(sink)
+                    cut_short = self._train_epoch(sink)
                 finally:
                     set_sink(previous_sink)
-                # A checkpoint taken from here on resumes at the next epoch, unless this one was cut short.
-                trainer._epoch_complete = not stopped
-                trainer.train_epoch_metrics = trainer.logged_metrics = sink.epoch_means(trainer.strategy.reduce_metrics)
-                trainer.callback_metrics.update(trainer.logged_metrics)
-                trainer.prog_bar_names |= sink.prog_bar
-                if self.val_loader is not None and self._epoch_val_due():
-                    evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
-                if trainer._opt.interval == "epoch":
-                    trainer._opt.step_scheduler(trainer.callback_metrics)
-                hooks.call("on_train_epoch_end", trainer, model)
-                trainer._epoch_complete = False
-                if stopped:  # the epoch was cut short: current_epoch counts only completed ones
+                if cut_short:
+                    self._stop_mid_epoch()
                     break
+                self._end_epoch()
                 state.current_epoch += 1
                 state.batch_in_epoch = 0
                 state.should_stop = self._agree(state.should_stop)
@@ -128,6 +122,36 @@ class FitLoop:
                 f"had finished (step {state.global_step}) and its checkpoints are complete.",
                 received,
             )
+
+    def _end_epoch(self) -> None:
+        """A completed epoch's end: its means, validation if due, the epoch scheduler, the hook."""
+        trainer, hooks = self.trainer, self.trainer._hooks
+        sink = trainer._train_sink
+        # A checkpoint taken from here on resumes at the next epoch.
+        trainer._epoch_complete = True
+        trainer.train_epoch_metrics = trainer.logged_metrics = sink.epoch_means(trainer.strategy.reduce_metrics)
+        trainer.callback_metrics.update(trainer.logged_metrics)
+        trainer.prog_bar_names |= sink.prog_bar
+        if self.val_loader is not None and self._epoch_val_due():
+            evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
+        if trainer._opt.interval == "epoch":
+            trainer._opt.step_scheduler(trainer.callback_metrics)
+        hooks.call("on_train_epoch_end", trainer, self.model)
+        trainer._epoch_complete = False
+
+    def _stop_mid_epoch(self) -> None:
+        """An epoch cut short by max_steps or a stop request. Its end (means, validation,
+        scheduler, on_train_epoch_end) is left to the run that resumes it and reaches that end,
+        so a stopped-and-resumed run does it once, as one that never stopped. ``last.ckpt``
+        is written here, mid-epoch, for that resume. A run that reached ``max_steps`` then
+        validates once more, after the save, so that it reports where it ended."""
+        trainer = self.trainer
+        checkpoint = trainer.checkpoint_callback
+        if checkpoint is not None:
+            checkpoint.write_last(trainer, self.model)
+        validates = trainer.check_val_every_n_epoch is not None or trainer.val_check_interval is not None
+        if trainer.state.stop_reason == "max_steps" and self.val_loader is not None and validates:
+            evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
 
     def _train_epoch(self, sink: MetricSink) -> bool:
         """One epoch's batches; returns True if fit must stop before the epoch's end.
@@ -142,7 +166,7 @@ class FitLoop:
         trainer, model, loader, val_loader = self.trainer, self.model, self.train_loader, self.val_loader
         state, hooks, strategy, opt = trainer.state, trainer._hooks, trainer.strategy, trainer._opt
         accumulate, limit, log_every = trainer.accumulate_grad_batches, trainer.num_training_batches, trainer.log_every_n_steps
-        val_every = _val_every(trainer.val_check_interval, limit) if val_loader is not None else 0
+        val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
         batch_start, before_backward, after_backward, batch_end = (
             hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
         )
@@ -168,7 +192,8 @@ class FitLoop:
         samples = trainer.samples_seen
 
         epoch_batches = self.resume.batches(trainer, loader)  # iter() happens here, exactly once per epoch
-        if strategy.world_size > 1 and loader_length(loader) is None:
+        sized = loader_length(loader) is not None
+        if strategy.world_size > 1 and not sized:
             epoch_batches = in_lockstep(epoch_batches, strategy)
         batch_idx = state.batch_in_epoch - 1
         group, completes = 1, True  # without accumulation every batch is a whole group
@@ -195,7 +220,8 @@ class FitLoop:
                         completes = batch_idx - group_start + 1 == group
                         if completes:
                             no_sync.close()
-                        elif batch_idx == group_start:  # groups start at multiples of accumulate, resumed too
+                        elif batch_idx == group_start and sized:  # groups start at multiples of accumulate, resumed too
+                            # Unsized: the epoch may end inside this group, so every micro-batch syncs.
                             no_sync.enter_context(strategy.no_backward_sync())
 
                     output = training_step(batch, batch_idx)
@@ -239,6 +265,11 @@ class FitLoop:
                         or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
                     ) and self._stopping_now():
                         return batch_idx + 1 < limit
+            if not completes:  # an unsized loader ran out inside a group: step what it accumulated
+                self._optimizer_step()
+                if state.global_step % log_every == 0:
+                    trainer.samples_seen = samples
+                    self._at_log_step(loss)
         finally:  # however the epoch ends
             trainer.samples_seen = samples
         if batch_idx < 0 and state.batch_in_epoch == 0:
@@ -251,21 +282,21 @@ class FitLoop:
         return False
 
     def _optimizer_step(self) -> None:
-        """Unscale, clip, on_before_optimizer_step, then step (or skip), zero_grad, and the
+        """Unscale, on_before_optimizer_step, clip, then step (or skip), zero_grad, and the
         per-step scheduler. The loop steps the optimizer itself when none of these applies."""
         trainer = self.trainer
         precision, opt = trainer._precision, trainer._opt
         optimizer = opt.optimizer
+        precision.unscale(optimizer)  # hooks and clipping see the true gradients (a no-op without a scaler)
+        for fn in trainer._hooks.on_before_optimizer_step:
+            fn(trainer, self.model, optimizer)
         if trainer.gradient_clip_val is not None:
-            precision.unscale(optimizer)
             params = [p for g in optimizer.param_groups for p in g["params"]]
             if trainer.gradient_clip_algorithm == "norm":
                 trainer.grad_norm = torch.nn.utils.clip_grad_norm_(params, trainer.gradient_clip_val)
             else:
                 trainer.grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
                 torch.nn.utils.clip_grad_value_(params, trainer.gradient_clip_val)
-        for fn in trainer._hooks.on_before_optimizer_step:
-            fn(trainer, self.model, optimizer)
         trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
         if trainer._step_skipped:
             precision.skip()
@@ -274,6 +305,8 @@ class FitLoop:
         optimizer.zero_grad()
         trainer.state.global_step += 1
         if opt.scheduler is not None and opt.interval == "step":
+            if opt.scheduler_needs_metric:  # its monitor must be this step's value
+                self._publish_step_metrics()
             opt.step_scheduler(trainer.callback_metrics)
 
     def _at_log_step(self, loss: torch.Tensor) -> None:
@@ -281,10 +314,21 @@ class FitLoop:
         trainer = self.trainer
         if not trainer._step_skipped:  # a skipped step's loss was judged already (the same way on every rank)
             self._check_finite(loss)
-        metrics = trainer.step_metrics()
-        trainer.callback_metrics.update(metrics)
+        metrics = self._publish_step_metrics()
         for fn in trainer._hooks.on_train_log:
             fn(trainer, self.model, metrics)
+
+    def _publish_step_metrics(self) -> dict[str, float]:
+        """This step's logged values, into ``callback_metrics`` (once per step)."""
+        trainer = self.trainer
+        step = trainer.state.global_step
+        if self._published[0] != step:
+            metrics = trainer.step_metrics()
+            if trainer.strategy.world_size > 1:  # what monitors read must be the same on every rank
+                metrics = mean_over_processes(metrics, trainer.strategy.reduce_metrics)
+            trainer.callback_metrics.update(metrics)
+            self._published = (step, metrics)
+        return self._published[1]
 
     def _check_finite(self, loss: torch.Tensor) -> None:
         """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
@@ -341,38 +385,12 @@ class FitLoop:
         )
 
     def _done(self) -> bool:
-        trainer = self.trainer
-        s = trainer.state
-        return (
-            s.should_stop
-            or (trainer.max_epochs is not None and s.current_epoch >= trainer.max_epochs)
-            or (trainer.max_steps is not None and s.global_step >= trainer.max_steps)
+        trainer, s = self.trainer, self.trainer.state
+        return s.should_stop or (trainer.max_epochs is not None and s.current_epoch >= trainer.max_epochs) or (
+            trainer.max_steps is not None and s.global_step >= trainer.max_steps
         )
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch
         return every is not None and (self.trainer.state.current_epoch + 1) % every == 0
 
-
-def _summary(trainer: Trainer, train_loader: Any) -> str:
-    """E.g. 'Training with ddp (gloo) on cpu; 2 device(s), world size 2;
-    global batch 64 = 16 per device x 2 device(s) x 2 accumulation.'"""
-    strategy, accumulate = trainer.strategy, trainer.accumulate_grad_batches
-    devices = strategy.num_devices * strategy.world_size
-    tail = f"x {devices} device(s) x {accumulate} accumulation"
-    loader_batch = getattr(train_loader, "batch_size", None)  # per process; dp splits it across its devices
-    if loader_batch:
-        total = loader_batch * strategy.world_size * accumulate
-        batch = f"{total} = {loader_batch / strategy.num_devices:g} per device {tail}"
-    else:
-        batch = f"= per-device batch {tail}"
-    return f"Training with {strategy.describe()}; {devices} device(s), world size {strategy.world_size}; global batch {batch}."
-
-
-def _val_every(interval: int | float | None, num_batches: int | float) -> int:
-    """Batches between mid-epoch validations (0: none), from ``val_check_interval``."""
-    if interval is None:
-        return 0
-    if isinstance(interval, float):
-        return 0 if num_batches == math.inf else max(1, int(num_batches * interval))
-    return interval

@@ -173,6 +173,14 @@ class MetricSink:
         return means
 
 
+def mean_over_processes(values: dict[str, float], reduce: Reducer) -> dict[str, float]:
+    """Each name's mean over the processes (a name some process lacks is averaged over the
+    others): step values that drive a decision, such as a monitor, must agree on every rank."""
+    one = torch.ones((), dtype=torch.float64)
+    parts = reduce({n: (torch.tensor(v, dtype=torch.float64), one) for n, v in values.items()})
+    return {n: float(total) / float(weight) for n, (total, weight) in sorted(parts.items())}
+
+
 def log_metric(name: str, value: Any, *, prog_bar: bool = False, batch_size: int | None = None) -> None:
     """Record a scalar in the current step's sink: what ``TrainModule.log`` is.
 

@@ -72,8 +72,10 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, loader: Any, val_load
     model._trainer = trainer
     strategy.setup_module(model)
     trainer._hooks = hooks = Hooks(trainer.callbacks)
-    if stage == "fit":
-        trainer.state = TrainerState(stage="fit")  # each fit counts from 0 (or the checkpoint's step)
+    if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
+        trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
+        trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}
+        trainer.prog_bar_names, trainer.samples_seen, trainer.grad_norm = set(), 0, None
     else:
         trainer.state.stage = stage  # evaluation never moves the training counters
     ckpt_path = resolve_path(trainer, ckpt_path)
@@ -89,8 +91,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, loader: Any, val_load
             return None
         loader = strategy.process_dataloader(loader, stage)
         if stage == "predict":
-            outputs = evaluation_loop(trainer, "predict", loader, trainer.limit_predict_batches)
-            return [o for part in strategy.gather_objects(outputs) for o in part]
+            return strategy.gather_predictions(evaluation_loop(trainer, "predict", loader, trainer.limit_predict_batches))
         if stage == "validate":
             evaluation_loop(trainer, "validation", loader, trainer.limit_val_batches)
         else:

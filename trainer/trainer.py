@@ -64,6 +64,7 @@ class Trainer:
         deterministic: bool = False,
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         name: str = "default",
+        sync_batchnorm: bool = False,
     ) -> None:
         self.max_epochs = positive_int("max_epochs", max_epochs, allow_none=True)
         self.max_steps = positive_int("max_steps", max_steps, allow_none=True)
@@ -99,6 +100,8 @@ class Trainer:
             )
         self._optimizer_factory = optimizer
         self._strategy = select_strategy(strategy, devices)
+        self.sync_batchnorm = flag("sync_batchnorm", sync_batchnorm)
+        self._strategy.sync_batchnorm = self.sync_batchnorm or self._strategy.sync_batchnorm
         given = check_callbacks(callbacks)
         self.callbacks: list[Callback] = given + self._default_callbacks(given)
         self.state = TrainerState()
@@ -233,7 +236,8 @@ class Trainer:
         return self._evaluate("test", model, dataloaders)
 
     def predict(self, model: TrainModule, dataloaders: Any) -> list[Any]:
-        """``predict_step``'s outputs, in the loader's order (all ranks' under DDP)."""
+        """``predict_step``'s outputs, in the loader's order. Under DDP, global rank 0 gets every
+        rank's (on the CPU) and the other ranks get None."""
         check_model(model, needs_training_step=False)
         check_loader("dataloaders", dataloaders)
         return self._launch("predict", model, dataloaders)
@@ -254,6 +258,16 @@ class Trainer:
     # --- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike) -> None:
         """Write the full training state to ``path`` (rank 0 writes; every rank must call)."""
+        if self._opt is None:  # no fit ran in this process: its optimizer state is elsewhere, or nowhere
+            after_spawn = self._module is None and self._strategy.spawned and self.global_step > 0
+            raise RuntimeError(
+                f"trainer.save_checkpoint({os.fspath(path)!r}) needs a fit's full state (optimizer, RNG, "
+                + ("loop), which stayed in the worker processes of strategy='ddp' and ended with them; only "
+                   "the weights came back. Save those with torch.save(model.state_dict(), path), use the "
+                   "checkpoint the run wrote (trainer.checkpoint_callback.last_model_path), or call "
+                   "save_checkpoint inside fit, from a callback." if after_spawn else
+                   "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
+            )
         checkpoint = self.checkpoint_state()
         if checkpoint is not None:
             ckpt_io.save_atomic(checkpoint, path)

@@ -22,6 +22,7 @@ from callbacks import Callback
 from strategies import WorkerError
 from strategies._spawn import free_port
 from tests._models import Classifier, dataset, loader, quiet
+from tests.conftest import requires_cuda
 from trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -277,6 +278,8 @@ def main(out, mode):
     torch.save(recorder.seen, f"{out}/seen_{rank}.pt")
     if rank == 0:
         torch.save({"predictions": torch.cat(predictions), "one_sample": one_sample}, f"{out}/eval.pt")
+    else:  # gathered to rank 0 only
+        torch.save({"predictions": predictions}, f"{out}/eval_{rank}.pt")
 
 
 if __name__ == "__main__":
@@ -308,6 +311,7 @@ def test_torchrun_one_node_ddp_and_auto_match_one_device(tmp_path, script_env):
     trained = Classifier()
     trained.load_state_dict(torch.load(tmp_path / "auto.pt", weights_only=True)["weights"])
     evaluated = torch.load(tmp_path / "eval.pt", weights_only=True)
+    assert torch.load(tmp_path / "eval_1.pt", weights_only=True)["predictions"] is None
     x, y = dataset(13)[:]
     with torch.no_grad():
         assert torch.allclose(evaluated["predictions"], trained(x), atol=1e-6)
@@ -343,3 +347,40 @@ def test_torchrun_two_nodes_on_one_machine_match_one_device(tmp_path, script_env
     assert (result["strategy"], result["world_size"]) == ("DDPStrategy", 2)
     reference, _ = _one_device(batch_size=16)
     _assert_same_weights(result["weights"], reference)
+
+
+# --- BatchNorm under DDP: evaluation sees rank 0's statistics --------------------------------
+class Normed(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+class RecordsStatistics(Callback):
+    def on_validation_start(self, trainer, module):
+        torch.save(module.net[1].running_mean.clone(), f"stats{trainer.strategy.global_rank}.pt")
+
+
+def test_ddp_validation_uses_rank_zeros_batchnorm_statistics_on_every_rank():
+    trainer = Trainer(strategy="ddp", devices=2, max_epochs=1, callbacks=[RecordsStatistics()], **quiet())
+    trainer.fit(Normed(), loader(n=64, batch_size=8, shuffle=True), loader(n=32))
+    rank0, rank1 = (torch.load(f"stats{r}.pt", weights_only=True) for r in (0, 1))
+    assert torch.equal(rank0, rank1)
+
+
+def test_sync_batchnorm_on_the_cpu_says_it_needs_gpus():
+    trainer = Trainer(strategy="ddp", devices=2, max_steps=1, sync_batchnorm=True, **quiet())
+    with pytest.raises(WorkerError, match="sync_batchnorm=True needs CUDA devices"):
+        trainer.fit(Normed(), loader())
+
+
+class RecordsLayer(Callback):
+    def on_train_start(self, trainer, module):
+        torch.save(type(module.net[1]).__name__, f"layer{trainer.strategy.global_rank}.pt")
+
+
+@requires_cuda(1)
+def test_sync_batchnorm_converts_the_models_batchnorm_layers_on_a_gpu():
+    trainer = Trainer(strategy="ddp", devices=[0], max_steps=1, sync_batchnorm=True, callbacks=[RecordsLayer()], **quiet())
+    trainer.fit(Normed(), loader())
+    assert torch.load("layer0.pt", weights_only=True) == "SyncBatchNorm"

@@ -411,3 +411,62 @@ def test_sigint_in_process_saves_last_and_a_second_ctrl_c_interrupts_at_once(mon
     with pytest.raises(KeyboardInterrupt):
         Trainer(**quiet(max_epochs=3, callbacks=[CtrlC(2)])).fit(Classifier(), loader(32))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers are put back
+
+
+# --- a stop mid-epoch, then resume: the epoch's end happens once --------------------------
+class Scheduled(Classifier):
+    """Halves the learning rate at every epoch's end: a second epoch end would show in the weights."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.Adam(self.parameters(), lr=self.lr)
+        return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+
+class Slow(Scheduled):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.015)
+        return super().training_step(batch, batch_idx)
+
+
+def _stopped_then_resumed(stop: dict, model_cls=Scheduled) -> None:
+    """An uninterrupted 3-epoch run against one stopped mid-epoch (by ``stop``) and resumed."""
+    from callbacks import EarlyStopping
+
+    def run(**options):
+        seed_everything(0)
+        model = model_cls(dropout=0.5, lr=0.01)
+        callbacks = [ModelCheckpoint(dirpath="ck", save_top_k=-1), EarlyStopping("val_loss", patience=100)]
+        callbacks += options.pop("extra", [])
+        trainer = Trainer(callbacks=callbacks, **quiet(**options))
+        trainer.fit(model, DataLoader(dataset(64), batch_size=8, shuffle=True), loader(32), ckpt_path="last")
+        return trainer, model.state_dict()
+
+    _, expected = run(max_epochs=3)
+    shutil.rmtree("ck")
+    stopped, _ = run(**stop)
+    assert 0 < stopped.state.batch_in_epoch < 8, "the stop must come mid-epoch"
+    last = torch.load(os.path.join("ck", "last.ckpt"), weights_only=True)
+    assert last["loop"]["global_step"] == stopped.global_step  # written at the stop
+    resumed, final = run(max_epochs=3)
+    patience = resumed.callbacks[1]
+    assert resumed.global_step == 24 and patience.wait_count <= 3  # 3 validations, each counted once
+    for k, v in expected.items():
+        assert torch.equal(final[k], v), f"{k} differs after a stop mid-epoch and a resume"
+
+
+def test_a_timer_stop_mid_epoch_then_resume_is_bit_exact():
+    from callbacks import Timer
+
+    _stopped_then_resumed(dict(max_epochs=3, extra=[Timer(duration=0.02)]), model_cls=Slow)
+
+
+def test_max_steps_mid_epoch_then_resume_with_more_epochs_is_bit_exact():
+    _stopped_then_resumed(dict(max_steps=12))
+
+
+def test_should_stop_mid_epoch_then_resume_is_bit_exact():
+    class StopAt(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            trainer.should_stop = trainer.global_step == 11
+
+    _stopped_then_resumed(dict(max_epochs=3, extra=[StopAt()]))

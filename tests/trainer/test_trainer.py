@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -105,3 +106,18 @@ def test_deterministic_is_on_while_the_model_trains():
     model = Checks()
     Trainer(max_steps=1, deterministic=True, **quiet()).fit(model, loader())
     assert model.saw is True
+
+
+# --- save_checkpoint where no fit's state is at hand --------------------------------------
+@pytest.mark.slow
+def test_save_checkpoint_after_a_spawned_ddp_fit_says_where_the_state_went():
+    trainer = Trainer(strategy="ddp", devices=2, max_steps=2, **quiet())
+    trainer.fit(Classifier(), loader())
+    with pytest.raises(RuntimeError, match=r"stayed in the worker processes .* torch.save\(model.state_dict\(\), path\)"):
+        trainer.save_checkpoint("after.ckpt")
+    assert not os.path.exists("after.ckpt")
+
+
+def test_save_checkpoint_before_any_fit_says_to_fit_first():
+    with pytest.raises(RuntimeError, match=r"no fit has run in this process"):
+        Trainer(**quiet()).save_checkpoint("early.ckpt")

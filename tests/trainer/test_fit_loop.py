@@ -1,0 +1,98 @@
+"""trainer/fit_loop.py: the order of an optimizer step, unsized loaders, and fit run twice."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
+
+from callbacks import Callback
+from tests._models import Classifier, dataset, loader, quiet
+from trainer import Trainer
+
+
+class Batches(IterableDataset):
+    """An unsized dataset: 10 batches of 16, the same ones every epoch."""
+
+    def __init__(self) -> None:
+        x, y = dataset(160).tensors
+        self.batches = list(zip(x.split(16), y.split(16)))
+
+    def __iter__(self):
+        return iter(self.batches)
+
+
+def test_an_unsized_loader_steps_its_last_short_accumulation_group_at_the_epochs_end():
+    torch.manual_seed(0)
+    model, by_hand = Classifier(), Classifier()
+    by_hand.load_state_dict(model.state_dict())
+    Trainer(max_epochs=2, accumulate_grad_batches=3, **quiet()).fit(model, DataLoader(Batches(), batch_size=None))
+
+    opt = by_hand.configure_optimizers()
+    for _ in range(2):  # groups of 3, 3, 3, then 1, which steps at the epoch's end: nothing leaks on
+        for i, (x, y) in enumerate(Batches()):
+            (nn.functional.cross_entropy(by_hand(x), y) / 3).backward()
+            if (i + 1) % 3 == 0:
+                opt.step()
+                opt.zero_grad()
+        opt.step()
+        opt.zero_grad()
+    for a, b in zip(model.state_dict().values(), by_hand.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_on_before_optimizer_step_sees_the_gradients_before_clipping():
+    seen = []
+
+    class Norm(Callback):
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            grads = [p.grad for g in optimizer.param_groups for p in g["params"]]
+            seen.append(torch.nn.utils.get_total_norm(grads).item())
+
+    class Clipped(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            seen.append(trainer.grad_norm.item())
+
+    trainer = Trainer(max_steps=1, gradient_clip_val=1e-3, callbacks=[Norm(), Clipped()], **quiet())
+    trainer.fit(Classifier(), loader())
+    hook, before_clipping = seen
+    assert hook == pytest.approx(before_clipping, rel=1e-6) and hook > 1e-3
+
+
+def test_a_second_fit_starts_with_no_metrics_from_the_first():
+    trainer = Trainer(max_epochs=1, **quiet())
+    model = Classifier()
+    trainer.fit(model, loader(), loader(32))
+    assert "val_loss" in trainer.callback_metrics and trainer.global_step == 8
+    trainer.fit(model, loader(64))
+    assert "val_loss" not in trainer.callback_metrics  # no validation ran in this fit
+    assert set(trainer.callback_metrics) == {"train_loss"}
+    assert trainer.global_step == 4 and trainer.current_epoch == 1
+
+
+# --- under DDP, the step values that monitors read agree across ranks ----------------------
+class PlateauPerStep(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.5)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+        return {"optimizer": opt, "lr_scheduler": plateau, "interval": "step", "monitor": "train_loss"}
+
+
+class Records(Callback):
+    """Each rank writes what its monitors saw, and its learning rate, into the run's folder."""
+
+    def on_train_end(self, trainer, module):
+        torch.save(
+            {"train_loss": trainer.callback_metrics["train_loss"], "lr": trainer.optimizer.param_groups[0]["lr"]},
+            f"rank{trainer.strategy.global_rank}.pt",
+        )
+
+
+@pytest.mark.slow
+def test_ddp_step_values_in_callback_metrics_are_the_same_on_every_rank():
+    trainer = Trainer(strategy="ddp", devices=2, max_epochs=2, log_every_n_steps=1, callbacks=[Records()], **quiet())
+    trainer.fit(PlateauPerStep(), loader(n=128, batch_size=8, shuffle=True))
+    ranks = [torch.load(f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0]["train_loss"] == ranks[1]["train_loss"]
+    assert ranks[0]["lr"] == ranks[1]["lr"] < 0.5  # the plateau scheduler acted, alike on both
