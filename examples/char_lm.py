@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from _cli import trainer_options, trainer_parser  # examples/_cli.py, next to this file
 from trainer import Trainer, TrainModule, seed_everything
 
 # --- data ------------------------------------------------------------------------------
@@ -210,26 +211,18 @@ class CharLM(TrainModule):
 
 
 # --- command line ----------------------------------------------------------------------
-def devices(text: str) -> str | int | list[int]:
-    """--devices: 'auto', a count ('2'), or device indices ('0,1')."""
-    if text == "auto":
-        return text
-    if "," in text:
-        return [int(i) for i in text.split(",") if i]
-    return int(text)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--strategy", default="auto", help="auto, single, dp, ddp")
-    p.add_argument("--devices", type=devices, default="auto", help="'auto', a count, or indices like 0,1")
-    p.add_argument("--precision", default="32", help="32, bf16-mixed, 16-mixed (CUDA only)")
-    p.add_argument("--max-epochs", type=int, default=2)
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
-    p.add_argument("--log-dir", default="runs", help="TensorBoard logs and checkpoints go under here")
-    p.add_argument("--seed", type=int, default=0)
+    p = trainer_parser(
+        __doc__,
+        examples=[
+            "python examples/char_lm.py --max-steps 200                # a shorter run, with the same schedule shape",
+            "python examples/char_lm.py --strategy ddp --devices 2     # two processes (gloo on a CPU)",
+        ],
+        strategy="auto", strategy_help="auto (DDP over the GPUs when there are 2 or more, else one device), single, dp or ddp",
+        devices_default="auto", devices_help="'auto', a count such as 2, or GPU indices such as 0,1 (on a CPU: processes under ddp)",
+        max_epochs=2, batch_size=64, batch_size_help="windows per step (per process under ddp)",
+    )
     p.add_argument("--corpus-mb", type=float, default=2.0, help="megabytes of standard-library source to read")
-    p.add_argument("--batch-size", type=int, default=64, help="windows per step (per process under ddp)")
     p.add_argument("--block-size", type=int, default=64, help="characters of context")
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--n-layers", type=int, default=2)
@@ -254,11 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         block_size=args.block_size, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
         dropout=args.dropout, lr=args.lr,
     )
-    trainer = Trainer(
-        strategy=args.strategy, devices=args.devices, precision=args.precision,
-        max_epochs=args.max_epochs, max_steps=args.max_steps, log_dir=args.log_dir,
-        log_every_n_steps=1, gradient_clip_val=1.0, seed=args.seed,
-    )
+    trainer = Trainer(**trainer_options(args, log_every_n_steps=1, gradient_clip_val=1.0))
     started = time.perf_counter()
     trainer.fit(model, train, val)
     took = time.perf_counter() - started
