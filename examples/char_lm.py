@@ -113,6 +113,9 @@ class CharChunks(Dataset):
 
 
 # --- model -----------------------------------------------------------------------------
+WARMUP_STEPS = 50  # optimizer steps of linear learning-rate warmup (CharLM's default)
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: causal self-attention, then an MLP, each residual."""
 
@@ -150,7 +153,7 @@ class CharLM(TrainModule):
         n_heads: int = 4,
         dropout: float = 0.0,
         lr: float = 3e-3,
-        warmup_steps: int = 50,
+        warmup_steps: int = WARMUP_STEPS,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()  # into TensorBoard's HParams tab and every checkpoint
@@ -222,15 +225,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         devices_default="auto", devices_help="'auto', a count such as 2, or GPU indices such as 0,1 (on a CPU: processes under ddp)",
         max_epochs=2, batch_size=64, batch_size_help="windows per step (per process under ddp)",
     )
-    p.add_argument("--corpus-mb", type=float, default=2.0, help="megabytes of standard-library source to read")
-    p.add_argument("--block-size", type=int, default=64, help="characters of context")
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--n-layers", type=int, default=2)
-    p.add_argument("--n-heads", type=int, default=4)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--sample-chars", type=int, default=400, help="length of the sample printed at the end")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--corpus-mb", type=float, default=2.0,
+        help="megabytes of standard-library source to read; every tenth file is held out for validation",
+    )
+    p.add_argument("--block-size", type=int, default=64, help="characters of context: the length of each training window")
+    p.add_argument("--d-model", type=int, default=128, help="width of the transformer (embedding size)")
+    p.add_argument("--n-layers", type=int, default=2, help="transformer blocks")
+    p.add_argument("--n-heads", type=int, default=4, help="attention heads per block; must divide --d-model")
+    p.add_argument("--dropout", type=float, default=0.0, help="dropout probability in attention and the MLP; 0 turns it off")
+    p.add_argument(
+        "--lr", type=float, default=3e-3,
+        help=f"peak learning rate of AdamW: it warms up linearly over the first {WARMUP_STEPS} steps, then decays "
+        "with a cosine to 10%% of the peak at the run's last step",
+    )
+    p.add_argument("--sample-chars", type=int, default=400, help="length of the code sample generated at the end")
+    args = p.parse_args(argv)
+    if args.n_heads > 0 and args.d_model % args.n_heads:  # else the attention's reshape fails in the first step
+        near = min((h for h in range(1, args.d_model + 1) if args.d_model % h == 0), key=lambda h: abs(h - args.n_heads))
+        p.error(f"--n-heads={args.n_heads} does not divide --d-model={args.d_model}. Pick a divisor of {args.d_model}, such as {near}.")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -142,9 +142,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ],
         strategy="ddp_bf16", strategy_help="ddp_bf16 (this example's strategy), or a built-in name such as ddp",
         devices_default=2, devices_help="processes (CPU) or GPUs; 'auto' under torchrun",
-        max_epochs=5, batch_size=64, batch_size_help="per process",
+        max_epochs=5, batch_size=64, batch_size_help="samples per step, per process",
     )
-    p.add_argument("--n-train", type=int, default=8192)
+    p.add_argument("--n-train", type=int, default=8192, help="training samples drawn from the teacher (validation has 2048 others)")
     return p.parse_args(argv)
 
 

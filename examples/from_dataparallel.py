@@ -150,8 +150,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         devices_default="auto", devices_help="'auto', a count, or indices like 0,1",
         max_epochs=3, batch_size=64, batch_size_help="the global batch, split across the GPUs",
     )
-    p.add_argument("--n-train", type=int, default=2048, help="generated training images")
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--n-train", type=int, default=2048, help="generated training images (validation: a quarter as many others)")
+    p.add_argument("--lr", type=float, default=0.05, help="learning rate of SGD with momentum 0.9")
     return p.parse_args(argv)
 
 
