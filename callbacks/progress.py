@@ -22,6 +22,9 @@ class ProgressBar(Callback):
     """One bar per training epoch (batches, step, loss, ``prog_bar=True`` values) and a
     short-lived one for each validation, test or predict run. Global rank 0 only.
 
+    Values are labelled with their TensorBoard tags: during the epoch ``train_loss`` is the
+    last batch's value, and at its end ``train_loss_epoch`` is the epoch's mean.
+
     Refreshed at most every ``refresh_s`` seconds: between refreshes a step costs a clock
     read (the loss is read off the device only at a refresh). Without
     a terminal (CI logs, files) it prints a plain line every ``line_every_s`` seconds and one
@@ -88,9 +91,12 @@ class ProgressBar(Callback):
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not self._active:
             return
-        # The epoch means of prog_bar values, with the validation ones that just ran.
+        # The epoch means of prog_bar values, with the validation ones that just ran, under the
+        # tags TensorBoard gives them: a training mean is <name>_epoch (<name> is one batch's value).
         shown = {"step": str(trainer.global_step)}
-        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in trainer.prog_bar_names)
+        names, train = trainer.prog_bar_names, trainer.train_epoch_metrics
+        shown.update((f"{k}_epoch", f"{v:.4g}") for k, v in train.items() if k in names)
+        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in names and k not in train)
         if self._bar is not None:
             self._bar.update(trainer.state.batch_in_epoch - self._bar.n)
             self._bar.set_postfix(shown, refresh=True)

@@ -16,6 +16,7 @@ import termios
 import time
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from callbacks import ProgressBar
 from tests._models import Classifier, loader
@@ -33,9 +34,30 @@ def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns
     assert "\r" not in err
     lines = _lines(err)
     assert len(lines) == 2
-    # The step, and the epoch means of the values logged with prog_bar=True (train_loss).
-    assert re.fullmatch(r"epoch 0 done in \d+\.\ds step=4 train_loss=\d\.\d+", lines[0])
+    # The step, and the epoch means of the values logged with prog_bar=True, under their TensorBoard tag.
+    assert re.fullmatch(r"epoch 0 done in \d+\.\ds step=4 train_loss_epoch=\d\.\d+", lines[0])
     assert lines[1].startswith("epoch 1 done in ") and " step=8 " in lines[1]
+
+
+class ShowsValAcc(Classifier):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_acc", (self(x).argmax(-1) == y).float().mean(), prog_bar=True)
+
+
+def test_in_a_log_a_batch_value_and_an_epoch_mean_have_the_labels_of_their_tensorboard_tags(capsys):
+    trainer = Trainer(max_epochs=1, enable_checkpointing=False, callbacks=[ProgressBar(line_every_s=0.001)])
+    trainer.fit(ShowsValAcc(), loader(64), loader(32))
+    lines = _lines(capsys.readouterr().err)
+    batch_line, epoch_line = lines[-2], lines[-1]
+    assert re.search(r" train_loss=\d\.\d+ ", batch_line)  # the batch's own value
+    labels = dict(item.split("=") for item in epoch_line.split() if "=" in item)
+    assert set(labels) == {"step", "train_loss_epoch", "val_acc"} and labels["step"] == "4"
+    # The same numbers under the same names in TensorBoard.
+    acc = EventAccumulator(trainer.run_dir)
+    acc.Reload()
+    for name in ("train_loss_epoch", "val_acc"):
+        assert float(labels[name]) == pytest.approx(acc.Scalars(name)[-1].value, rel=1e-3)
 
 
 class Slow(Classifier):
@@ -115,7 +137,7 @@ def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar
     out = b"".join(chunks).decode(errors="replace")
     assert "\r" in out  # redrawn in place, not line by line
     assert "Epoch 0: 100%" in out and "Epoch 1: 100%" in out and "4/4" in out
-    assert re.search(r"step=4, .*train_loss=\d\.\d+", out)  # the epoch's final postfix
+    assert re.search(r"step=4, .*train_loss_epoch=\d\.\d+", out)  # the epoch's final postfix: the mean
     assert re.search(r"loss=\d\.\d+", out)
     assert "Validation" in out
     assert not _lines(out)  # the no-terminal lines are not printed as well
