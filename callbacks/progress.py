@@ -104,7 +104,7 @@ class ProgressBar(Callback):
             self._bar = None
         else:
             took = time.perf_counter() - self._epoch_t0
-            _line(f"epoch {trainer.current_epoch} done in {took:.1f}s" + "".join(f" {k}={v}" for k, v in shown.items()))
+            _line(f"epoch {trainer.current_epoch} done in {_duration(took)}" + "".join(f" {k}={v}" for k, v in shown.items()))
 
     # --- validation, test, predict: a bar while they run, on a terminal ----------------
     def _eval_start(self, desc: str) -> None:
@@ -163,3 +163,13 @@ class ProgressBar(Callback):
 
 def _line(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    """'42 ms' under a second (a short epoch read '0.0s'), '12.3 s' under a minute, then '4 min 05 s'."""
+    if round(seconds * 1e3) < 1000:  # compared as shown: 0.9996 s is "1.0 s", not "1000 ms"
+        return f"{round(seconds * 1e3)} ms"
+    if round(seconds, 1) < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"

@@ -19,6 +19,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from callbacks import ProgressBar
+from callbacks.progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
@@ -35,8 +36,22 @@ def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns
     lines = _lines(err)
     assert len(lines) == 2
     # The step, and the epoch means of the values logged with prog_bar=True, under their TensorBoard tag.
-    assert re.fullmatch(r"epoch 0 done in \d+\.\ds step=4 train_loss_epoch=\d\.\d+", lines[0])
+    assert re.fullmatch(r"epoch 0 done in (\d+ ms|\d+\.\d s) step=4 train_loss_epoch=\d\.\d+", lines[0])
     assert lines[1].startswith("epoch 1 done in ") and " step=8 " in lines[1]
+
+
+def test_an_epoch_under_a_second_reports_milliseconds(capsys):
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(64))  # 4 batches of a tiny MLP: a few ms
+    (line,) = _lines(capsys.readouterr().err)
+    took = re.match(r"epoch 0 done in (\d+) ms ", line)
+    assert took and 0 <= int(took[1]) < 1000, line
+
+
+def test_durations_read_in_the_unit_that_fits():
+    assert [_duration(s) for s in (0.0004, 0.042, 0.9994, 0.9996, 12.34, 59.94, 59.96, 245.4, 3725.0)] == [
+        "0 ms", "42 ms", "999 ms", "1.0 s", "12.3 s", "59.9 s", "1 min 00 s", "4 min 05 s", "62 min 05 s",
+    ]
 
 
 class ShowsValAcc(Classifier):
@@ -106,6 +121,7 @@ def test_bad_pace_values_are_refused():
 
 _TTY_SCRIPT = """
 from callbacks import ProgressBar
+from callbacks.progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
