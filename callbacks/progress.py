@@ -23,7 +23,9 @@ class ProgressBar(Callback):
     short-lived one for each validation, test or predict run. Global rank 0 only.
 
     Values are labelled with their TensorBoard tags: during the epoch ``train_loss`` is the
-    last batch's value, and at its end ``train_loss_epoch`` is the epoch's mean.
+    last batch's value, and at its end ``train_loss_epoch`` is the epoch's mean. An epoch
+    that ends fit says why (``max_steps=60``, or the ``trainer.state.stop_reason`` a
+    callback gave, such as ``early_stopping``) and, if cut short, at which batch.
 
     Refreshed at most every ``refresh_s`` seconds: between refreshes a step costs a clock
     read (the loss is read off the device only at a refresh). Without
@@ -97,14 +99,25 @@ class ProgressBar(Callback):
         names, train = trainer.prog_bar_names, trainer.train_epoch_metrics
         shown.update((f"{k}_epoch", f"{v:.4g}") for k, v in train.items() if k in names)
         shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in names and k not in train)
+        reason, epoch = _stop_reason(trainer), trainer.current_epoch
+        done, total = trainer.state.batch_in_epoch, trainer.num_training_batches
         if self._bar is not None:
-            self._bar.update(trainer.state.batch_in_epoch - self._bar.n)
+            if reason is not None:
+                self._bar.set_description(f"Epoch {epoch} (stopped: {reason})", refresh=False)
+            self._bar.update(done - self._bar.n)
             self._bar.set_postfix(shown, refresh=True)
             self._bar.close()
             self._bar = None
+            return
+        took = _duration(time.perf_counter() - self._epoch_t0)
+        if reason is None:
+            head = f"epoch {epoch} done in {took}"
+        elif done < total:  # cut short: say where, so that it does not read as a finished epoch
+            of = "" if total == float("inf") else f"/{int(total)}"
+            head = f"epoch {epoch} stopped at batch {done}{of} ({reason}) after {took}"
         else:
-            took = time.perf_counter() - self._epoch_t0
-            _line(f"epoch {trainer.current_epoch} done in {_duration(took)}" + "".join(f" {k}={v}" for k, v in shown.items()))
+            head = f"epoch {epoch} done in {took}, then stopped ({reason})"
+        _line(head + "".join(f" {k}={v}" for k, v in shown.items()))
 
     # --- validation, test, predict: a bar while they run, on a terminal ----------------
     def _eval_start(self, desc: str) -> None:
@@ -159,6 +172,17 @@ class ProgressBar(Callback):
         state = self.__dict__.copy()
         state["_bar"] = state["_eval_bar"] = None
         return state
+
+
+def _stop_reason(trainer: Trainer) -> str | None:
+    """Why fit ends at this epoch's end ("max_steps=60", "early_stopping", "timer", ...), or None
+    when it goes on or ends at max_epochs."""
+    reason = trainer.state.stop_reason
+    if reason is not None and reason != "max_steps":  # a callback's reason, even if max_steps was also reached
+        return reason
+    if trainer.max_steps is not None and trainer.global_step >= trainer.max_steps:
+        return f"max_steps={trainer.max_steps}"
+    return "should_stop" if trainer.should_stop else None  # set by the user's code, with no reason given
 
 
 def _line(text: str) -> None:

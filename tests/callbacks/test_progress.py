@@ -18,14 +18,23 @@ import time
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from callbacks import ProgressBar
+from callbacks import EarlyStopping, ProgressBar, Timer
 from callbacks.progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
 
+TOOK = r"(\d+ ms|\d+\.\d s)"  # an epoch's duration as the line shows it
+
+
 def _lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("epoch ")]
+
+
+class Slow(Classifier):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        return super().training_step(batch, batch_idx)
 
 
 def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns(capsys):
@@ -36,7 +45,7 @@ def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns
     lines = _lines(err)
     assert len(lines) == 2
     # The step, and the epoch means of the values logged with prog_bar=True, under their TensorBoard tag.
-    assert re.fullmatch(r"epoch 0 done in (\d+ ms|\d+\.\d s) step=4 train_loss_epoch=\d\.\d+", lines[0])
+    assert re.fullmatch(rf"epoch 0 done in {TOOK} step=4 train_loss_epoch=\d\.\d+", lines[0])
     assert lines[1].startswith("epoch 1 done in ") and " step=8 " in lines[1]
 
 
@@ -52,6 +61,38 @@ def test_durations_read_in_the_unit_that_fits():
     assert [_duration(s) for s in (0.0004, 0.042, 0.9994, 0.9996, 12.34, 59.94, 59.96, 245.4, 3725.0)] == [
         "0 ms", "42 ms", "999 ms", "1.0 s", "12.3 s", "59.9 s", "1 min 00 s", "4 min 05 s", "62 min 05 s",
     ]
+
+
+def test_an_epoch_cut_short_by_max_steps_says_so_and_where(capsys):
+    trainer = Trainer(max_steps=3, log_dir=None, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(64))  # 4 batches per epoch
+    (line,) = _lines(capsys.readouterr().err)
+    assert re.fullmatch(rf"epoch 0 stopped at batch 3/4 \(max_steps=3\) after {TOOK} step=3 train_loss_epoch=\d\.\d+", line)
+
+
+def test_max_steps_reached_with_the_epochs_last_batch_finishes_the_epoch_and_then_stops(capsys):
+    trainer = Trainer(max_steps=4, max_epochs=5, log_dir=None, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(64))
+    (line,) = _lines(capsys.readouterr().err)
+    assert re.match(rf"epoch 0 done in {TOOK}, then stopped \(max_steps=4\) step=4 ", line)
+
+
+class ConstantValLoss(Classifier):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", 1.0)  # never improves after the first epoch
+
+
+def test_a_stop_by_a_callback_gives_the_callbacks_reason(capsys):
+    trainer = Trainer(max_epochs=5, log_dir=None, enable_checkpointing=False, callbacks=[EarlyStopping("val_loss", patience=0)])
+    trainer.fit(ConstantValLoss(), loader(64), loader(32))
+    lines = _lines(capsys.readouterr().err)
+    assert len(lines) == 2 and lines[0].startswith("epoch 0 done in ") and "stopped" not in lines[0]
+    assert re.match(rf"epoch 1 done in {TOOK}, then stopped \(early_stopping\) step=8 ", lines[1])
+
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[Timer(0.001)])
+    trainer.fit(Slow(), loader(64))  # 50 ms per batch: the budget is spent in the first one
+    (line,) = _lines(capsys.readouterr().err)
+    assert re.match(rf"epoch 0 stopped at batch 1/4 \(timer\) after {TOOK} step=1 ", line)
 
 
 class ShowsValAcc(Classifier):
@@ -73,12 +114,6 @@ def test_in_a_log_a_batch_value_and_an_epoch_mean_have_the_labels_of_their_tenso
     acc.Reload()
     for name in ("train_loss_epoch", "val_acc"):
         assert float(labels[name]) == pytest.approx(acc.Scalars(name)[-1].value, rel=1e-3)
-
-
-class Slow(Classifier):
-    def training_step(self, batch, batch_idx):
-        time.sleep(0.05)
-        return super().training_step(batch, batch_idx)
 
 
 def test_a_configured_bar_replaces_the_built_in_and_prints_at_its_own_pace(capsys):
@@ -120,7 +155,7 @@ def test_bad_pace_values_are_refused():
 
 
 _TTY_SCRIPT = """
-from callbacks import ProgressBar
+from callbacks import EarlyStopping, ProgressBar, Timer
 from callbacks.progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -128,6 +163,8 @@ from trainer import Trainer
 if __name__ == "__main__":
     trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
     trainer.fit(Classifier(), loader(64), loader(32))
+    trainer = Trainer(max_steps=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
+    trainer.fit(Classifier(), loader(64))
 """
 
 
@@ -156,4 +193,5 @@ def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar
     assert re.search(r"step=4, .*train_loss_epoch=\d\.\d+", out)  # the epoch's final postfix: the mean
     assert re.search(r"loss=\d\.\d+", out)
     assert "Validation" in out
+    assert "Epoch 0 (stopped: max_steps=2):  50%" in out and "2/4" in out  # the second fit, cut short
     assert not _lines(out)  # the no-terminal lines are not printed as well
