@@ -95,6 +95,31 @@ def test_a_stop_by_a_callback_gives_the_callbacks_reason(capsys):
     assert re.match(rf"epoch 0 stopped at batch 1/4 \(timer\) after {TOOK} step=1 ", line)
 
 
+def _seconds(shown: str) -> float:
+    number, unit = shown.split()
+    return float(number) / 1000 if unit == "ms" else float(number)
+
+
+def test_in_a_log_the_first_line_comes_early_and_estimates_the_epoch_and_the_time_left(capsys, monkeypatch):
+    monkeypatch.setattr("callbacks.progress._FIRST_LINE_S", 0.01)  # 5 s in real runs; here the first 50 ms batch passes it
+    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False)  # the default bar: a line every 30 s
+    trainer.fit(Slow(), loader(64))
+    lines = _lines(capsys.readouterr().err)
+    # One early line in the fit's first epoch; then only the epochs' ends.
+    assert len(lines) == 3 and lines[1].startswith("epoch 0 done") and lines[2].startswith("epoch 1 done"), lines
+    estimate = re.search(rf"about {TOOK} per epoch, {TOOK} left in this one\)$", lines[0])
+    assert lines[0].startswith("epoch 0 batch 1/4 ") and estimate, lines[0]
+    per_epoch, left = _seconds(estimate[1]), _seconds(estimate[2])
+    assert per_epoch >= 4 * 0.05 and 0 < left <= per_epoch  # 4 batches of at least 50 ms, one of them done
+
+
+def test_the_time_left_runs_to_max_steps_when_that_comes_first(capsys):
+    trainer = Trainer(max_steps=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(line_every_s=0.001)])
+    trainer.fit(Slow(), loader(64))
+    first = _lines(capsys.readouterr().err)[0]
+    assert re.search(rf"about {TOOK} per epoch, {TOOK} left to max_steps=2\)$", first), first
+
+
 class ShowsValAcc(Classifier):
     def validation_step(self, batch, batch_idx):
         x, y = batch
@@ -124,7 +149,10 @@ def test_a_configured_bar_replaces_the_built_in_and_prints_at_its_own_pace(capsy
     lines = _lines(capsys.readouterr().err)
     # Each 50 ms batch passes the 10 ms pace: one line per batch (once, not per bar), then the epoch's.
     assert [line.split(" step=")[0] for line in lines[:4]] == [f"epoch 0 batch {i}/4" for i in (1, 2, 3, 4)]
-    assert re.fullmatch(r"epoch 0 batch 1/4 step=1 loss=\d\.\d+ train_loss=\d\.\d+ \(\d+\.\d batches/s\)", lines[0])
+    assert re.fullmatch(
+        rf"epoch 0 batch 1/4 step=1 loss=\d\.\d+ train_loss=\d\.\d+ \(\d+\.\d batches/s; about {TOOK} per epoch, {TOOK} left in this one\)",
+        lines[0],
+    )
     assert len(lines) == 5 and lines[4].startswith("epoch 0 done")
 
 
@@ -136,7 +164,7 @@ def test_after_a_mid_epoch_resume_the_rate_counts_only_the_batches_run_since(cap
     lines = _lines(capsys.readouterr().err)
     assert lines[0].startswith("epoch 0 batch 7/8 step=7 ")
     # Each batch sleeps 50 ms, so at most 20 batches/s; counting the 6 skipped ones would claim ~140.
-    rate = float(re.search(r"\((\d+\.\d) batches/s\)", lines[0]).group(1))
+    rate = float(re.search(r"\((\d+\.\d) batches/s;", lines[0]).group(1))
     assert 0 < rate <= 20.0
 
 
