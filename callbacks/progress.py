@@ -12,6 +12,10 @@ from trainer._checks import positive_number
 
 from .base import Callback
 
+# Without a terminal, the fit's first progress line comes this soon (unless line_every_s is
+# sooner), with the epoch's expected length: a log should not stay silent for 30 s first.
+_FIRST_LINE_S = 5.0
+
 if TYPE_CHECKING:
     from tqdm import tqdm
 
@@ -22,10 +26,17 @@ class ProgressBar(Callback):
     """One bar per training epoch (batches, step, loss, ``prog_bar=True`` values) and a
     short-lived one for each validation, test or predict run. Global rank 0 only.
 
+    Values are labelled with their TensorBoard tags: during the epoch ``train_loss`` is the
+    last batch's value, and at its end ``train_loss_epoch`` is the epoch's mean. An epoch
+    that ends fit says why (``max_steps=60``, or the ``trainer.state.stop_reason`` a
+    callback gave, such as ``early_stopping``) and, if cut short, at which batch.
+
     Refreshed at most every ``refresh_s`` seconds: between refreshes a step costs a clock
     read (the loss is read off the device only at a refresh). Without
     a terminal (CI logs, files) it prints a plain line every ``line_every_s`` seconds and one
-    per epoch instead of carriage-return updates.
+    per epoch instead of carriage-return updates; each line estimates the epoch's length and
+    the time left (tqdm's bar shows its own), and the fit's first line comes after at most
+    5 s, so that a log tells early how long to wait.
     """
 
     def __init__(self, refresh_s: float = 0.2, line_every_s: float = 30.0) -> None:
@@ -38,10 +49,12 @@ class ProgressBar(Callback):
         self._next = 0.0  # perf_counter time of the next refresh
         self._epoch_t0 = 0.0
         self._first_batch = 0  # a resumed epoch starts past the batches it already ran
+        self._early_line = False  # whether the next epoch's first line comes after _FIRST_LINE_S
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._active = trainer.is_global_zero
         self._tty = sys.stderr.isatty()
+        self._early_line = not self._tty
 
     # --- training ----------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -50,7 +63,10 @@ class ProgressBar(Callback):
             return
         total = trainer.num_training_batches
         self._epoch_t0 = time.perf_counter()
-        self._next = self._epoch_t0 + (self.refresh_s if self._tty else self.line_every_s)
+        pace = self.refresh_s if self._tty else self.line_every_s
+        if self._early_line:
+            pace, self._early_line = min(pace, _FIRST_LINE_S), False
+        self._next = self._epoch_t0 + pace
         self._first_batch = trainer.state.batch_in_epoch
         if self._tty:
             from tqdm import tqdm
@@ -74,7 +90,8 @@ class ProgressBar(Callback):
             of = "" if total == float("inf") else f"/{int(total)}"
             rate = (batch_idx + 1 - self._first_batch) / max(now - self._epoch_t0, 1e-9)
             shown = "".join(f" {k}={v}" for k, v in values.items())
-            _line(f"epoch {trainer.current_epoch} batch {batch_idx + 1}{of}{shown} ({rate:.1f} batches/s)")
+            eta = _time_left(trainer, batch_idx + 1, rate)
+            _line(f"epoch {trainer.current_epoch} batch {batch_idx + 1}{of}{shown} ({rate:.1f} batches/s{eta})")
 
     def _values(self, trainer: Trainer, outputs: Any) -> dict[str, str]:
         values = {"step": str(trainer.global_step)}
@@ -88,17 +105,31 @@ class ProgressBar(Callback):
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not self._active:
             return
-        # The epoch means of prog_bar values, with the validation ones that just ran.
+        # The epoch means of prog_bar values, with the validation ones that just ran, under the
+        # tags TensorBoard gives them: a training mean is <name>_epoch (<name> is one batch's value).
         shown = {"step": str(trainer.global_step)}
-        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in trainer.prog_bar_names)
+        names, train = trainer.prog_bar_names, trainer.train_epoch_metrics
+        shown.update((f"{k}_epoch", f"{v:.4g}") for k, v in train.items() if k in names)
+        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in names and k not in train)
+        reason, epoch = _stop_reason(trainer), trainer.current_epoch
+        done, total = trainer.state.batch_in_epoch, trainer.num_training_batches
         if self._bar is not None:
-            self._bar.update(trainer.state.batch_in_epoch - self._bar.n)
+            if reason is not None:
+                self._bar.set_description(f"Epoch {epoch} (stopped: {reason})", refresh=False)
+            self._bar.update(done - self._bar.n)
             self._bar.set_postfix(shown, refresh=True)
             self._bar.close()
             self._bar = None
+            return
+        took = _duration(time.perf_counter() - self._epoch_t0)
+        if reason is None:
+            head = f"epoch {epoch} done in {took}"
+        elif done < total:  # cut short: say where, so that it does not read as a finished epoch
+            of = "" if total == float("inf") else f"/{int(total)}"
+            head = f"epoch {epoch} stopped at batch {done}{of} ({reason}) after {took}"
         else:
-            took = time.perf_counter() - self._epoch_t0
-            _line(f"epoch {trainer.current_epoch} done in {took:.1f}s" + "".join(f" {k}={v}" for k, v in shown.items()))
+            head = f"epoch {epoch} done in {took}, then stopped ({reason})"
+        _line(head + "".join(f" {k}={v}" for k, v in shown.items()))
 
     # --- validation, test, predict: a bar while they run, on a terminal ----------------
     def _eval_start(self, desc: str) -> None:
@@ -155,5 +186,42 @@ class ProgressBar(Callback):
         return state
 
 
+def _stop_reason(trainer: Trainer) -> str | None:
+    """Why fit ends at this epoch's end ("max_steps=60", "early_stopping", "timer", ...), or None
+    when it goes on or ends at max_epochs."""
+    reason = trainer.state.stop_reason
+    if reason is not None and reason != "max_steps":  # a callback's reason, even if max_steps was also reached
+        return reason
+    if trainer.max_steps is not None and trainer.global_step >= trainer.max_steps:
+        return f"max_steps={trainer.max_steps}"
+    return "should_stop" if trainer.should_stop else None  # set by the user's code, with no reason given
+
+
+def _time_left(trainer: Trainer, batches_done: int, rate: float) -> str:
+    """'; about 45 s per epoch, 40 s left in this one' at ``rate`` batches/s, when the epoch's
+    length is known; the time left is to max_steps when that ends the epoch first."""
+    total = trainer.num_training_batches
+    if total == float("inf") or rate <= 0:
+        return ""
+    left, until = total - batches_done, "in this one"
+    if trainer.max_steps is not None:
+        accumulate = trainer.accumulate_grad_batches  # the current group's micro-batches count towards its step
+        to_stop = (trainer.max_steps - trainer.global_step) * accumulate - batches_done % accumulate
+        if to_stop < left:
+            left, until = max(to_stop, 0), f"to max_steps={trainer.max_steps}"
+    return f"; about {_duration(total / rate, whole=True)} per epoch, {_duration(left / rate, whole=True)} left {until}"
+
+
 def _line(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float, whole: bool = False) -> str:
+    """'42 ms' under a second (a short epoch read '0.0s'), '12.3 s' ('12 s' if ``whole``) under
+    a minute, then '4 min 05 s'."""
+    if round(seconds * 1e3) < 1000:  # compared as shown: 0.9996 s is "1.0 s", not "1000 ms"
+        return f"{round(seconds * 1e3)} ms"
+    if round(seconds, 1) < 60:
+        return f"{round(seconds)} s" if whole else f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"

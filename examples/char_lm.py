@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from _cli import trainer_options, trainer_parser  # examples/_cli.py, next to this file
 from trainer import Trainer, TrainModule, seed_everything
 
 # --- data ------------------------------------------------------------------------------
@@ -112,6 +113,9 @@ class CharChunks(Dataset):
 
 
 # --- model -----------------------------------------------------------------------------
+WARMUP_STEPS = 50  # optimizer steps of linear learning-rate warmup (CharLM's default)
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: causal self-attention, then an MLP, each residual."""
 
@@ -149,7 +153,7 @@ class CharLM(TrainModule):
         n_heads: int = 4,
         dropout: float = 0.0,
         lr: float = 3e-3,
-        warmup_steps: int = 50,
+        warmup_steps: int = WARMUP_STEPS,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()  # into TensorBoard's HParams tab and every checkpoint
@@ -210,34 +214,37 @@ class CharLM(TrainModule):
 
 
 # --- command line ----------------------------------------------------------------------
-def devices(text: str) -> str | int | list[int]:
-    """--devices: 'auto', a count ('2'), or device indices ('0,1')."""
-    if text == "auto":
-        return text
-    if "," in text:
-        return [int(i) for i in text.split(",") if i]
-    return int(text)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--strategy", default="auto", help="auto, single, dp, ddp")
-    p.add_argument("--devices", type=devices, default="auto", help="'auto', a count, or indices like 0,1")
-    p.add_argument("--precision", default="32", help="32, bf16-mixed, 16-mixed (CUDA only)")
-    p.add_argument("--max-epochs", type=int, default=2)
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
-    p.add_argument("--log-dir", default="runs", help="TensorBoard logs and checkpoints go under here")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--corpus-mb", type=float, default=2.0, help="megabytes of standard-library source to read")
-    p.add_argument("--batch-size", type=int, default=64, help="windows per step (per process under ddp)")
-    p.add_argument("--block-size", type=int, default=64, help="characters of context")
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--n-layers", type=int, default=2)
-    p.add_argument("--n-heads", type=int, default=4)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--sample-chars", type=int, default=400, help="length of the sample printed at the end")
-    return p.parse_args(argv)
+    p = trainer_parser(
+        __doc__,
+        examples=[
+            "python examples/char_lm.py --max-steps 200                # a shorter run, with the same schedule shape",
+            "python examples/char_lm.py --strategy ddp --devices 2     # two processes (gloo on a CPU)",
+        ],
+        strategy="auto", strategy_help="auto (DDP over the GPUs when there are 2 or more, else one device), single, dp or ddp",
+        devices_default="auto", devices_help="'auto', a count such as 2, or GPU indices such as 0,1 (on a CPU: processes under ddp)",
+        max_epochs=2, batch_size=64, batch_size_help="windows per step (per process under ddp)",
+    )
+    p.add_argument(
+        "--corpus-mb", type=float, default=2.0,
+        help="megabytes of standard-library source to read; every tenth file is held out for validation",
+    )
+    p.add_argument("--block-size", type=int, default=64, help="characters of context: the length of each training window")
+    p.add_argument("--d-model", type=int, default=128, help="width of the transformer (embedding size)")
+    p.add_argument("--n-layers", type=int, default=2, help="transformer blocks")
+    p.add_argument("--n-heads", type=int, default=4, help="attention heads per block; must divide --d-model")
+    p.add_argument("--dropout", type=float, default=0.0, help="dropout probability in attention and the MLP; 0 turns it off")
+    p.add_argument(
+        "--lr", type=float, default=3e-3,
+        help=f"peak learning rate of AdamW: it warms up linearly over the first {WARMUP_STEPS} steps, then decays "
+        "with a cosine to 10%% of the peak at the run's last step",
+    )
+    p.add_argument("--sample-chars", type=int, default=400, help="length of the code sample generated at the end")
+    args = p.parse_args(argv)
+    if args.n_heads > 0 and args.d_model % args.n_heads:  # else the attention's reshape fails in the first step
+        near = min((h for h in range(1, args.d_model + 1) if args.d_model % h == 0), key=lambda h: abs(h - args.n_heads))
+        p.error(f"--n-heads={args.n_heads} does not divide --d-model={args.d_model}. Pick a divisor of {args.d_model}, such as {near}.")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -254,11 +261,7 @@ def main(argv: list[str] | None = None) -> None:
         block_size=args.block_size, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
         dropout=args.dropout, lr=args.lr,
     )
-    trainer = Trainer(
-        strategy=args.strategy, devices=args.devices, precision=args.precision,
-        max_epochs=args.max_epochs, max_steps=args.max_steps, log_dir=args.log_dir,
-        log_every_n_steps=1, gradient_clip_val=1.0, seed=args.seed,
-    )
+    trainer = Trainer(**trainer_options(args, log_every_n_steps=1, gradient_clip_val=1.0))
     started = time.perf_counter()
     trainer.fit(model, train, val)
     took = time.perf_counter() - started

@@ -36,6 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from _cli import trainer_options, trainer_parser  # examples/_cli.py, next to this file
 from strategies import DDPStrategy
 from trainer import Trainer, TrainModule, seed_everything
 
@@ -132,26 +133,18 @@ def teacher_data(n: int, features: int = 32, seed: int = 0) -> TensorDataset:
     return TensorDataset(x, torch.tanh(x @ w1) @ w2)
 
 
-def devices(text: str) -> str | int | list[int]:
-    """--devices: 'auto', a count ('2'), or device indices ('0,1')."""
-    if text == "auto":
-        return text
-    if "," in text:
-        return [int(i) for i in text.split(",") if i]
-    return int(text)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--strategy", default="ddp_bf16", help="ddp_bf16 (this example's strategy), or a built-in name such as ddp")
-    p.add_argument("--devices", type=devices, default=2, help="processes (CPU) or GPUs; 'auto' under torchrun")
-    p.add_argument("--precision", default="32", help="32, bf16-mixed, 16-mixed (CUDA only)")
-    p.add_argument("--max-epochs", type=int, default=5)
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--log-dir", default="runs")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=64, help="per process")
-    p.add_argument("--n-train", type=int, default=8192)
+    p = trainer_parser(
+        __doc__,
+        examples=[
+            "python examples/custom_strategy.py                        # 2 CPU processes, gloo",
+            "python examples/custom_strategy.py --strategy ddp         # plain DDP, to compare the loss",
+        ],
+        strategy="ddp_bf16", strategy_help="ddp_bf16 (this example's strategy), or a built-in name such as ddp",
+        devices_default=2, devices_help="processes (CPU) or GPUs; 'auto' under torchrun",
+        max_epochs=5, batch_size=64, batch_size_help="samples per step, per process",
+    )
+    p.add_argument("--n-train", type=int, default=8192, help="training samples drawn from the teacher (validation has 2048 others)")
     return p.parse_args(argv)
 
 
@@ -162,10 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     train = DataLoader(teacher_data(args.n_train, seed=args.seed), batch_size=args.batch_size, shuffle=True)
     val = DataLoader(teacher_data(2048, seed=args.seed + 1), batch_size=256)
     model = Student()
-    trainer = Trainer(
-        strategy=strategy, devices=args.devices, precision=args.precision, max_epochs=args.max_epochs,
-        max_steps=args.max_steps, log_dir=args.log_dir, seed=args.seed,
-    )
+    trainer = Trainer(**trainer_options(args, strategy=strategy))
     trainer.fit(model, train, val)
     print(f"val_loss {trainer.callback_metrics['val_loss']:.4f} after {trainer.global_step} steps "
           f"with strategy {trainer.strategy.name!r}; checkpoint {trainer.checkpoint_callback.last_model_path}")

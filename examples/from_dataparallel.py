@@ -82,6 +82,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from _cli import trainer_options, trainer_parser  # examples/_cli.py, next to this file
 from trainer import Trainer, TrainModule, seed_everything
 
 SHAPES = ("horizontal bar", "vertical bar", "square outline", "ring")
@@ -138,27 +139,19 @@ def shapes(n: int, size: int = 32, seed: int = 0) -> TensorDataset:
     return TensorDataset(images, labels)
 
 
-def devices(text: str) -> str | int | list[int]:
-    """--devices: 'auto', a count ('2'), or device indices ('0,1')."""
-    if text == "auto":
-        return text
-    if "," in text:
-        return [int(i) for i in text.split(",") if i]
-    return int(text)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--strategy", default="dp", help="dp (this example's point), ddp, single, auto")
-    p.add_argument("--devices", type=devices, default="auto", help="'auto', a count, or indices like 0,1")
-    p.add_argument("--precision", default="32", help="32, bf16-mixed, 16-mixed (CUDA only)")
-    p.add_argument("--max-epochs", type=int, default=3)
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--log-dir", default="runs")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=64, help="the global batch, split across the GPUs")
-    p.add_argument("--n-train", type=int, default=2048, help="generated training images")
-    p.add_argument("--lr", type=float, default=0.05)
+    p = trainer_parser(
+        __doc__,
+        examples=[
+            "python examples/from_dataparallel.py                                # strategy='dp', every visible GPU",
+            "python examples/from_dataparallel.py --devices 0,1 --precision bf16-mixed",
+        ],
+        strategy="dp", strategy_help="dp (this example's point), ddp, single, auto",
+        devices_default="auto", devices_help="'auto', a count, or indices like 0,1",
+        max_epochs=3, batch_size=64, batch_size_help="the global batch, split across the GPUs",
+    )
+    p.add_argument("--n-train", type=int, default=2048, help="generated training images (validation: a quarter as many others)")
+    p.add_argument("--lr", type=float, default=0.05, help="learning rate of SGD with momentum 0.9")
     return p.parse_args(argv)
 
 
@@ -170,10 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     val = DataLoader(val_set, batch_size=256)
 
     net = Net(lr=args.lr)
-    trainer = Trainer(
-        strategy=args.strategy, devices=args.devices, precision=args.precision,
-        max_epochs=args.max_epochs, max_steps=args.max_steps, log_dir=args.log_dir, seed=args.seed,
-    )
+    trainer = Trainer(**trainer_options(args))
     trainer.fit(net, train, val)
     print(f"val_acc {trainer.callback_metrics['val_acc']:.3f} after {trainer.global_step} steps; logs in {trainer.run_dir}")
 

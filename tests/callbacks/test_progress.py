@@ -16,14 +16,25 @@ import termios
 import time
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from callbacks import ProgressBar
+from callbacks import EarlyStopping, ProgressBar, Timer
+from callbacks.progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
 
+TOOK = r"(\d+ ms|\d+\.\d s)"  # an epoch's duration as the line shows it
+
+
 def _lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("epoch ")]
+
+
+class Slow(Classifier):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        return super().training_step(batch, batch_idx)
 
 
 def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns(capsys):
@@ -33,15 +44,101 @@ def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns
     assert "\r" not in err
     lines = _lines(err)
     assert len(lines) == 2
-    # The step, and the epoch means of the values logged with prog_bar=True (train_loss).
-    assert re.fullmatch(r"epoch 0 done in \d+\.\ds step=4 train_loss=\d\.\d+", lines[0])
+    # The step, and the epoch means of the values logged with prog_bar=True, under their TensorBoard tag.
+    assert re.fullmatch(rf"epoch 0 done in {TOOK} step=4 train_loss_epoch=\d\.\d+", lines[0])
     assert lines[1].startswith("epoch 1 done in ") and " step=8 " in lines[1]
 
 
-class Slow(Classifier):
-    def training_step(self, batch, batch_idx):
-        time.sleep(0.05)
-        return super().training_step(batch, batch_idx)
+def test_an_epoch_under_a_second_reports_milliseconds(capsys):
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(64))  # 4 batches of a tiny MLP: a few ms
+    (line,) = _lines(capsys.readouterr().err)
+    took = re.match(r"epoch 0 done in (\d+) ms ", line)
+    assert took and 0 <= int(took[1]) < 1000, line
+
+
+def test_durations_read_in_the_unit_that_fits():
+    assert [_duration(s) for s in (0.0004, 0.042, 0.9994, 0.9996, 12.34, 59.94, 59.96, 245.4, 3725.0)] == [
+        "0 ms", "42 ms", "999 ms", "1.0 s", "12.3 s", "59.9 s", "1 min 00 s", "4 min 05 s", "62 min 05 s",
+    ]
+
+
+def test_an_epoch_cut_short_by_max_steps_says_so_and_where(capsys):
+    trainer = Trainer(max_steps=3, log_dir=None, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(64))  # 4 batches per epoch
+    (line,) = _lines(capsys.readouterr().err)
+    assert re.fullmatch(rf"epoch 0 stopped at batch 3/4 \(max_steps=3\) after {TOOK} step=3 train_loss_epoch=\d\.\d+", line)
+
+
+def test_max_steps_reached_with_the_epochs_last_batch_finishes_the_epoch_and_then_stops(capsys):
+    trainer = Trainer(max_steps=4, max_epochs=5, log_dir=None, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(64))
+    (line,) = _lines(capsys.readouterr().err)
+    assert re.match(rf"epoch 0 done in {TOOK}, then stopped \(max_steps=4\) step=4 ", line)
+
+
+class ConstantValLoss(Classifier):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", 1.0)  # never improves after the first epoch
+
+
+def test_a_stop_by_a_callback_gives_the_callbacks_reason(capsys):
+    trainer = Trainer(max_epochs=5, log_dir=None, enable_checkpointing=False, callbacks=[EarlyStopping("val_loss", patience=0)])
+    trainer.fit(ConstantValLoss(), loader(64), loader(32))
+    lines = _lines(capsys.readouterr().err)
+    assert len(lines) == 2 and lines[0].startswith("epoch 0 done in ") and "stopped" not in lines[0]
+    assert re.match(rf"epoch 1 done in {TOOK}, then stopped \(early_stopping\) step=8 ", lines[1])
+
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[Timer(0.001)])
+    trainer.fit(Slow(), loader(64))  # 50 ms per batch: the budget is spent in the first one
+    (line,) = _lines(capsys.readouterr().err)
+    assert re.match(rf"epoch 0 stopped at batch 1/4 \(timer\) after {TOOK} step=1 ", line)
+
+
+def _seconds(shown: str) -> float:
+    number, unit = shown.split()
+    return float(number) / 1000 if unit == "ms" else float(number)
+
+
+def test_in_a_log_the_first_line_comes_early_and_estimates_the_epoch_and_the_time_left(capsys, monkeypatch):
+    monkeypatch.setattr("callbacks.progress._FIRST_LINE_S", 0.01)  # 5 s in real runs; here the first 50 ms batch passes it
+    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False)  # the default bar: a line every 30 s
+    trainer.fit(Slow(), loader(64))
+    lines = _lines(capsys.readouterr().err)
+    # One early line in the fit's first epoch; then only the epochs' ends.
+    assert len(lines) == 3 and lines[1].startswith("epoch 0 done") and lines[2].startswith("epoch 1 done"), lines
+    estimate = re.search(rf"about {TOOK} per epoch, {TOOK} left in this one\)$", lines[0])
+    assert lines[0].startswith("epoch 0 batch 1/4 ") and estimate, lines[0]
+    per_epoch, left = _seconds(estimate[1]), _seconds(estimate[2])
+    assert per_epoch >= 4 * 0.05 and 0 < left <= per_epoch  # 4 batches of at least 50 ms, one of them done
+
+
+def test_the_time_left_runs_to_max_steps_when_that_comes_first(capsys):
+    trainer = Trainer(max_steps=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(line_every_s=0.001)])
+    trainer.fit(Slow(), loader(64))
+    first = _lines(capsys.readouterr().err)[0]
+    assert re.search(rf"about {TOOK} per epoch, {TOOK} left to max_steps=2\)$", first), first
+
+
+class ShowsValAcc(Classifier):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_acc", (self(x).argmax(-1) == y).float().mean(), prog_bar=True)
+
+
+def test_in_a_log_a_batch_value_and_an_epoch_mean_have_the_labels_of_their_tensorboard_tags(capsys):
+    trainer = Trainer(max_epochs=1, enable_checkpointing=False, callbacks=[ProgressBar(line_every_s=0.001)])
+    trainer.fit(ShowsValAcc(), loader(64), loader(32))
+    lines = _lines(capsys.readouterr().err)
+    batch_line, epoch_line = lines[-2], lines[-1]
+    assert re.search(r" train_loss=\d\.\d+ ", batch_line)  # the batch's own value
+    labels = dict(item.split("=") for item in epoch_line.split() if "=" in item)
+    assert set(labels) == {"step", "train_loss_epoch", "val_acc"} and labels["step"] == "4"
+    # The same numbers under the same names in TensorBoard.
+    acc = EventAccumulator(trainer.run_dir)
+    acc.Reload()
+    for name in ("train_loss_epoch", "val_acc"):
+        assert float(labels[name]) == pytest.approx(acc.Scalars(name)[-1].value, rel=1e-3)
 
 
 def test_a_configured_bar_replaces_the_built_in_and_prints_at_its_own_pace(capsys):
@@ -52,7 +149,10 @@ def test_a_configured_bar_replaces_the_built_in_and_prints_at_its_own_pace(capsy
     lines = _lines(capsys.readouterr().err)
     # Each 50 ms batch passes the 10 ms pace: one line per batch (once, not per bar), then the epoch's.
     assert [line.split(" step=")[0] for line in lines[:4]] == [f"epoch 0 batch {i}/4" for i in (1, 2, 3, 4)]
-    assert re.fullmatch(r"epoch 0 batch 1/4 step=1 loss=\d\.\d+ train_loss=\d\.\d+ \(\d+\.\d batches/s\)", lines[0])
+    assert re.fullmatch(
+        rf"epoch 0 batch 1/4 step=1 loss=\d\.\d+ train_loss=\d\.\d+ \(\d+\.\d batches/s; about {TOOK} per epoch, {TOOK} left in this one\)",
+        lines[0],
+    )
     assert len(lines) == 5 and lines[4].startswith("epoch 0 done")
 
 
@@ -64,7 +164,7 @@ def test_after_a_mid_epoch_resume_the_rate_counts_only_the_batches_run_since(cap
     lines = _lines(capsys.readouterr().err)
     assert lines[0].startswith("epoch 0 batch 7/8 step=7 ")
     # Each batch sleeps 50 ms, so at most 20 batches/s; counting the 6 skipped ones would claim ~140.
-    rate = float(re.search(r"\((\d+\.\d) batches/s\)", lines[0]).group(1))
+    rate = float(re.search(r"\((\d+\.\d) batches/s;", lines[0]).group(1))
     assert 0 < rate <= 20.0
 
 
@@ -83,13 +183,16 @@ def test_bad_pace_values_are_refused():
 
 
 _TTY_SCRIPT = """
-from callbacks import ProgressBar
+from callbacks import EarlyStopping, ProgressBar, Timer
+from callbacks.progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
 if __name__ == "__main__":
     trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
     trainer.fit(Classifier(), loader(64), loader(32))
+    trainer = Trainer(max_steps=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
+    trainer.fit(Classifier(), loader(64))
 """
 
 
@@ -115,7 +218,8 @@ def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar
     out = b"".join(chunks).decode(errors="replace")
     assert "\r" in out  # redrawn in place, not line by line
     assert "Epoch 0: 100%" in out and "Epoch 1: 100%" in out and "4/4" in out
-    assert re.search(r"step=4, .*train_loss=\d\.\d+", out)  # the epoch's final postfix
+    assert re.search(r"step=4, .*train_loss_epoch=\d\.\d+", out)  # the epoch's final postfix: the mean
     assert re.search(r"loss=\d\.\d+", out)
     assert "Validation" in out
+    assert "Epoch 0 (stopped: max_steps=2):  50%" in out and "2/4" in out  # the second fit, cut short
     assert not _lines(out)  # the no-terminal lines are not printed as well

@@ -26,10 +26,18 @@ def run_example(name: str, *args: str, env: dict[str, str], timeout: float = 120
 
 
 def load_example(name: str) -> ModuleType:
-    """Import an example file as a module (its main() is behind the __main__ guard)."""
+    """Import an example file as a module (its main() is behind the __main__ guard).
+
+    As ``python examples/<name>.py`` does, the examples folder is on ``sys.path`` while the
+    file runs, so its ``from _cli import ...`` finds the shared examples/_cli.py.
+    """
     spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, EXAMPLES)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(EXAMPLES)
     return module
 
 
