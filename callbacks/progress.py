@@ -50,6 +50,7 @@ class ProgressBar(Callback):
         self._epoch_t0 = 0.0
         self._first_batch = 0  # a resumed epoch starts past the batches it already ran
         self._early_line = False  # whether the next epoch's first line comes after _FIRST_LINE_S
+        self._epoch_open = False  # an epoch started and its line not yet written
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._active = trainer.is_global_zero
@@ -68,6 +69,7 @@ class ProgressBar(Callback):
             pace, self._early_line = min(pace, _FIRST_LINE_S), False
         self._next = self._epoch_t0 + pace
         self._first_batch = trainer.state.batch_in_epoch
+        self._epoch_open = True
         if self._tty:
             from tqdm import tqdm
 
@@ -111,6 +113,18 @@ class ProgressBar(Callback):
         names, train = trainer.prog_bar_names, trainer.train_epoch_metrics
         shown.update((f"{k}_epoch", f"{v:.4g}") for k, v in train.items() if k in names)
         shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in names and k not in train)
+        self._end_epoch(trainer, shown)
+
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # An epoch cut short (max_steps, a stop request) has no epoch end: its line comes here,
+        # with its last batch's values, since it has no epoch means.
+        if self._active and self._epoch_open:
+            shown = {"step": str(trainer.global_step)}
+            shown.update((k, f"{v:.4g}") for k, v in trainer.step_metrics(prog_bar_only=True).items())
+            self._end_epoch(trainer, shown)
+
+    def _end_epoch(self, trainer: Trainer, shown: dict[str, str]) -> None:
+        self._epoch_open = False
         reason, epoch = _stop_reason(trainer), trainer.current_epoch
         done, total = trainer.state.batch_in_epoch, trainer.num_training_batches
         if self._bar is not None:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # each test runs the example in a fresh Python (a
 
 def test_dp_run_writes_logs_and_a_checkpoint_the_bare_net_loads(script_env):
     output = run_example(
-        "from_dataparallel", "--n-train", "128", "--batch-size", "32", "--max-steps", "3", "--log-dir", "tb", env=script_env
+        "from_dataparallel", "--n-train", "96", "--batch-size", "32", "--max-steps", "3", "--log-dir", "tb", env=script_env
     )
     if not torch.cuda.device_count() >= 2:
         assert "strategy='dp' needs 2 or more GPUs" in output  # the fallback says so
@@ -23,6 +23,7 @@ def test_dp_run_writes_logs_and_a_checkpoint_the_bare_net_loads(script_env):
 
     run_dir = only_run_dir("tb")
     scalars = scalar_tags(run_dir)
+    # 3 batches per epoch: max_steps=3 ends the epoch, so it has its means (a cut epoch would not).
     assert "train_loss_epoch" in scalars and "val_acc" in scalars  # per-step values every 50 steps: none yet
 
     state = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)["model"]
