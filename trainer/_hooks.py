@@ -7,23 +7,47 @@ from typing import Any, Callable
 
 from callbacks.base import HOOKS, Callback
 
+from .module import TrainModule
+
 
 class Hooks:
-    """``hooks.on_train_batch_end`` is the list of overriding callbacks' bound methods.
+    """``hooks.on_train_batch_end`` is the list of the functions to call for that hook.
 
-    A hook that no callback overrides is an empty list, so the loop's ``for fn in ...``
-    costs one attribute lookup per step. Callbacks keep the order they were given in.
+    The model's own hook (a ``TrainModule`` method of the same name, without the ``(trainer,
+    module)`` arguments) comes first, then the callbacks' in the order they were given. A hook
+    that nothing overrides is an empty list, so the loop's ``for fn in ...`` costs one
+    attribute lookup per step.
     """
 
-    def __init__(self, callbacks: list[Callback]) -> None:
+    def __init__(self, callbacks: list[Callback], module: Any = None) -> None:
         self.callbacks = callbacks
+        self.module_hooks: dict[str, Callable[..., Any]] = {}  # name -> the model's own hook, adapted
         for name in HOOKS:
-            setattr(self, name, [getattr(cb, name) for cb in callbacks if overrides(cb, name) and cb.wants(name)])
+            fns = [getattr(cb, name) for cb in callbacks if overrides(cb, name) and cb.wants(name)]
+            own = _module_hook(module, name)
+            if own is not None:
+                self.module_hooks[name] = own
+                fns.insert(0, own)
+            setattr(self, name, fns)
 
     def call(self, name: str, *args: Any) -> None:
         fns: list[Callable[..., Any]] = getattr(self, name)
         for fn in fns:
             fn(*args)
+
+
+def _module_hook(module: Any, name: str) -> Callable[..., Any] | None:
+    """The model's override of hook ``name``, called as a callback's is (the trainer and
+    module arguments dropped); None if it does not override it."""
+    base = getattr(TrainModule, name, None)
+    if base is None or not isinstance(module, TrainModule) or getattr(type(module), name) is base:
+        return None
+    own = getattr(module, name)
+
+    def call(trainer: Any, module: Any, *args: Any) -> Any:
+        return own(*args)
+
+    return call
 
 
 def overrides(callback: Callback, name: str) -> bool:

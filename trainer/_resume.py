@@ -23,6 +23,7 @@ from . import __version__
 from . import checkpoint as ckpt_io
 from .checkpoint import CheckpointError
 from .data import SkipBatches, rebuild_loader
+from .module import TrainModule
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -154,6 +155,8 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None) -> Itera
 def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
     module = trainer.strategy.module
+    if isinstance(module, TrainModule):  # first: the model may read or adapt what it saved
+        module.on_load_checkpoint(ckpt)
     missing, unexpected = _key_mismatch(module, ckpt["model"])
     if missing or unexpected:
         raise CheckpointError(

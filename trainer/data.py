@@ -168,6 +168,17 @@ def is_batch_sampler(obj: Any) -> bool:
     return isinstance(obj, BatchSampler) or hasattr(obj, "batch_size")
 
 
+def check_same_length(counts: list[int | float]) -> None:
+    """Every rank's number of training batches per epoch, which must agree."""
+    if len(set(counts)) > 1:
+        raise ValueError(
+            f"The processes have different numbers of training batches per epoch: {counts} (by rank). "
+            "Every step all-reduces gradients, so a rank that runs out first would wait forever for the "
+            "others. Let the Trainer shard a plain DataLoader (DistributedSampler pads to equal lengths), "
+            f"give each rank the same number of batches, or set limit_train_batches<={min(counts)}."
+        )
+
+
 def describe_fit(strategy: Strategy, train_loader: Any, accumulate: int) -> str:
     """E.g. 'Training with ddp (gloo) on cpu; 2 device(s), world size 2;
     global batch 64 = 16 per device x 2 device(s) x 2 accumulation.'"""

@@ -27,8 +27,9 @@ def evaluation_loop(trainer: Trainer, phase: str, loader: Any, limit: int | floa
             on_{phase}_batch_start
             output = strategy.run_step("{phase}_step")
             on_{phase}_batch_end
+        on_{phase}_epoch_end                       # the model's hook may self.log epoch values
         epoch means of self.log values -> logged_metrics, callback_metrics
-        on_{phase}_epoch_end, on_{phase}_end
+        on_{phase}_end
         every module's train/eval mode restored
 
     The training counters (``global_step``, ``current_epoch``) are read, never changed.
@@ -61,10 +62,11 @@ def evaluation_loop(trainer: Trainer, phase: str, loader: Any, limit: int | floa
                     outputs.append(out)
                 for fn in batch_end:
                     fn(trainer, model, out, batch, batch_idx)
+        sink.batch_size = 1  # a value logged in an epoch-end hook is one value per process
+        hooks.call(f"on_{phase}_epoch_end", trainer, model)
         trainer.logged_metrics = sink.epoch_means(strategy.reduce_metrics)
         trainer.callback_metrics.update(trainer.logged_metrics)
         trainer.prog_bar_names |= sink.prog_bar
-        hooks.call(f"on_{phase}_epoch_end", trainer, model)
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:
         set_sink(previous_sink)

@@ -16,7 +16,7 @@ from strategies.base import Strategy
 from ._checks import bad_loss, loss_of
 from ._resume import Resume
 from ._signals import Interrupted
-from .data import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
+from .data import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
 from .evaluation_loop import evaluation_loop, limited, validation_every
 from .metrics import MetricSink, mean_over_processes, set_sink
 from .optim import resolve_optimizers
@@ -54,16 +54,16 @@ class FitLoop:
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
             (an unsized loader that ran out inside an accumulation group: optimizer step)
             if the epoch was cut short: save last.ckpt, validate if max_steps ended it, stop
-            epoch means of self.log values
             validation loop if check_val_every_n_epoch is due
+            model.on_train_epoch_end              # may self.log epoch values
+            epoch means of self.log values
             scheduler step (interval="epoch")
-            on_train_epoch_end                    # epoch checkpoints
+            callbacks' on_train_epoch_end         # epoch checkpoints
         on_train_end
         on_fit_end
         teardown("fit")                           (in stage.run_stage)
 
-    A cut epoch's end is left to the run that resumes it, so stopping and resuming does it
-    once. The state that checkpoints record lives on the Trainer (``checkpoint_state``).
+    The state that checkpoints record lives on the Trainer (``checkpoint_state``).
     """
 
     def __init__(self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None) -> None:
@@ -78,14 +78,7 @@ class FitLoop:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         trainer.num_training_batches = limited(n, trainer.limit_train_batches)
         trainer.val_dataloaders = self.val_loader  # callbacks read it (EarlyStopping: is there validation?)
-        counts = strategy.gather_objects(trainer.num_training_batches)
-        if len(set(counts)) > 1:
-            raise ValueError(
-                f"The processes have different numbers of training batches per epoch: {counts} (by rank). "
-                "Every step all-reduces gradients, so a rank that runs out first would wait forever for the "
-                "others. Let the Trainer shard a plain DataLoader (DistributedSampler pads to equal lengths), "
-                f"give each rank the same number of batches, or set limit_train_batches<={min(counts)}."
-            )
+        check_same_length(strategy.gather_objects(trainer.num_training_batches))
         self.resume = Resume.load(trainer, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         if trainer.is_global_zero:
@@ -124,27 +117,38 @@ class FitLoop:
             )
 
     def _end_epoch(self) -> None:
-        """A completed epoch's end: its means, validation if due, the epoch scheduler, the hook."""
+        """A completed epoch's end. The model's ``on_train_epoch_end`` comes before the epoch
+        means, so that what it logs is part of them; the callbacks' hooks come after the
+        epoch scheduler step, and read the means in ``callback_metrics``."""
         trainer, hooks = self.trainer, self.trainer._hooks
         sink = trainer._train_sink
+        if self._epoch_val_due():
+            evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
         # A checkpoint taken from here on resumes at the next epoch.
         trainer._epoch_complete = True
-        trainer.train_epoch_metrics = trainer.logged_metrics = sink.epoch_means(trainer.strategy.reduce_metrics)
-        trainer.callback_metrics.update(trainer.logged_metrics)
+        own = hooks.module_hooks.get("on_train_epoch_end")
+        if own is not None:
+            previous, sink.batch_size = set_sink(sink), 1  # one value per process
+            try:
+                own(trainer, self.model)
+            finally:
+                set_sink(previous)
+        trainer.train_epoch_metrics = means = sink.epoch_means(trainer.strategy.reduce_metrics)
+        trainer.callback_metrics.update(means)
+        if not self._epoch_val_due():  # else validation's stay the latest
+            trainer.logged_metrics = means
         trainer.prog_bar_names |= sink.prog_bar
-        if self.val_loader is not None and self._epoch_val_due():
-            evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
         if trainer._opt.interval == "epoch":
             trainer._opt.step_scheduler(trainer.callback_metrics)
-        hooks.call("on_train_epoch_end", trainer, self.model)
+        for fn in hooks.on_train_epoch_end:
+            if fn is not own:
+                fn(trainer, self.model)
         trainer._epoch_complete = False
 
     def _stop_mid_epoch(self) -> None:
-        """An epoch cut short by max_steps or a stop request. Its end (means, validation,
-        scheduler, on_train_epoch_end) is left to the run that resumes it and reaches that end,
-        so a stopped-and-resumed run does it once, as one that never stopped. ``last.ckpt``
-        is written here, mid-epoch, for that resume. A run that reached ``max_steps`` then
-        validates once more, after the save, so that it reports where it ended."""
+        """An epoch cut short. Its end is left to the run that resumes it (so stopped and resumed
+        does it once, like never stopped), from the ``last.ckpt`` written here. After reaching
+        ``max_steps`` a run validates once more, after the save, to report where it ended."""
         trainer = self.trainer
         checkpoint = trainer.checkpoint_callback
         if checkpoint is not None:
@@ -392,5 +396,5 @@ class FitLoop:
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch
-        return every is not None and (self.trainer.state.current_epoch + 1) % every == 0
+        return self.val_loader is not None and every is not None and (self.trainer.state.current_epoch + 1) % every == 0
 

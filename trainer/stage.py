@@ -71,7 +71,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, loader: Any, val_load
     trainer._module = model
     model._trainer = trainer
     strategy.setup_module(model)
-    trainer._hooks = hooks = Hooks(trainer.callbacks)
+    trainer._hooks = hooks = Hooks(trainer.callbacks, model)
     if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
         trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
         trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}

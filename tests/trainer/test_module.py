@@ -1,0 +1,173 @@
+"""trainer/module.py: the model's own hooks, their order against the callbacks', and
+self.log / self.log_dict inside them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from callbacks import Callback, ModelCheckpoint
+from tests._models import Classifier, loader, quiet
+from trainer import Trainer
+from trainer._hooks import Hooks
+
+
+class Noted(Classifier):
+    """Notes every hook it has, into a list shared with a callback."""
+
+    def __init__(self, events: list) -> None:
+        super().__init__()
+        self.events = events
+
+    def setup(self, stage):
+        self.events.append(("model", "setup", stage))
+
+    def on_fit_start(self):
+        self.events.append(("model", "on_fit_start"))
+
+    def on_train_epoch_start(self):
+        self.events.append(("model", "on_train_epoch_start"))
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.events.append(("model", "on_train_batch_end", batch_idx))
+
+    def on_before_optimizer_step(self, optimizer):
+        self.events.append(("model", "on_before_optimizer_step"))
+
+    def on_train_epoch_end(self):
+        self.events.append(("model", "on_train_epoch_end"))
+
+    def on_validation_epoch_end(self):
+        self.events.append(("model", "on_validation_epoch_end"))
+
+    def teardown(self, stage):
+        self.events.append(("model", "teardown", stage))
+
+
+class NotesToo(Callback):
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def setup(self, trainer, module, stage):
+        self.events.append(("callback", "setup", stage))
+
+    def on_fit_start(self, trainer, module):
+        self.events.append(("callback", "on_fit_start"))
+
+    def on_train_epoch_start(self, trainer, module):
+        self.events.append(("callback", "on_train_epoch_start"))
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.events.append(("callback", "on_train_batch_end", batch_idx))
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        self.events.append(("callback", "on_before_optimizer_step"))
+
+    def on_train_epoch_end(self, trainer, module):
+        self.events.append(("callback", "on_train_epoch_end"))
+
+    def on_validation_epoch_end(self, trainer, module):
+        self.events.append(("callback", "on_validation_epoch_end"))
+
+    def teardown(self, trainer, module, stage):
+        self.events.append(("callback", "teardown", stage))
+
+
+def test_the_models_hook_runs_before_the_callbacks_for_every_hook():
+    events: list = []
+    Trainer(max_steps=2, callbacks=[NotesToo(events)], **quiet()).fit(Noted(events), loader(n=32), loader(n=16))
+    assert events == [
+        ("model", "setup", "fit"), ("callback", "setup", "fit"),
+        ("model", "on_fit_start"), ("callback", "on_fit_start"),
+        ("model", "on_train_epoch_start"), ("callback", "on_train_epoch_start"),
+        ("model", "on_before_optimizer_step"), ("callback", "on_before_optimizer_step"),
+        ("model", "on_train_batch_end", 0), ("callback", "on_train_batch_end", 0),
+        ("model", "on_before_optimizer_step"), ("callback", "on_before_optimizer_step"),
+        ("model", "on_train_batch_end", 1), ("callback", "on_train_batch_end", 1),
+        ("model", "on_validation_epoch_end"), ("callback", "on_validation_epoch_end"),
+        ("model", "on_train_epoch_end"), ("callback", "on_train_epoch_end"),
+        ("model", "teardown", "fit"), ("callback", "teardown", "fit"),
+    ]
+
+
+def test_a_hook_the_model_does_not_override_is_never_called():
+    hooks = Hooks([], Classifier())
+    assert hooks.on_train_batch_end == [] and hooks.on_before_backward == [] and hooks.module_hooks == {}
+    assert [fn.__qualname__ for fn in Hooks([], Noted([])).on_train_batch_end] == ["_module_hook.<locals>.call"]
+
+
+class EpochAccuracy(Classifier):
+    """Computes accuracy over the whole validation set at its end, as people port it from Lightning."""
+
+    def on_validation_epoch_start(self):
+        self.correct = self.seen = 0
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.correct += int((self(x).argmax(-1) == y).sum())
+        self.seen += len(y)
+
+    def on_validation_epoch_end(self):
+        self.log("val_epoch_acc", self.correct / self.seen, prog_bar=True)
+
+    def on_train_epoch_start(self):
+        self.train_batches = 0
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.train_batches += 1
+
+    def on_train_epoch_end(self):
+        self.log_dict({"batches_seen": self.train_batches, "twice": 2 * self.train_batches})
+
+
+def _scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
+    acc = EventAccumulator(run_dir)
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_values_logged_in_epoch_end_hooks_reach_callback_metrics_and_tensorboard_at_the_right_step():
+    model = EpochAccuracy()
+    trainer = Trainer(max_epochs=2, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(model, loader(n=64), loader(n=32))
+    x, y = loader(n=32).dataset.tensors
+    with torch.no_grad():
+        expected = (model(x).argmax(-1) == y).float().mean().item()
+    assert trainer.callback_metrics["val_epoch_acc"] == pytest.approx(expected)
+    assert trainer.callback_metrics["batches_seen"] == 4 and trainer.callback_metrics["twice"] == 8
+    scalars = _scalars(trainer.run_dir)
+    assert [s for s, _ in scalars["val_epoch_acc"]] == [4, 8]
+    assert scalars["batches_seen_epoch"] == [(4, 4.0), (8, 4.0)]
+    assert trainer.validate(model, loader(n=32)) == {"val_epoch_acc": pytest.approx(expected)}
+
+
+class Remembers(Classifier):
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["vocabulary"] = ["a", "b"]
+
+    def on_load_checkpoint(self, checkpoint):
+        self.loaded = checkpoint["vocabulary"]
+
+
+def test_on_save_checkpoint_adds_to_the_file_and_on_load_checkpoint_reads_it_on_resume():
+    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(Remembers(), loader())
+    path = os.path.join("ck", "last.ckpt")
+    assert torch.load(path, weights_only=True)["vocabulary"] == ["a", "b"]
+    model = Remembers()
+    Trainer(max_epochs=2, **quiet()).fit(model, loader(), ckpt_path=path)
+    assert model.loaded == ["a", "b"]
+
+
+class LogsRank(Classifier):
+    def on_validation_epoch_end(self):
+        self.log("rank_mean", float(self.trainer.strategy.global_rank))
+
+
+@pytest.mark.slow
+def test_ddp_values_logged_in_an_epoch_end_hook_are_reduced_across_ranks():
+    trainer = Trainer(strategy="ddp", devices=2, max_epochs=1, **quiet())
+    trainer.fit(LogsRank(), loader(n=32), loader(n=16))
+    assert trainer.callback_metrics["rank_mean"] == pytest.approx(0.5)
