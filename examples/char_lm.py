@@ -192,9 +192,7 @@ class CharLM(TrainModule):
         """Linear warmup, then a cosine decay to 10% at the run's last step."""
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
-        trainer = self.trainer  # read when the step happens: the run's length is known by then
-        per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
-        total = min(trainer.max_steps or math.inf, (trainer.max_epochs or math.inf) * per_epoch)
+        total = self.trainer.estimated_stepping_batches  # the run's length in optimizer steps
         if total == math.inf:
             return 1.0
         progress = min((step - self.warmup_steps) / max(total - self.warmup_steps, 1), 1.0)

@@ -69,8 +69,6 @@ class FitLoop:
     def __init__(self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None) -> None:
         strategy = trainer.strategy
         self.trainer, self.model = trainer, model
-        trainer._opt = resolve_optimizers(model, trainer._optimizer_factory)
-        trainer.optimizer, trainer.lr_scheduler = trainer._opt.optimizer, trainer._opt.scheduler
         self.train_loader = strategy.process_dataloader(train_loader, "train")
         self.val_loader = None if val_loader is None else strategy.process_dataloader(val_loader, "validate")
         n = loader_length(self.train_loader)
@@ -79,6 +77,9 @@ class FitLoop:
         trainer.num_training_batches = limited(n, trainer.limit_train_batches)
         trainer.val_dataloaders = self.val_loader  # callbacks read it (EarlyStopping: is there validation?)
         check_same_length(strategy.gather_objects(trainer.num_training_batches))
+        # After the loaders: configure_optimizers may read trainer.estimated_stepping_batches.
+        trainer._opt = resolve_optimizers(model, trainer._optimizer_factory)
+        trainer.optimizer, trainer.lr_scheduler = trainer._opt.optimizer, trainer._opt.scheduler
         self.resume = Resume.load(trainer, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         if trainer.is_global_zero:

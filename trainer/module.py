@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import os
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from .checkpoint import load as load_checkpoint
 from .metrics import log_metric
 
 if TYPE_CHECKING:
@@ -108,6 +110,30 @@ class TrainModule(nn.Module):
             if info.keywords:
                 self.hparams.update(info.locals[info.keywords])
         self.hparams.update(extra)
+
+    @classmethod
+    def load_from_checkpoint(
+        cls, path: str | os.PathLike, map_location: Any = None, strict: bool = True, **overrides: Any
+    ) -> "TrainModule":
+        """The model a checkpoint holds, in eval mode: built from the hyperparameters that
+        ``save_hyperparameters()`` recorded (``overrides`` replace some), with its weights loaded
+        with ``weights_only=True`` (no code in the file runs). ``map_location`` as ``torch.load``'s."""
+        ckpt = load_checkpoint(path, map_location=map_location)
+        hparams = {**ckpt.get("hparams", {}), **overrides}
+        try:
+            model = cls(**hparams)
+        except TypeError as err:
+            if ckpt.get("hparams"):
+                raise
+            raise TypeError(
+                f"{cls.__name__}.load_from_checkpoint({os.fspath(path)!r}): the checkpoint holds no "
+                f"hyperparameters, and {cls.__name__}() could not be built without them ({err}). Call "
+                "self.save_hyperparameters() in __init__ so that checkpoints record them, or pass them "
+                f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
+            ) from None
+        model.on_load_checkpoint(ckpt)
+        model.load_state_dict(ckpt["model"], strict=strict)
+        return model.eval()
 
     @property
     def trainer(self) -> "Trainer":

@@ -170,6 +170,23 @@ class Trainer:
         self.state.should_stop = bool(value)
 
     @property
+    def estimated_stepping_batches(self) -> int | float:
+        """The optimizer steps ``fit`` makes in all (from step 0, a resumed run included):
+        ``max_steps``, or ``max_epochs`` epochs of this process's batches (its shard under DDP,
+        after ``limit_train_batches``) in groups of ``accumulate_grad_batches``, the epoch's
+        last short group counting as a step; whichever is fewer. ``math.inf`` for an unsized
+        loader without ``max_steps``. Known from ``configure_optimizers`` on."""
+        if self.state.stage != "fit" and self._opt is None:
+            raise RuntimeError(
+                "trainer.estimated_stepping_batches is known once fit has its loaders: read it in "
+                "configure_optimizers (e.g. for OneCycleLR's total_steps) or later during fit."
+            )
+        batches = self.num_training_batches
+        per_epoch = math.inf if batches == math.inf else math.ceil(batches / self.accumulate_grad_batches)
+        by_epochs = math.inf if self.max_epochs is None else per_epoch * self.max_epochs
+        return min(math.inf if self.max_steps is None else self.max_steps, by_epochs)
+
+    @property
     def is_global_zero(self) -> bool:
         return self._strategy.is_global_zero
 

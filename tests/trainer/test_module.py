@@ -171,3 +171,33 @@ def test_ddp_values_logged_in_an_epoch_end_hook_are_reduced_across_ranks():
     trainer = Trainer(strategy="ddp", devices=2, max_epochs=1, **quiet())
     trainer.fit(LogsRank(), loader(n=32), loader(n=16))
     assert trainer.callback_metrics["rank_mean"] == pytest.approx(0.5)
+
+
+# --- load_from_checkpoint --------------------------------------------------------------------
+def test_load_from_checkpoint_rebuilds_the_model_from_its_hyperparameters_in_eval_mode():
+    trained = Classifier(hidden=32, dropout=0.25)
+    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(trained, loader())
+    path = os.path.join("ck", "last.ckpt")
+
+    model = Classifier.load_from_checkpoint(path)
+    assert not model.training and model.net[0].out_features == 32 and model.net[2].p == 0.25
+    for (name, a), b in zip(model.state_dict().items(), trained.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert Classifier.load_from_checkpoint(path, dropout=0.5).net[2].p == 0.5  # an override wins
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        Classifier.load_from_checkpoint(path, hidden=8)
+
+
+class NoHyperparameters(Classifier):
+    def __init__(self, hidden: int) -> None:
+        super().__init__(hidden=hidden)
+        self.hparams = {}  # as if save_hyperparameters() had never been called
+
+
+def test_load_from_checkpoint_without_hyperparameters_says_how_to_record_or_pass_them():
+    trainer = Trainer(max_steps=1, **quiet())
+    trainer.fit(NoHyperparameters(hidden=4), loader())
+    trainer.save_checkpoint("plain.ckpt")
+    with pytest.raises(TypeError, match=r"holds no hyperparameters.*self\.save_hyperparameters\(\)"):
+        NoHyperparameters.load_from_checkpoint("plain.ckpt")
+    assert NoHyperparameters.load_from_checkpoint("plain.ckpt", hidden=4).net[0].out_features == 4

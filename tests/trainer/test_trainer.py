@@ -121,3 +121,44 @@ def test_save_checkpoint_after_a_spawned_ddp_fit_says_where_the_state_went():
 def test_save_checkpoint_before_any_fit_says_to_fit_first():
     with pytest.raises(RuntimeError, match=r"no fit has run in this process"):
         Trainer(**quiet()).save_checkpoint("early.ckpt")
+
+
+# --- estimated_stepping_batches ----------------------------------------------------------------
+class ReadsItsLength(Classifier):
+    def configure_optimizers(self):
+        self.estimate = self.trainer.estimated_stepping_batches
+        torch.save(self.estimate, f"estimate{self.trainer.strategy.global_rank}.pt")  # DDP workers' too
+        return super().configure_optimizers()
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (dict(max_epochs=2), 14),  # 7 batches of 16 out of 100 samples
+        (dict(max_epochs=2, accumulate_grad_batches=3), 6),  # groups of 3, 3, 1: 3 steps an epoch
+        (dict(max_epochs=2, accumulate_grad_batches=3, max_steps=4), 4),
+        (dict(max_epochs=3, accumulate_grad_batches=3, limit_train_batches=5), 6),  # groups of 3, 2
+        (dict(max_epochs=2, accumulate_grad_batches=3, strategy="ddp", devices=2), 4),  # 4 batches a rank
+    ],
+)
+def test_estimated_stepping_batches_is_the_number_of_steps_fit_makes(options, expected):
+    model = ReadsItsLength()
+    trainer = Trainer(**quiet(**options))
+    trainer.fit(model, loader(n=100))
+    assert trainer.global_step == expected
+    assert [torch.load(f"estimate{r}.pt") for r in range(trainer.world_size)] == [expected] * trainer.world_size
+
+
+def test_estimated_stepping_batches_is_inf_for_an_unsized_loader_without_max_steps():
+    class Endless(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(loader(n=32).dataset)
+
+    model = ReadsItsLength()
+    Trainer(max_epochs=1, **quiet()).fit(model, torch.utils.data.DataLoader(Endless(), batch_size=8))
+    assert model.estimate == math.inf
+
+
+def test_estimated_stepping_batches_before_fit_says_when_it_is_known():
+    with pytest.raises(RuntimeError, match="configure_optimizers"):
+        Trainer(max_epochs=1).estimated_stepping_batches
