@@ -76,7 +76,9 @@ class Resume:
         epoch = trainer.state.current_epoch
         if self.pending:
             self._restore_sampler_seed(loader)
-        for owner in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        # A DistributedSampler inside a user's own batch sampler (DDP leaves those alone) shuffles per epoch too.
+        for owner in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
             if hasattr(owner, "set_epoch"):
                 owner.set_epoch(epoch)
         trainer._epoch_loader = loader  # checkpoints record its generators

@@ -411,3 +411,40 @@ def test_sigint_in_process_saves_last_and_a_second_ctrl_c_interrupts_at_once(mon
     with pytest.raises(KeyboardInterrupt):
         Trainer(**quiet(max_epochs=3, callbacks=[CtrlC(2)])).fit(Classifier(), loader(32))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers are put back
+
+
+class OwnBatches(torch.utils.data.Sampler):
+    """A user's batch sampler class over a sampler it is given (pairs of indices)."""
+
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
+
+    def __iter__(self):
+        order = list(self.sampler)
+        return iter([order[i : i + 2] for i in range(0, len(order), 2)])
+
+    def __len__(self) -> int:
+        return len(self.sampler) // 2
+
+
+class WithIndex(Classifier):
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch[:2], batch_idx)
+
+
+class Orders(Callback):
+    def __init__(self) -> None:
+        self.seen: dict[int, list[int]] = {}
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        self.seen.setdefault(trainer.current_epoch, []).extend(batch[2].tolist())
+
+
+def test_a_distributed_sampler_inside_a_users_batch_sampler_is_told_each_epoch():
+    # DDP leaves such a loader alone (it is sharded already); its shuffle must still change per epoch.
+    data = torch.utils.data.TensorDataset(torch.zeros(16, 8), torch.zeros(16, dtype=torch.long), torch.arange(16))
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)
+    orders = Orders()
+    Trainer(**quiet(max_epochs=2, callbacks=[orders])).fit(WithIndex(), DataLoader(data, batch_sampler=OwnBatches(sampler)))
+    assert sorted(orders.seen[0]) == sorted(orders.seen[1]) == list(range(16))
+    assert orders.seen[0] != orders.seen[1]
