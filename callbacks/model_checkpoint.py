@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -287,9 +288,8 @@ def _write_files(checkpoint: dict[str, Any], path: str, dropped: str | None, lin
         os.remove(dropped)
     if link_last:
         directory = os.path.dirname(path)
-        last, tmp = os.path.join(directory, LAST), os.path.join(directory, f".tmp-{LAST}-{os.getpid()}")
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own thread.
+        last, tmp = os.path.join(directory, LAST), os.path.join(directory, f".tmp-{LAST}-{uuid.uuid4().hex}")
         try:  # a hard link swapped in atomically
             os.link(path, tmp)
         except OSError:  # no hard links on this filesystem: copy

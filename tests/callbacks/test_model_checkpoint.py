@@ -299,3 +299,35 @@ def test_what_on_save_checkpoint_adds_is_copied_when_the_state_is_taken(tmp_path
     Trainer(**quiet(max_steps=4, callbacks=[ema, releaser, ckpt])).fit(Classifier(), loader(64, 4))
     # Taken at step 2, after on_train_batch_end filled it with 2.0; written after step 4's fill.
     assert torch.equal(checkpoint.load(tmp_path / "epoch=0-step=2.ckpt")["ema"], torch.full((3,), 2.0))
+
+
+def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, monkeypatch):
+    # Both writer threads link last.ckpt's temp file before either swaps it in: were their temp
+    # names the same, the second would find the first's link there.
+    both_linked = threading.Barrier(2, timeout=10)
+    real_link = os.link
+
+    def link_together(src, dst):
+        try:
+            return real_link(src, dst)
+        finally:
+            try:
+                both_linked.wait()
+            except threading.BrokenBarrierError:
+                pass  # only one save at this moment
+
+    monkeypatch.setattr(os, "link", link_together)
+    by_loss = ModelCheckpoint(dirpath="shared", monitor="val_loss", filename="loss-{epoch}", save_top_k=-1)
+    by_step = ModelCheckpoint(dirpath="shared", filename="step-{epoch}", save_top_k=-1)
+    fit(Classifier(), epochs=1, callbacks=[by_loss, by_step])
+
+    assert files("shared") == ["last.ckpt", "loss-epoch=0.ckpt", "step-epoch=0.ckpt"]
+    for name in files("shared"):
+        saved = checkpoint.load(os.path.join("shared", name))
+        assert saved["loop"]["global_step"] == STEPS_PER_EPOCH
+    # Each file holds the state its own callback saved (by_loss saved first, before by_step ranked its file).
+    loss_file = checkpoint.load("shared/loss-epoch=0.ckpt")["callbacks"]["ModelCheckpoint[monitor=None]"]
+    assert loss_file["best_k_models"] == {}
+    assert os.path.samefile("shared/last.ckpt", "shared/loss-epoch=0.ckpt") or os.path.samefile(
+        "shared/last.ckpt", "shared/step-epoch=0.ckpt"
+    )
