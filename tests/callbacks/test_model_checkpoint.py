@@ -138,15 +138,16 @@ def test_a_validation_metric_is_monitored_from_the_first_validation_on():
     assert files("one") == ["last.ckpt"]  # nothing ranked before the first validation
 
     cb = ModelCheckpoint(dirpath="four", monitor="val_metric")
-    fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)
+    with pytest.warns(UserWarning, match="Until it is, checkpoints only update last.ckpt"):
+        fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)
     assert files("four") == ["epoch=3-step=8-val_metric=0.5.ckpt", "last.ckpt"]
     assert cb.best_model_score == 0.5 and step_of("four/last.ckpt") == 8
 
 
 def test_a_typo_in_the_monitor_is_still_an_error_once_validation_has_run():
     cb = ModelCheckpoint(monitor="val_metrc")
-    with pytest.raises(ValueError, match=r"monitor='val_metrc'\) was never logged") as err:
-        fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)
+    with pytest.raises(ValueError, match=r"monitor='val_metrc'\) was never logged") as err, pytest.warns(UserWarning):
+        fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)  # warns at epoch 0, raises at 1
     assert "'val_metric'" in str(err.value)
     assert files() == ["last.ckpt"] and step_of("checkpoints/last.ckpt") == 2  # epoch 0's, before validation
 
