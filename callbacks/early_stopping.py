@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer._checks import flag, one_of, positive_int, suggest
 
+from ._schedule import fit_validates
 from .base import Callback
 
 if TYPE_CHECKING:
@@ -19,7 +20,8 @@ log = logging.getLogger("trainer")
 class EarlyStopping(Callback):
     """Stop fit once ``monitor`` has not improved for ``patience`` checks in a row.
 
-    A check happens after each validation during fit or, when fit has no validation, at the
+    A check happens after each validation during fit or, when fit never validates (no
+    validation loader, ``limit_val_batches=0``, or no validation schedule), at the
     end of each training epoch (monitor a training value then, e.g. ``"train_loss"``, whose
     epoch mean is used). Improving means beating the best value so far by more than
     ``min_delta`` (down for ``mode="min"``, up for ``mode="max"``). With ``check_finite``, a
@@ -70,7 +72,7 @@ class EarlyStopping(Callback):
             self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.val_dataloaders is None or trainer.limit_val_batches == 0:
+        if not fit_validates(trainer):  # e.g. a validation loader with no schedule: it never runs
             self._check(trainer)
 
     # --- the decision ------------------------------------------------------------------

@@ -7,12 +7,14 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
 import warnings
 from typing import TYPE_CHECKING, Any
 
 from trainer import checkpoint as ckpt_io
 from trainer._checks import flag, one_of, positive_int
 
+from ._schedule import fit_validates
 from .base import Callback
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ class ModelCheckpoint(Callback):
         self.last_model_path = ""
         self._last_step_saved = -1
         self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
-        self._monitor_due = False  # a validation or epoch end has run, so the monitor must exist by now
+        self._monitor_due = False  # validation (or, without it, an epoch end) has run: the monitor must exist
         self._warned_early = False
         self._writer = ckpt_io.BackgroundWriter()  # global rank 0 writes; the others never submit
 
@@ -115,7 +117,9 @@ class ModelCheckpoint(Callback):
         self._monitor_due = True
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._monitor_due = True
+        # With validation every n epochs, a validation metric is not due before the first one runs.
+        if not fit_validates(trainer):
+            self._monitor_due = True
         n = self.every_n_epochs
         if n is not None and (trainer.current_epoch + 1) % n == 0 and trainer.global_step != self._last_step_saved:
             self._save(trainer, module)
@@ -188,7 +192,8 @@ class ModelCheckpoint(Callback):
         return name
 
     def _score(self, trainer: Trainer) -> float | None:
-        """The monitored value; None while it may still be logged (no validation or epoch end yet)."""
+        """The monitored value; None while it may still be logged (before the fit's first
+        validation, or, in a fit without validation, before the first epoch end)."""
         if self.monitor is None:
             return float(trainer.global_step)
         if self.monitor in trainer.callback_metrics:
@@ -200,9 +205,9 @@ class ModelCheckpoint(Callback):
         )
         if self._monitor_due:
             raise ValueError(message)
-        if not self._warned_early:  # a step checkpoint before the first validation
+        if not self._warned_early:  # a checkpoint before the first validation
             self._warned_early = True
-            warnings.warn(f"{message} Until it is, step checkpoints only update {LAST}.", stacklevel=2)
+            warnings.warn(f"{message} Until it is, checkpoints only update {LAST}.", stacklevel=2)
         return None
 
     def _better(self, a: float, b: float) -> bool:
@@ -283,9 +288,8 @@ def _write_files(checkpoint: dict[str, Any], path: str, dropped: str | None, lin
         os.remove(dropped)
     if link_last:
         directory = os.path.dirname(path)
-        last, tmp = os.path.join(directory, LAST), os.path.join(directory, f".tmp-{LAST}-{os.getpid()}")
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own thread.
+        last, tmp = os.path.join(directory, LAST), os.path.join(directory, f".tmp-{LAST}-{uuid.uuid4().hex}")
         try:  # a hard link swapped in atomically
             os.link(path, tmp)
         except OSError:  # no hard links on this filesystem: copy

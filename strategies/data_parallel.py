@@ -30,8 +30,10 @@ def split_batch(batch: Any, n: int) -> list[tuple[Any, int]]:
     """Split along dim 0 into at most ``n`` balanced, non-empty chunks: ``[(chunk, size), ...]``.
 
     The batch size is dim 0 of the first tensor that has a dim 0. Tensors of that length are
-    sliced; everything else (scalars, strings, tensors of another length) goes whole to every
-    chunk. A batch smaller than ``n`` gives fewer chunks, one sample each.
+    sliced, and so are lists of that length holding only plain values (the strings that
+    ``default_collate`` leaves as a list, one per sample); everything else (scalars, strings,
+    tensors of another length) goes whole to every chunk. A batch smaller than ``n`` gives
+    fewer chunks, one sample each.
     """
     total = _batch_len(batch)
     if total is None:
@@ -42,12 +44,34 @@ def split_batch(batch: Any, n: int) -> list[tuple[Any, int]]:
         if size == 0:
             break
         stop = start + size
-        chunk = apply_to_tensors(
-            batch, lambda t, a=start, b=stop: t[a:b] if t.ndim and t.shape[0] == total else t
-        )
+        chunk = _slice(batch, start, stop, total)
         chunks.append((chunk, size))
         start = stop
     return chunks
+
+
+def _slice(batch: Any, start: int, stop: int, total: int) -> Any:
+    """``batch`` cut to samples ``start:stop`` (``apply_to_tensors``'s walk, plain lists included)."""
+    if isinstance(batch, torch.Tensor):
+        return batch[start:stop] if batch.ndim and batch.shape[0] == total else batch
+    if _plain_list(batch):
+        return batch[start:stop] if len(batch) == total else batch
+    if isinstance(batch, dict):
+        return type(batch)((k, _slice(v, start, stop, total)) for k, v in batch.items())
+    if isinstance(batch, (list, tuple)):
+        out = [_slice(x, start, stop, total) for x in batch]
+        if hasattr(batch, "_fields"):  # namedtuple
+            return type(batch)(*out)
+        return type(batch)(out) if isinstance(batch, list) else tuple(out)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        changes = {f.name: _slice(getattr(batch, f.name), start, stop, total) for f in dataclasses.fields(batch) if f.init}
+        return dataclasses.replace(batch, **changes)
+    return batch
+
+
+def _plain_list(value: Any) -> bool:
+    """A list of plain values (strings, numbers, None): per-sample data when it is a batch long."""
+    return type(value) is list and all(x is None or isinstance(x, (str, bytes, int, float)) for x in value)
 
 
 def _batch_len(batch: Any) -> int | None:
@@ -62,30 +86,56 @@ def _batch_len(batch: Any) -> int | None:
     return found[0] if found else None
 
 
-def combine_outputs(outputs: list[Any], weights: list[int], device: torch.device) -> Any:
-    """Merge per-replica outputs: scalars by weighted mean, batched tensors by concatenation
-    (in replica order, so predictions keep the batch's order), containers recursively.
+def combine_outputs(outputs: list[Any], weights: list[int], device: torch.device, *, training: bool = False) -> Any:
+    """Merge per-replica outputs into what one device would have returned for the whole batch.
 
-    With ``weights`` the chunk sizes, the weighted mean of per-chunk mean losses is the
-    mean over the whole batch, so the loss and its gradients equal one device's.
+    ``weights`` are the chunk sizes. Per leaf:
+    - a tensor of one element whose dim 0 is not its chunk's size (a loss, of shape ``()``
+      or ``(1,)``) is a per-chunk value: floats by the mean weighted by chunk size (the weighted mean of per-chunk mean
+      losses is the mean over the whole batch, so the loss and its gradients equal one
+      device's), integers (counts) by their sum; the shape is kept;
+    - any other tensor is concatenated along dim 0, in replica order, so predictions keep
+      the batch's order;
+    - a list whose length is its chunk's size and that holds plain values (strings, numbers),
+      or lists and tuples of different lengths across replicas, hold one entry per sample:
+      concatenated;
+    - other containers are merged entry by entry; anything else gives one entry per replica.
+
+    When every chunk is one sample, a one-element tensor could be either; ``training=True``
+    (training_step's output) reads it as the loss, otherwise as one sample's row.
     """
     first = outputs[0]
     if isinstance(first, torch.Tensor):
-        if first.ndim == 0:
-            total = float(sum(weights))
-            return sum(o.to(device) * (w / total) for o, w in zip(outputs, weights))
-        return torch.cat([o.to(device) for o in outputs], dim=0)
+        return _combine_tensors(outputs, weights, device, training)
     if isinstance(first, dict):
-        return type(first)((k, combine_outputs([o[k] for o in outputs], weights, device)) for k in first)
+        return type(first)((k, combine_outputs([o[k] for o in outputs], weights, device, training=training)) for k in first)
     if isinstance(first, (list, tuple)):
-        merged = [combine_outputs([o[i] for o in outputs], weights, device) for i in range(len(first))]
+        lengths = [len(o) for o in outputs]
+        if not hasattr(first, "_fields") and (
+            len(set(lengths)) > 1 or (lengths == list(weights) and all(_plain_list(o) for o in outputs))
+        ):  # one entry per sample: a structure would have the same length in every replica
+            return type(first)(x for o in outputs for x in o)
+        merged = [combine_outputs([o[i] for o in outputs], weights, device, training=training) for i in range(len(first))]
         return type(first)(*merged) if hasattr(first, "_fields") else type(first)(merged)
     if dataclasses.is_dataclass(first) and not isinstance(first, type):
         return dataclasses.replace(first, **{
-            f.name: combine_outputs([getattr(o, f.name) for o in outputs], weights, device)
+            f.name: combine_outputs([getattr(o, f.name) for o in outputs], weights, device, training=training)
             for f in dataclasses.fields(first) if f.init
         })
     return list(outputs)  # anything else: one entry per replica
+
+
+def _combine_tensors(outputs: list[torch.Tensor], weights: list[int], device: torch.device, training: bool) -> torch.Tensor:
+    one_element = all(o.numel() == 1 for o in outputs)
+    if not one_element or (
+        all(o.ndim and o.shape[0] == w for o, w in zip(outputs, weights)) and not training  # one row per sample
+    ):
+        return torch.cat([o.to(device) for o in outputs], dim=0)
+    first = outputs[0]
+    if not first.is_floating_point() and not first.is_complex():
+        return sum(o.to(device) for o in outputs)  # counts add up, as one device counts the whole batch
+    total = float(sum(weights))
+    return sum(o.to(device) * (w / total) for o, w in zip(outputs, weights))
 
 
 class DataParallelStrategy(Strategy):
@@ -172,9 +222,10 @@ class DataParallelStrategy(Strategy):
         replicas = replicate(self._dispatcher, devices, detach=not torch.is_grad_enabled())
         outputs, sinks = self._run_replicas(replicas, inputs, devices, weights, step_name, batch_idx)
         parent = current_sink()
-        if parent is not None and sinks[0].latest:
-            parent.merge_weighted(list(zip(sinks, weights)))
-        return combine_outputs(outputs, weights, torch.device("cuda", self.output_device))
+        if parent is not None:
+            parent.merge_replicas(sinks)
+        output_device = torch.device("cuda", self.output_device)
+        return combine_outputs(outputs, weights, output_device, training=step_name == "training_step")
 
     def _run_replicas(self, replicas, inputs, devices, weights, step_name, batch_idx):  # noqa: ANN001
         n = len(replicas)

@@ -187,11 +187,15 @@ class DDPStrategy(Strategy):
                     "unless the dataset shards itself by torch.distributed.get_rank().", stacklevel=2
                 )
             return loader
-        _check_plain_sampling(loader)
+        drawn_by = _sampler_to_shard(loader)
+        if drawn_by is None:
+            return loader  # the user's own batch sampler over a DistributedSampler: sharded already
+        if isinstance(drawn_by, DistributedSampler):  # inside a plain BatchSampler: made the loader's
+            return rebuild_loader(loader, sampler=drawn_by)  # sampler, where set_epoch and resume find it
         if stage == "train":
             sampler: Sampler = DistributedSampler(
                 loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
-                shuffle=isinstance(loader.sampler, RandomSampler), drop_last=loader.drop_last,
+                shuffle=isinstance(drawn_by, RandomSampler), drop_last=_drops_last(loader),
                 # One permutation for all ranks, or their shards would overlap: rank 0's seed.
                 seed=self.broadcast_object(_sampler_seed()),
             )
@@ -326,17 +330,48 @@ def _sampler_seed() -> int:
     return int(os.environ.get(SEED_ENV, "0"))
 
 
-def _check_plain_sampling(loader: DataLoader) -> None:
-    """Only the plain samplers can be swapped for a DistributedSampler without changing meaning."""
-    sampler = loader.sampler
-    plain = type(sampler) is SequentialSampler or (
-        type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
-    )
-    if not plain or (loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler):
-        custom = loader.batch_sampler if plain else sampler
+def _sampler_to_shard(loader: DataLoader) -> Sampler | None:
+    """The sampler that draws the loader's samples (also inside a user's
+    ``DataLoader(batch_sampler=BatchSampler(...))``), if a DistributedSampler can take its
+    place without changing what the loader does, or is one already. None for a batch sampler
+    of the user's own class over a DistributedSampler (left alone); otherwise a ValueError."""
+    batches = loader.batch_sampler
+    if loader.batch_size is None and batches is not None:  # DataLoader(batch_sampler=...): its own batching
+        inner = getattr(batches, "sampler", None)
+        if type(batches) is not BatchSampler:
+            if isinstance(inner, DistributedSampler):
+                return None
+            raise _unsplittable_batches(batches, f"is a {type(batches).__name__}")
+        if isinstance(inner, DistributedSampler) or _plain(inner):
+            return inner
+        raise _unsplittable_batches(batches, f"draws from a {type(inner).__name__}")
+    if not _plain(loader.sampler) or (batches is not None and type(batches) is not BatchSampler):
+        custom = loader.sampler if not _plain(loader.sampler) else batches
         raise ValueError(
             f"strategy='ddp' must split the loader across processes, but it uses {type(custom).__name__}, "
             "which it cannot split without changing what it does. Give the DataLoader a "
             "torch.utils.data.DistributedSampler (or a sampler that shards by rank) yourself; it is then "
             "left alone."
         )
+    return loader.sampler
+
+
+def _plain(sampler: Any) -> bool:
+    """Only the plain samplers can be swapped for a DistributedSampler without changing meaning."""
+    return type(sampler) is SequentialSampler or (
+        type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+    )
+
+
+def _drops_last(loader: DataLoader) -> bool:
+    batches = loader.batch_sampler
+    return batches.drop_last if loader.batch_size is None and batches is not None else loader.drop_last
+
+
+def _unsplittable_batches(batches: Any, what: str) -> ValueError:
+    return ValueError(
+        f"strategy='ddp' must split the loader across processes, but its DataLoader(batch_sampler={batches!r}) "
+        f"{what}, which it cannot split without changing its batches. Build the batch sampler over a "
+        "torch.utils.data.DistributedSampler yourself (it is then left alone), or, for plain batches, pass "
+        "batch_size=, shuffle= and drop_last= instead of batch_sampler= (the Trainer then shards them)."
+    )

@@ -78,7 +78,9 @@ class Resume:
         epoch = trainer.state.current_epoch
         if self.pending:
             self._restore_sampler_seed(loader)
-        for owner in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        # A DistributedSampler inside a user's own batch sampler (DDP leaves those alone) shuffles per epoch too.
+        for owner in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
             if hasattr(owner, "set_epoch"):
                 owner.set_epoch(epoch)
         trainer._epoch_loader = loader  # checkpoints record its generators
@@ -227,33 +229,56 @@ def capture(trainer: Trainer) -> dict[str, Any]:
 
 
 def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
-    """``"last"`` -> the newest good checkpoint (rank 0 looks, every rank gets its answer)."""
+    """``"last"`` -> the newest good checkpoint of the folder :func:`_search_folder` picks (rank 0
+    looks, every rank gets its answer)."""
     if ckpt_path is None:
         return None
     path = os.fspath(ckpt_path)
     if path != "last":
         return path
     strategy = trainer.strategy
-    path = strategy.broadcast_object(_find_last(trainer) if strategy.is_global_zero else None)
+    folder = _search_folder(trainer) if strategy.is_global_zero else None
+    path = strategy.broadcast_object(_find_last(folder) if folder is not None else None)
     if path is None and strategy.is_global_zero:
-        log.info("ckpt_path='last': no checkpoint in %s; starting from scratch.", _search_pattern(trainer))
+        if folder is None:
+            where = f"no earlier fit of name={trainer.name!r} in {os.path.join(trainer.log_dir, trainer.name)}"
+        else:
+            where = f"no checkpoint in {folder}"
+        log.info("ckpt_path='last': %s; starting from scratch.", where)
     return path
 
 
-def _search_pattern(trainer: Trainer) -> str:
-    """Where ``"last"`` looks: the ModelCheckpoint's dirpath, else every version of this run name."""
+def _search_folder(trainer: Trainer) -> str | None:
+    """Where ``"last"`` looks: the ModelCheckpoint's ``dirpath`` when given; else, without
+    logging, ``./checkpoints``; else the checkpoints of the latest fit of this run name only,
+    the newest ``<log_dir>/<name>/version_<n>`` with a ``checkpoints`` folder (None if none).
+
+    Never any older version: with the default ``name="default"`` they belong to other runs,
+    and the latest fit, killed before its first save, must start afresh, not resume one of them.
+    """
     cb = trainer.checkpoint_callback
     if cb is not None and cb.dirpath_given is not None:
-        return os.path.join(glob.escape(cb.dirpath_given), "*.ckpt")
+        return cb.dirpath_given
     if trainer.log_dir is None:
-        return os.path.join(glob.escape(os.path.join(os.getcwd(), "checkpoints")), "*.ckpt")
-    return os.path.join(glob.escape(os.path.join(trainer.log_dir, trainer.name)), "version_*", "checkpoints", "*.ckpt")
+        return os.path.join(os.getcwd(), "checkpoints")
+    base = os.path.join(trainer.log_dir, trainer.name)
+    try:
+        names = os.listdir(base)
+    except OSError:  # no run of this name yet
+        return None
+    # A fit with checkpointing makes its version's checkpoints folder at its start; validate and test make none.
+    fits = [
+        int(d[8:]) for d in names
+        if d.startswith("version_") and d[8:].isdigit() and os.path.isdir(os.path.join(base, d, "checkpoints"))
+    ]
+    return os.path.join(base, f"version_{max(fits)}", "checkpoints") if fits else None
 
 
-def _find_last(trainer: Trainer) -> str | None:
-    """The newest checkpoint that loads safely; a corrupt, truncated or refused newer file is
-    skipped with a warning that names it."""
-    files = glob.glob(_search_pattern(trainer))  # temp files of unfinished saves start with "." and never match
+def _find_last(folder: str) -> str | None:
+    """The newest checkpoint in ``folder`` that loads safely; a corrupt, truncated or refused
+    newer file is skipped with a warning that names it."""
+    # Temp files of unfinished saves start with "." and never match.
+    files = glob.glob(os.path.join(glob.escape(folder), "*.ckpt"))
     # Newest first; last.ckpt is a hard link to the newest top-k file, so it wins their tie.
     files.sort(key=lambda f: (os.stat(f).st_mtime_ns, os.path.basename(f) == LAST), reverse=True)
     for f in files:

@@ -159,6 +159,14 @@ def rebuild_loader(loader: DataLoader, *, sampler: Sampler | None = None, batch_
         return DataLoader(loader.dataset, batch_sampler=batch_sampler, **kwargs)
     if loader.batch_sampler is None:  # automatic batching disabled
         return DataLoader(loader.dataset, batch_size=None, sampler=sampler, **kwargs)
+    if loader.batch_size is None:  # DataLoader(batch_sampler=BatchSampler(...)): its batching, the new sampler
+        batches = loader.batch_sampler
+        if type(batches) is not BatchSampler:
+            raise TypeError(
+                f"Cannot swap the sampler inside DataLoader(batch_sampler={batches!r}): only a "
+                "torch.utils.data.BatchSampler's batch size and drop_last are known. Pass batch_size= instead."
+            )
+        return DataLoader(loader.dataset, batch_size=batches.batch_size, sampler=sampler, drop_last=batches.drop_last, **kwargs)
     return DataLoader(
         loader.dataset, batch_size=loader.batch_size, sampler=sampler, drop_last=loader.drop_last, **kwargs
     )

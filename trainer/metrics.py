@@ -98,15 +98,24 @@ class MetricSink:
             self.prog_bar.add(name)
         return series
 
-    def merge_weighted(self, parts: list[tuple["MetricSink", int]]) -> None:
-        """Fold several sinks (one per DataParallel replica) into this one, weighted by chunk size."""
-        names = [n for n in parts[0][0].latest]
-        total = sum(w for _, w in parts)
+    def merge_replicas(self, sinks: list["MetricSink"]) -> None:
+        """Fold the sinks of one step's DataParallel replicas into this one: each name any
+        replica logged, as the mean of what the replicas that logged it logged, weighted by
+        the batch sizes they logged with (their chunk's size unless ``self.log(batch_size=)``)."""
+        names = dict.fromkeys(name for sink in sinks for name in sink.latest)  # every replica's, in order
         for name in names:
-            latest = [torch.as_tensor(s.latest[name]) for s, _ in parts]
-            value = sum(v.to(latest[0].device) * (w / total) for v, (_, w) in zip(latest, parts))
-            prog = any(name in s.prog_bar for s, _ in parts)
-            self.log(name, value, prog_bar=prog, batch_size=total)
+            series = [sink._series[name] for sink in sinks if name in sink._series]
+            for s in series:
+                s.collapse()
+            weight = sum(s.weight for s in series)
+            device = next((s.total.device for s in series if isinstance(s.total, torch.Tensor)), None)
+            total = sum(s.total.to(device) if isinstance(s.total, torch.Tensor) else s.total for s in series)
+            if weight:
+                value = total / weight
+            else:  # logged with batch_size=0 everywhere: the plain mean of the values
+                latest = [torch.as_tensor(sink.latest[name]) for sink in sinks if name in sink.latest]
+                value = sum(v.to(latest[0].device) for v in latest) / len(latest)
+            self.log(name, value, prog_bar=any(s.prog_bar for s in series), batch_size=weight)
 
     def state_dict(self) -> dict[str, Any]:
         """The values logged so far, as CPU tensors: a mid-epoch checkpoint carries them so that

@@ -71,6 +71,14 @@ def test_validation_every_other_epoch_counts_only_validated_epochs():
     assert trainer.current_epoch == 8 and stopper.best_score == 0.8
 
 
+@pytest.mark.parametrize("options", [dict(check_val_every_n_epoch=None), dict(limit_val_batches=0)])
+def test_a_validation_loader_that_never_runs_counts_as_no_validation(options):
+    # Otherwise no check would ever happen, and the stopper would do nothing, silently.
+    stopper = EarlyStopping("train_score", patience=1)
+    trainer = _fit(stopper, [1.0, 2.0, 0.1], **options)
+    assert trainer.current_epoch == 2 and stopper.stopped_epoch == 1
+
+
 def test_a_missing_metric_is_an_error_that_lists_the_logged_ones():
     with pytest.raises(ValueError) as info:
         _fit(EarlyStopping("val_los"), [1.0, 1.0])

@@ -124,11 +124,38 @@ def test_a_monitor_that_is_never_logged_is_an_error_listing_the_logged_metrics()
 
 def test_step_checkpoints_before_the_first_validation_only_update_last():
     cb = ModelCheckpoint(monitor="val_loss", every_n_train_steps=1, save_top_k=-1)
-    with pytest.warns(UserWarning, match="Until it is, step checkpoints only update last.ckpt"):
+    with pytest.warns(UserWarning, match="Until it is, checkpoints only update last.ckpt"):
         fit(Classifier(), epochs=2, callbacks=[cb])
 
     # Step 1 came before any validation; from step 2 (epoch 0's end) on, val_loss ranks files.
     assert [f.split("-val_loss")[0] for f in files()] == ["epoch=0-step=2", "epoch=1-step=3", "epoch=1-step=4", "last.ckpt"]
+
+
+def test_a_validation_metric_is_monitored_from_the_first_validation_on():
+    # Validation runs after epochs 1 and 3 only: epoch 0's end has no val_metric yet.
+    with pytest.warns(UserWarning, match="Until it is, checkpoints only update last.ckpt"):
+        fit(Scored(SCORES), epochs=1, callbacks=[ModelCheckpoint(dirpath="one", monitor="val_metric")], check_val_every_n_epoch=2)
+    assert files("one") == ["last.ckpt"]  # nothing ranked before the first validation
+
+    cb = ModelCheckpoint(dirpath="four", monitor="val_metric")
+    with pytest.warns(UserWarning, match="Until it is, checkpoints only update last.ckpt"):
+        fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)
+    assert files("four") == ["epoch=3-step=8-val_metric=0.5.ckpt", "last.ckpt"]
+    assert cb.best_model_score == 0.5 and step_of("four/last.ckpt") == 8
+
+
+def test_a_typo_in_the_monitor_is_still_an_error_once_validation_has_run():
+    cb = ModelCheckpoint(monitor="val_metrc")
+    with pytest.raises(ValueError, match=r"monitor='val_metrc'\) was never logged") as err, pytest.warns(UserWarning):
+        fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)  # warns at epoch 0, raises at 1
+    assert "'val_metric'" in str(err.value)
+    assert files() == ["last.ckpt"] and step_of("checkpoints/last.ckpt") == 2  # epoch 0's, before validation
+
+
+def test_without_any_validation_the_monitor_is_due_at_the_first_epoch_end():
+    # A validation loader that never runs (no schedule) must not hide a typo forever.
+    with pytest.raises(ValueError, match=r"monitor='val_metric'\) was never logged"):
+        fit(Scored(SCORES), epochs=2, callbacks=[ModelCheckpoint(monitor="val_metric")], check_val_every_n_epoch=None)
 
 
 # --- when checkpoints are taken ----------------------------------------------------------------
@@ -273,3 +300,35 @@ def test_what_on_save_checkpoint_adds_is_copied_when_the_state_is_taken(tmp_path
     Trainer(**quiet(max_steps=4, callbacks=[ema, releaser, ckpt])).fit(Classifier(), loader(64, 4))
     # Taken at step 2, after on_train_batch_end filled it with 2.0; written after step 4's fill.
     assert torch.equal(checkpoint.load(tmp_path / "epoch=0-step=2.ckpt")["ema"], torch.full((3,), 2.0))
+
+
+def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, monkeypatch):
+    # Both writer threads link last.ckpt's temp file before either swaps it in: were their temp
+    # names the same, the second would find the first's link there.
+    both_linked = threading.Barrier(2, timeout=10)
+    real_link = os.link
+
+    def link_together(src, dst):
+        try:
+            return real_link(src, dst)
+        finally:
+            try:
+                both_linked.wait()
+            except threading.BrokenBarrierError:
+                pass  # only one save at this moment
+
+    monkeypatch.setattr(os, "link", link_together)
+    by_loss = ModelCheckpoint(dirpath="shared", monitor="val_loss", filename="loss-{epoch}", save_top_k=-1)
+    by_step = ModelCheckpoint(dirpath="shared", filename="step-{epoch}", save_top_k=-1)
+    fit(Classifier(), epochs=1, callbacks=[by_loss, by_step])
+
+    assert files("shared") == ["last.ckpt", "loss-epoch=0.ckpt", "step-epoch=0.ckpt"]
+    for name in files("shared"):
+        saved = checkpoint.load(os.path.join("shared", name))
+        assert saved["loop"]["global_step"] == STEPS_PER_EPOCH
+    # Each file holds the state its own callback saved (by_loss saved first, before by_step ranked its file).
+    loss_file = checkpoint.load("shared/loss-epoch=0.ckpt")["callbacks"]["ModelCheckpoint[monitor=None]"]
+    assert loss_file["best_k_models"] == {}
+    assert os.path.samefile("shared/last.ckpt", "shared/loss-epoch=0.ckpt") or os.path.samefile(
+        "shared/last.ckpt", "shared/step-epoch=0.ckpt"
+    )

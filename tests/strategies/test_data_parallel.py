@@ -143,6 +143,75 @@ def test_nested_outputs_are_combined_per_leaf():
     assert merged["step"] == [5, 5]
 
 
+# Each replica's outputs, faked on the CPU: what the replicas of one step would return.
+def test_lists_of_strings_are_concatenated_in_batch_order_even_and_uneven():
+    assert combine_outputs([["a", "b"], ["c", "d"]], [2, 2], CPU) == ["a", "b", "c", "d"]
+    merged = combine_outputs([{"names": ["a", "b", "c"]}, {"names": ["d", "e"]}], [3, 2], CPU)
+    assert merged == {"names": ["a", "b", "c", "d", "e"]}
+
+
+def test_per_sample_lists_of_tensors_of_uneven_chunks_are_concatenated():
+    t = [torch.tensor([float(i)]) for i in range(5)]
+    merged = combine_outputs([t[:3], t[3:]], [3, 2], CPU)
+    assert isinstance(merged, list) and [x.item() for x in merged] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_strings_in_the_batch_are_split_with_it_and_come_back_in_order():
+    x, ids = torch.arange(10.0).reshape(5, 2), ["a", "b", "c", "d", "e"]
+    chunks = split_batch({"x": x, "ids": ids}, 2)
+    assert [c["ids"] for c, _ in chunks] == [["a", "b", "c"], ["d", "e"]]
+    outputs = [{"ids": c["ids"], "sum": c["x"].sum(1)} for c, _ in chunks]  # a predict_step's
+    merged = combine_outputs(outputs, [n for _, n in chunks], CPU)
+    assert merged["ids"] == ids and torch.equal(merged["sum"], x.sum(1))
+
+
+def test_a_loss_of_shape_one_stays_shape_one_and_is_the_weighted_mean():
+    merged = combine_outputs([torch.tensor([1.0]), torch.tensor([4.0])], [2, 1], CPU)
+    assert merged.shape == (1,) and merged.item() == pytest.approx(2.0)
+    merged = combine_outputs([{"loss": torch.tensor([[1.0]])}, {"loss": torch.tensor([[4.0]])}], [3, 3], CPU)
+    assert merged["loss"].shape == (1, 1) and merged["loss"].item() == pytest.approx(2.5)
+
+
+def test_one_sample_chunks_read_a_one_element_tensor_as_the_loss_in_training_only():
+    # A batch no bigger than the device count: each chunk is one sample, so shape (1,) is ambiguous.
+    outputs = [torch.tensor([1.0]), torch.tensor([3.0])]
+    assert combine_outputs(outputs, [1, 1], CPU, training=True).tolist() == [2.0]  # the loss
+    assert combine_outputs(outputs, [1, 1], CPU).tolist() == [1.0, 3.0]  # predictions
+
+
+def test_integer_counts_are_summed_not_averaged():
+    merged = combine_outputs([{"correct": torch.tensor(3), "acc": torch.tensor(0.75)}, {"correct": torch.tensor(2), "acc": torch.tensor(2 / 3)}], [4, 3], CPU)
+    assert merged["correct"].dtype == torch.int64 and merged["correct"].item() == 5  # as one device counts the batch
+    assert merged["acc"].item() == pytest.approx(5 / 7)
+
+
+def _replica_sink(chunk: int, **logged) -> MetricSink:
+    sink = MetricSink()
+    sink.batch_size = chunk
+    for name, (value, batch_size) in logged.items():
+        sink.log(name, value, batch_size=batch_size)
+    return sink
+
+
+def test_merged_metrics_take_every_replicas_names_and_their_batch_sizes():
+    parent = MetricSink()
+    replicas = [
+        _replica_sink(2, loss=(1.0, None), tokens=(1.0, 1)),  # batch_size=1: one token counted
+        _replica_sink(2, loss=(3.0, None), tokens=(4.0, 3), rare=(7.0, None)),  # only replica 1 saw it
+    ]
+    parent.merge_replicas(replicas)
+    assert parent.latest == {"loss": 2.0, "tokens": pytest.approx((1.0 * 1 + 4.0 * 3) / 4), "rare": 7.0}
+    means = parent.epoch_means()
+    assert means["rare"] == 7.0 and means["tokens"] == pytest.approx(3.25)
+    assert parent._series["tokens"].weight == 4 and parent._series["rare"].weight == 2
+
+
+def test_metrics_logged_only_by_a_later_replica_are_kept():
+    parent = MetricSink()
+    parent.merge_replicas([_replica_sink(3), _replica_sink(2, rare=(5.0, None))])
+    assert parent.latest == {"rare": 5.0}
+
+
 # --- the CPU fallback ---------------------------------------------------------------------
 @pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="with 2 GPUs, dp does not fall back")
 def test_dp_without_two_gpus_warns_once_trains_like_one_device_and_saves_plain_checkpoints():

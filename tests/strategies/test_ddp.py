@@ -17,13 +17,16 @@ import time
 import pytest
 import torch
 from torch.optim.lr_scheduler import LambdaLR
+from torch.utils.data import (
+    BatchSampler, DataLoader, Dataset, DistributedSampler, RandomSampler, SequentialSampler, WeightedRandomSampler,
+)
 
 from callbacks import Callback
-from strategies import WorkerError
+from strategies import DDPStrategy, WorkerError
 from strategies._spawn import free_port
 from tests._models import Classifier, dataset, loader, quiet
 from tests.conftest import requires_cuda
-from trainer import Trainer
+from trainer import Trainer, TrainModule
 
 pytestmark = pytest.mark.slow
 ATOL = 1e-5
@@ -69,6 +72,48 @@ class FailsAtStep3(Classifier):
                 f.write(repr(time.time()))
             raise RuntimeError("the disk ate my batch")
         return super().training_step(batch, batch_idx)
+
+
+class Indexed(Dataset):
+    """Sample i is (tensor([i]), i): a batch says which samples it holds."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int):
+        return torch.tensor([float(i)]), i
+
+
+class Regressor(TrainModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Linear(1, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.w(batch[0]).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+class SeenBatches(Callback):
+    """Every rank's training batches as lists of sample indices, gathered to rank 0 at the end."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int, list[int]]] = []  # (epoch, rank, indices)
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        indices = torch.as_tensor(batch[1]).reshape(-1).tolist()
+        self.seen.append((trainer.current_epoch, trainer.strategy.global_rank, indices))
+
+    def on_train_end(self, trainer, module) -> None:
+        self.seen = [s for part in trainer.strategy.gather_objects(self.seen) for s in part]
+
+    def state_dict(self):
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state_dict) -> None:
+        self.seen = state_dict["seen"]
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -170,6 +215,53 @@ def test_spawned_ddp_with_accumulation_equals_one_device_with_the_doubled_batch(
         "[trainer] Training with ddp (gloo) on cpu; 2 device(s), world size 2; "
         "global batch 16 = 4 per device x 2 device(s) x 2 accumulation."
     ]
+
+
+def test_a_users_batch_sampler_keeps_its_batch_size_and_shuffle_when_sharded():
+    data = Indexed()
+    seen = SeenBatches()
+    trainer = Trainer(strategy="ddp", devices=2, max_epochs=2, callbacks=[seen], **quiet())
+    trainer.fit(Regressor(), DataLoader(data, batch_sampler=BatchSampler(RandomSampler(data), 4, drop_last=False)))
+
+    for epoch in (0, 1):
+        batches = {rank: [b for e, r, b in seen.seen if (e, r) == (epoch, rank)] for rank in (0, 1)}
+        assert [len(b) for b in batches[0]] == [len(b) for b in batches[1]] == [4, 4, 4]  # 24 samples, 12 per rank
+        assert sorted(i for rank in (0, 1) for b in batches[rank] for i in b) == list(range(24))  # disjoint shards
+    order = {epoch: [i for e, r, b in seen.seen if (e, r) == (epoch, 0) for i in b] for epoch in (0, 1)}
+    assert order[0] != sorted(order[0]) and order[0] != order[1]  # shuffled, anew each epoch
+
+
+def _rank_0_of_2() -> DDPStrategy:
+    """A strategy as rank 0 of 2 sees itself, for process_dataloader paths with no collective."""
+    strategy = DDPStrategy()
+    strategy.global_rank, strategy.world_size = 0, 2
+    return strategy
+
+
+def test_a_users_batch_sampler_keeps_its_batches_in_evaluation_and_over_its_own_distributed_sampler():
+    data = Indexed()
+    val = _rank_0_of_2().process_dataloader(DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 5, False)), "validate")
+    assert [b[1].tolist() for b in val] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]  # rank 0's half, in batches
+
+    own = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=3)
+    train = _rank_0_of_2().process_dataloader(DataLoader(data, batch_sampler=BatchSampler(own, 4, True)), "train")
+    assert train.sampler is own and train.batch_size == 4 and train.drop_last  # kept, where set_epoch reaches it
+
+
+@pytest.mark.parametrize(
+    "batch_sampler, named",
+    [
+        (BatchSampler(WeightedRandomSampler([1.0] * 24, 24), 4, False), "WeightedRandomSampler"),
+        ([[0, 1], [2, 3, 4]], "list"),
+    ],
+)
+def test_a_batch_sampler_that_cannot_be_sharded_is_refused_with_the_fix(batch_sampler, named):
+    loader_ = DataLoader(Indexed(), batch_sampler=batch_sampler)
+    with pytest.raises(ValueError) as info:
+        _rank_0_of_2().process_dataloader(loader_, "train")
+    message = str(info.value)
+    assert "DataLoader(batch_sampler=" in message and named in message
+    assert "DistributedSampler" in message and "batch_size=" in message
 
 
 def test_a_rank_that_raises_stops_everything_quickly_with_its_rank_and_traceback():

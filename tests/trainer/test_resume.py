@@ -470,3 +470,84 @@ def test_should_stop_mid_epoch_then_resume_is_bit_exact():
             trainer.should_stop = trainer.global_step == 11
 
     _stopped_then_resumed(dict(max_epochs=3, extra=[StopAt()]))
+
+class OwnBatches(torch.utils.data.Sampler):
+    """A user's batch sampler class over a sampler it is given (pairs of indices)."""
+
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
+
+    def __iter__(self):
+        order = list(self.sampler)
+        return iter([order[i : i + 2] for i in range(0, len(order), 2)])
+
+    def __len__(self) -> int:
+        return len(self.sampler) // 2
+
+
+class WithIndex(Classifier):
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch[:2], batch_idx)
+
+
+class Orders(Callback):
+    def __init__(self) -> None:
+        self.seen: dict[int, list[int]] = {}
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        self.seen.setdefault(trainer.current_epoch, []).extend(batch[2].tolist())
+
+
+def test_a_distributed_sampler_inside_a_users_batch_sampler_is_told_each_epoch():
+    # DDP leaves such a loader alone (it is sharded already); its shuffle must still change per epoch.
+    data = torch.utils.data.TensorDataset(torch.zeros(16, 8), torch.zeros(16, dtype=torch.long), torch.arange(16))
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)
+    orders = Orders()
+    Trainer(**quiet(max_epochs=2, callbacks=[orders])).fit(WithIndex(), DataLoader(data, batch_sampler=OwnBatches(sampler)))
+    assert sorted(orders.seen[0]) == sorted(orders.seen[1]) == list(range(16))
+    assert orders.seen[0] != orders.seen[1]
+
+
+# --- which run ckpt_path="last" resumes -------------------------------------------------------
+class StartsAt(Callback):
+    def __init__(self) -> None:
+        self.step: int | None = None
+
+    def on_train_start(self, trainer, module) -> None:
+        self.step = trainer.global_step
+
+
+def fit_named(epochs: int, ckpt_path=None, crash: tuple[str, int] | None = None) -> tuple[Trainer, StartsAt]:
+    """A run with TensorBoard folders on (runs/default/version_<n>) and the default ModelCheckpoint."""
+    start = StartsAt()
+    callbacks = [start] + ([CrashAt(*crash)] if crash else [])
+    trainer = Trainer(max_epochs=epochs, enable_progress_bar=False, callbacks=callbacks)  # name="default"
+    try:
+        trainer.fit(Classifier(), loader(32), ckpt_path=ckpt_path)
+    except Crash:
+        pass
+    return trainer, start
+
+
+def test_last_never_resumes_an_older_run_when_the_latest_one_saved_nothing():
+    fit_named(epochs=2)  # an earlier experiment: version_0, checkpoints up to step 4
+    fit_named(epochs=2, crash=("batch_start", 0))  # this experiment: version_1, killed before its first save
+
+    trainer, start = fit_named(epochs=2, ckpt_path="last")  # its restart
+
+    assert start.step == 0  # from scratch: version_0 belongs to another run
+    assert trainer.run_dir.endswith(os.path.join("default", "version_2"))
+
+
+def test_last_takes_the_latest_fits_checkpoint_even_when_an_older_runs_file_is_newer_on_disk():
+    fit_named(epochs=1)  # version_0: last.ckpt at step 2
+    fit_named(epochs=2)  # version_1: last.ckpt at step 4
+    later = time.time() + 60
+    for path in glob.glob("runs/default/version_0/checkpoints/*.ckpt"):
+        os.utime(path, (later, later))  # e.g. copied back from a backup
+    Trainer(enable_progress_bar=False).validate(Classifier(), loader(16))  # version_2: no fit, no checkpoints
+
+    trainer, start = fit_named(epochs=3, ckpt_path="last")
+
+    assert start.step == 4
+    assert trainer.run_dir.endswith(os.path.join("default", "version_1"))  # carries on in its own folder
