@@ -96,6 +96,10 @@ class ModelCheckpoint(Callback):
             _check_writable(self.dirpath)
             _remove_unfinished_saves(self.dirpath)
         self._monitor_due = False
+        # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
+        # after this): an earlier fit's files and steps must not rank or block this one's.
+        self.best_k_models, self.best_model_path, self.last_model_path = {}, "", ""
+        self._last_step_saved = self._step_seen = -1
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._step_seen = trainer.global_step

@@ -332,3 +332,13 @@ def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, m
     assert os.path.samefile("shared/last.ckpt", "shared/loss-epoch=0.ckpt") or os.path.samefile(
         "shared/last.ckpt", "shared/step-epoch=0.ckpt"
     )
+
+
+def test_a_second_fit_saves_its_own_checkpoints_and_best_path():
+    checkpoint = ModelCheckpoint(dirpath="ck", monitor="val_loss", save_top_k=1)
+    trainer = Trainer(max_epochs=1, callbacks=[checkpoint], **quiet(enable_checkpointing=True))
+    trainer.fit(Classifier(), loader(), loader(32))
+    first = checkpoint.best_model_path
+    trainer.fit(Classifier(lr=0.01), loader(), loader(32))  # ends at the same step, 8
+    assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path)
+    assert torch.load(checkpoint.best_model_path, weights_only=True)["loop"]["global_step"] == 8
