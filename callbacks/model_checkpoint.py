@@ -151,8 +151,11 @@ class ModelCheckpoint(Callback):
             raise RuntimeError(f"Global rank 0 could not write a checkpoint, so every rank stops. {reason}")
 
     def write_last(self, trainer: Trainer, module: TrainModule) -> str:
-        """Write only ``last.ckpt``, now (used when a signal stops the run). Every rank must call."""
+        """Write only ``last.ckpt``, now (when fit stops mid-epoch). Every rank must call. A save
+        at this very step already holds this state: its file is the answer, not a second write."""
         self._wait_for_writer(trainer)
+        if self._last_step_saved == trainer.global_step and self.last_model_path:
+            return self.last_model_path
         path = os.path.join(self.dirpath, LAST)
         self.last_model_path = path
         trainer.save_checkpoint(path)

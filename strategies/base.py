@@ -146,6 +146,12 @@ class Strategy:
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         return obj
 
+    def any_rank(self, flag: bool) -> bool:
+        """True on every process if ``flag`` is True on any: for decisions all ranks must share."""
+        if self.world_size == 1:
+            return flag
+        return bool(self.all_reduce_sum(torch.tensor([float(flag)])).item() > 0)
+
     def gather_objects(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order (all ranks receive the list)."""
         return [obj]

@@ -122,6 +122,13 @@ def bad_loss(loss: torch.Tensor) -> ValueError | None:
     return None
 
 
+def non_finite_loss(step: int, epoch: int) -> FloatingPointError:
+    return FloatingPointError(
+        f"The training loss is not finite (nan or inf) at step {step} (epoch {epoch}). Lower the learning "
+        "rate, clip gradients (gradient_clip_val=...), or add callbacks.NaNGuard(action='skip') to skip such steps."
+    )
+
+
 def check_model(model: Any, needs_training_step: bool = True) -> None:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")

@@ -13,7 +13,7 @@ import torch
 
 from strategies.base import Strategy
 
-from ._checks import bad_loss, loss_of
+from ._checks import bad_loss, loss_of, non_finite_loss
 from ._resume import Resume
 from ._signals import Interrupted
 from .data import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
@@ -54,9 +54,9 @@ class FitLoop:
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
             (an unsized loader that ran out inside an accumulation group: optimizer step)
             if the epoch was cut short: save last.ckpt, validate if max_steps ended it, stop
-            validation loop if check_val_every_n_epoch is due
-            model.on_train_epoch_end              # may self.log epoch values
             epoch means of self.log values
+            validation loop if check_val_every_n_epoch is due
+            model.on_train_epoch_end              # what it self.logs joins the epoch means
             scheduler step (interval="epoch")
             callbacks' on_train_epoch_end         # epoch checkpoints
         on_train_end
@@ -77,7 +77,7 @@ class FitLoop:
         trainer.num_training_batches = limited(n, trainer.limit_train_batches)
         trainer.val_dataloaders = self.val_loader  # callbacks read it (EarlyStopping: is there validation?)
         check_same_length(strategy.gather_objects(trainer.num_training_batches))
-        # After the loaders: configure_optimizers may read trainer.estimated_stepping_batches.
+        # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
         trainer._opt = resolve_optimizers(model, trainer._optimizer_factory)
         trainer.optimizer, trainer.lr_scheduler = trainer._opt.optimizer, trainer._opt.scheduler
         self.resume = Resume.load(trainer, ckpt_path)
@@ -106,7 +106,7 @@ class FitLoop:
                 self._end_epoch()
                 state.current_epoch += 1
                 state.batch_in_epoch = 0
-                state.should_stop = self._agree(state.should_stop)
+                state.should_stop = trainer.strategy.any_rank(state.should_stop)
             hooks.call("on_train_end", trainer, model)
             hooks.call("on_fit_end", trainer, model)
         received = trainer._signals.received
@@ -118,15 +118,15 @@ class FitLoop:
             )
 
     def _end_epoch(self) -> None:
-        """A completed epoch's end. The model's ``on_train_epoch_end`` comes before the epoch
-        means, so that what it logs is part of them; the callbacks' hooks come after the
-        epoch scheduler step, and read the means in ``callback_metrics``."""
+        """A completed epoch's end. The model's ``on_train_epoch_end`` runs with the epoch's
+        values still open, so that what it logs joins the epoch means (taken again then);
+        the callbacks' hooks come last and read those means in ``callback_metrics``."""
         trainer, hooks = self.trainer, self.trainer._hooks
         sink = trainer._train_sink
+        trainer._epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
+        self._publish_epoch_means(sink)
         if self._epoch_val_due():
             evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
-        # A checkpoint taken from here on resumes at the next epoch.
-        trainer._epoch_complete = True
         own = hooks.module_hooks.get("on_train_epoch_end")
         if own is not None:
             previous, sink.batch_size = set_sink(sink), 1  # one value per process
@@ -134,17 +134,21 @@ class FitLoop:
                 own(trainer, self.model)
             finally:
                 set_sink(previous)
-        trainer.train_epoch_metrics = means = sink.epoch_means(trainer.strategy.reduce_metrics)
-        trainer.callback_metrics.update(means)
-        if not self._epoch_val_due():  # else validation's stay the latest
-            trainer.logged_metrics = means
-        trainer.prog_bar_names |= sink.prog_bar
+            self._publish_epoch_means(sink, keep_latest=self._epoch_val_due())
         if trainer._opt.interval == "epoch":
             trainer._opt.step_scheduler(trainer.callback_metrics)
         for fn in hooks.on_train_epoch_end:
             if fn is not own:
                 fn(trainer, self.model)
         trainer._epoch_complete = False
+
+    def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
+        trainer = self.trainer
+        trainer.train_epoch_metrics = means = sink.epoch_means(trainer.strategy.reduce_metrics)
+        trainer.callback_metrics.update(means)
+        if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
+            trainer.logged_metrics = means
+        trainer.prog_bar_names |= sink.prog_bar
 
     def _stop_mid_epoch(self) -> None:
         """An epoch cut short. Its end is left to the run that resumes it (so stopped and resumed
@@ -337,13 +341,8 @@ class FitLoop:
 
     def _check_finite(self, loss: torch.Tensor) -> None:
         """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
-        if self._agree(not math.isfinite(loss.item())):  # item(): one read, no tensor op
-            state = self.trainer.state
-            raise FloatingPointError(
-                f"The training loss is not finite (nan or inf) at step {state.global_step} "
-                f"(epoch {state.current_epoch}). Lower the learning rate, clip gradients "
-                "(gradient_clip_val=...), or add callbacks.NaNGuard(action='skip') to skip such steps."
-            )
+        if self.trainer.strategy.any_rank(not math.isfinite(loss.item())):  # item(): one read, no tensor op
+            raise non_finite_loss(self.trainer.state.global_step, self.trainer.state.current_epoch)
 
     def _stopping_now(self) -> bool:
         """True at a step boundary where fit must end. On several processes, stop requests
@@ -368,13 +367,6 @@ class FitLoop:
             return False
         trainer.state.stop_reason = trainer.state.stop_reason or "max_steps"
         return True
-
-    def _agree(self, local: bool) -> bool:
-        """True on every rank if it is True on any rank."""
-        strategy = self.trainer.strategy
-        if strategy.world_size == 1:
-            return local
-        return bool(strategy.all_reduce_sum(torch.tensor([float(local)])).item() > 0)
 
     def _interrupt(self) -> None:
         trainer = self.trainer

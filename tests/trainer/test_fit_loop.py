@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from callbacks import Callback
 from tests._models import Classifier, dataset, loader, quiet
+from tests.conftest import requires_cuda
 from trainer import Trainer
 
 
@@ -96,3 +97,22 @@ def test_ddp_step_values_in_callback_metrics_are_the_same_on_every_rank():
     ranks = [torch.load(f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0]["train_loss"] == ranks[1]["train_loss"]
     assert ranks[0]["lr"] == ranks[1]["lr"] < 0.5  # the plateau scheduler acted, alike on both
+
+
+@requires_cuda(1)
+def test_with_16_mixed_on_before_optimizer_step_sees_unscaled_gradients():
+    seen = []
+
+    class Norm(Callback):
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            grads = [p.grad for g in optimizer.param_groups for p in g["params"]]
+            seen.append(torch.nn.utils.get_total_norm(grads).item())
+
+    model = Classifier()
+    reference = Classifier()
+    reference.load_state_dict(model.state_dict())
+    Trainer(max_steps=1, precision="16-mixed", devices=[0], callbacks=[Norm()], **quiet()).fit(model, loader())
+    x, y = next(iter(loader()))
+    nn.functional.cross_entropy(reference(x), y).backward()
+    expected = torch.nn.utils.get_total_norm([p.grad for p in reference.parameters()]).item()
+    assert seen[0] == pytest.approx(expected, rel=1e-2)  # not multiplied by the scale (65536)
