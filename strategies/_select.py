@@ -39,7 +39,10 @@ def normalize_devices(devices: Any) -> str | int | list[int]:
         if not devices or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices):
             raise ValueError(f"devices={devices!r}: a list must hold one or more device indices >= 0, e.g. [0, 1].")
         if len(set(devices)) != len(devices):
-            raise ValueError(f"devices={devices!r} lists a device twice; list each device index once.")
+            raise ValueError(
+                f"devices={devices!r} lists a device twice; list each device index once. To share one GPU on "
+                "purpose, pass DataParallelStrategy(device_ids=[0, 0]) or DDPStrategy(backend='gloo', device_ids=[0, 0])."
+            )
         return list(devices)
     raise TypeError(f"devices={devices!r} must be 'auto', a count or a list. {_DEVICES_HELP}")
 

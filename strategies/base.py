@@ -195,3 +195,22 @@ def check_cuda_indices(arg: str, value: Any, indices: list[int], cpu_fix: str = 
         f"{arg}={value!r}: CUDA device {', '.join(map(str, missing))} does not exist; this machine has "
         f"{count} visible CUDA device(s), so {fix}."
     )
+
+
+def device_id_list(owner: str, device_ids: Any) -> list[int] | None:
+    """A strategy's ``device_ids`` argument as a list (an index may repeat), or None."""
+    if device_ids is not None and (
+        not isinstance(device_ids, (list, tuple)) or not device_ids
+        or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in device_ids)
+    ):
+        raise ValueError(f"{owner}(device_ids={device_ids!r}) must be a non-empty list of CUDA indices, e.g. [0, 1].")
+    return None if device_ids is None else list(device_ids)
+
+
+def check_given_ids(owner: str, device_ids: list[int], devices: Any) -> None:
+    """The strategy's ``device_ids`` choose the devices: ``Trainer(devices=...)`` must stay 'auto'."""
+    if devices != "auto":
+        raise ValueError(
+            f"devices={devices!r} and {owner}(device_ids={device_ids!r}) both choose the devices. Give only one of them."
+        )
+    check_cuda_indices(f"{owner}(device_ids)", device_ids, device_ids)

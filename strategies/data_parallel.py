@@ -23,7 +23,7 @@ from trainer._checks import user_stacklevel
 from trainer.data import apply_to_tensors, move_to_device
 from trainer.metrics import MetricSink, current_sink, set_sink
 
-from .base import StepDispatcher, Strategy, check_cuda_indices
+from .base import StepDispatcher, Strategy, check_cuda_indices, check_given_ids, device_id_list
 
 
 def split_batch(batch: Any, n: int) -> list[tuple[Any, int]]:
@@ -139,35 +139,27 @@ def _combine_tensors(outputs: list[torch.Tensor], weights: list[int], device: to
 
 
 class DataParallelStrategy(Strategy):
-    """``strategy="dp"``: the loader's batch is the global batch, split across ``device_ids``."""
+    """``strategy="dp"``: the loader's batch is the global batch, split across ``device_ids``.
+
+    An index may repeat: ``device_ids=[0, 0]`` runs two replicas on one GPU, through the whole
+    path (split, replicate, one thread per replica, combine, backward). It is no faster than
+    one device; it is how this strategy is tested on a one-GPU machine.
+    """
 
     name = "dp"
 
     def __init__(self, device_ids: list[int] | None = None, output_device: int | None = None) -> None:
         super().__init__()
-        if device_ids is not None and (
-            not isinstance(device_ids, (list, tuple)) or not device_ids
-            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in device_ids)
-            or len(set(device_ids)) != len(device_ids)
-        ):
-            raise ValueError(
-                f"DataParallelStrategy(device_ids={device_ids!r}) must be a non-empty list of distinct CUDA indices, e.g. [0, 1]."
-            )
         if output_device is not None and (isinstance(output_device, bool) or not isinstance(output_device, int)):
             raise TypeError(f"DataParallelStrategy(output_device={output_device!r}) must be a CUDA index or None.")
-        self.device_ids = list(device_ids) if device_ids is not None else None
+        self.device_ids = device_id_list("DataParallelStrategy", device_ids)
         self.output_device = output_device
         self._dispatcher: StepDispatcher | None = None
 
     def configure_devices(self, devices: str | int | list[int]) -> None:
         gpus = torch.cuda.device_count()
         if self.device_ids is not None:
-            if devices != "auto":
-                raise ValueError(
-                    f"devices={devices!r} and DataParallelStrategy(device_ids={self.device_ids!r}) both choose "
-                    "the devices. Give only one of them."
-                )
-            check_cuda_indices("DataParallelStrategy(device_ids)", self.device_ids, self.device_ids)
+            check_given_ids("DataParallelStrategy", self.device_ids, devices)
         elif isinstance(devices, list):
             check_cuda_indices("devices", devices, devices)
             self.device_ids = devices

@@ -23,7 +23,7 @@ from trainer.seed import SEED_ENV
 
 from ._env import launched_env
 from ._spawn import spawn
-from .base import StepDispatcher, Strategy, check_cuda_indices
+from .base import StepDispatcher, Strategy, check_cuda_indices, check_given_ids, device_id_list
 
 #: How long a collective may wait for a peer before the job fails (torch's NCCL default is 30 min).
 DEFAULT_TIMEOUT = timedelta(minutes=5)
@@ -36,6 +36,10 @@ class DDPStrategy(Strategy):
     under ``torchrun`` (or SLURM's ``srun``) it joins the processes the launcher started.
 
     The loader's batch size is per process: the global batch is ``batch_size * world_size``.
+
+    ``device_ids`` places the processes on chosen GPUs, one index per local process, instead
+    of ``Trainer(devices=...)``. An index may repeat to put two processes on one GPU; NCCL
+    refuses that, so it needs ``backend="gloo"`` (slower: gloo reduces through host memory).
     """
 
     name = "ddp"
@@ -46,8 +50,10 @@ class DDPStrategy(Strategy):
         start_method: str = "spawn",
         find_unused_parameters: bool = False,
         timeout: timedelta | float = DEFAULT_TIMEOUT,
+        device_ids: list[int] | None = None,
     ) -> None:
         super().__init__()
+        self._given_ids = device_id_list("DDPStrategy", device_ids)
         if start_method not in _START_METHODS:
             raise ValueError(f"DDPStrategy(start_method={start_method!r}): valid values are {_START_METHODS}.")
         if backend is not None and not isinstance(backend, str):
@@ -69,6 +75,14 @@ class DDPStrategy(Strategy):
         self._ddp: DistributedDataParallel | None = None
 
     def configure_devices(self, devices: str | int | list[int]) -> None:
+        if self._given_ids is not None:
+            check_given_ids("DDPStrategy", self._given_ids, devices)
+            devices = self._given_ids
+            if len(set(devices)) < len(devices) and self._backend(devices) == "nccl":
+                raise ValueError(
+                    f"DDPStrategy(device_ids={devices!r}) puts two processes on one GPU, which NCCL refuses "
+                    "('Duplicate GPU detected'). Pass backend='gloo' to share a GPU, or list each GPU once."
+                )
         env = launched_env()
         gpus = torch.cuda.device_count()
         if env is not None:  # the launcher decided how many processes run here
@@ -105,8 +119,8 @@ class DDPStrategy(Strategy):
         where = ", ".join(f"cuda:{i}" for i in self.device_ids) if self.device_ids else "cpu"
         return f"ddp ({self._backend()}) on {where}"
 
-    def _backend(self) -> str:
-        return self.backend or ("nccl" if self.device_ids else "gloo")
+    def _backend(self, device_ids: list[int] | None = None) -> str:
+        return self.backend or ("nccl" if (device_ids or self.device_ids) else "gloo")
 
     # --- lifecycle ---------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -133,7 +147,8 @@ class DDPStrategy(Strategy):
             dist.init_process_group(
                 self._backend(), store=_group_store(self.global_rank, self.world_size, self.timeout),
                 rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
-                device_id=self.root_device if self.root_device.type == "cuda" else None,
+                # Binding the process to its GPU lets NCCL set up eagerly; gloo takes no device.
+                device_id=self.root_device if self._backend() == "nccl" else None,
             )
             self._owns_group = True
 

@@ -28,9 +28,15 @@ def _isolated(tmp_path, monkeypatch):
 
 
 def requires_cuda(n: int = 1):
-    """Mark a test that needs ``n`` CUDA devices; it is skipped cleanly without them."""
+    """Mark a test that needs ``n`` CUDA devices: ``pytest -m cuda`` selects it, and it is
+    skipped cleanly without them."""
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return pytest.mark.skipif(count < n, reason=f"needs {n} CUDA device(s), found {count}")
+    skip = pytest.mark.skipif(count < n, reason=f"needs {n} CUDA device(s), found {count}")
+
+    def mark(test):
+        return pytest.mark.cuda(skip(test))
+
+    return mark
 
 
 @pytest.fixture

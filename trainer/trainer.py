@@ -285,7 +285,8 @@ class Trainer:
                    "save_checkpoint inside fit, from a callback." if after_spawn else
                    "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
             )
-        checkpoint = self.checkpoint_state()
+        # CPU copies: a file written on a GPU loads with plain torch.load on a machine without one.
+        checkpoint = self.checkpoint_state(copy=True)
         if checkpoint is not None:
             ckpt_io.save_atomic(checkpoint, path)
         self._strategy.barrier()

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from tests.conftest import requires_cuda
 from tests.examples._run import load_example, only_run_dir, run_example, scalar_tags
 
 
@@ -44,3 +45,14 @@ def test_ddp_on_two_processes(script_env):
     assert "world size 2" in output
     assert "--- sample from the checkpoint" in output
     assert torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)["loop"]["world_size"] == 2
+
+
+@requires_cuda(1)
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_on_a_gpu_in_mixed_precision(precision, script_env):
+    output = run_example("char_lm", *TINY, "--precision", precision, "--max-steps", "20", "--log-dir", "tb", env=script_env)
+    assert "Training with single on cuda:0" in output
+    assert "--- sample from the checkpoint" in output
+    ckpt = torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)
+    assert ckpt["loop"]["global_step"] == 20
+    assert all(v.device.type == "cpu" and v.dtype != torch.float16 for v in ckpt["model"].values())  # portable

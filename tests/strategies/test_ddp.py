@@ -476,3 +476,53 @@ def test_sync_batchnorm_converts_the_models_batchnorm_layers_on_a_gpu():
     trainer = Trainer(strategy="ddp", devices=[0], max_steps=1, sync_batchnorm=True, callbacks=[RecordsLayer()], **quiet())
     trainer.fit(Normed(), loader())
     assert torch.load("layer0.pt", weights_only=True) == "SyncBatchNorm"
+
+
+# --- DDP on a real GPU ---------------------------------------------------------------------
+class RecordsDevice(Callback):
+    """Where each rank's parameters live, and the group's backend, written by every rank."""
+
+    def on_train_start(self, trainer, module):
+        where = (str(next(module.parameters()).device), torch.distributed.get_backend())
+        torch.save(where, f"device{trainer.strategy.global_rank}.pt")
+
+
+def _fit_on_cuda(strategy, devices, batch_size: int, **options) -> tuple[Classifier, Trainer]:
+    torch.manual_seed(0)
+    model = Classifier(optimizer="adam")
+    trainer = Trainer(strategy=strategy, devices=devices, max_epochs=2, **quiet(**options))
+    trainer.fit(model, loader(n=64, batch_size=batch_size), loader(n=16))
+    return model, trainer
+
+
+def _assert_close_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.allclose(x.cpu(), y.cpu(), atol=ATOL), name
+
+
+@requires_cuda(1)
+def test_ddp_over_nccl_in_one_process_matches_one_gpu():
+    model, trainer = _fit_on_cuda("ddp", [0], 8, callbacks=[RecordsDevice()])
+    reference, one = _fit_on_cuda("single", [0], 8)
+    assert torch.load("device0.pt", weights_only=True) == ("cuda:0", "nccl")
+    _assert_close_weights(model, reference)
+    assert trainer.callback_metrics["val_loss"] == pytest.approx(one.callback_metrics["val_loss"], abs=1e-5)
+
+
+@requires_cuda(1)
+def test_two_ddp_processes_share_one_gpu_over_gloo_and_match_one_device_with_the_doubled_batch():
+    strategy = DDPStrategy(backend="gloo", device_ids=[0, 0])
+    model, trainer = _fit_on_cuda(strategy, "auto", 4, callbacks=[RecordsDevice()])
+    reference, one = _fit_on_cuda("single", [0], 8)
+    for rank in (0, 1):
+        assert torch.load(f"device{rank}.pt", weights_only=True) == ("cuda:0", "gloo")
+    _assert_close_weights(model, reference)
+    assert trainer.callback_metrics["val_loss"] == pytest.approx(one.callback_metrics["val_loss"], abs=1e-5)
+
+
+@requires_cuda(1)
+def test_nccl_with_two_processes_on_one_gpu_is_refused_with_the_fix():
+    with pytest.raises(ValueError) as info:
+        Trainer(strategy=DDPStrategy(device_ids=[0, 0]), **quiet())
+    assert "DDPStrategy(device_ids=[0, 0]) puts two processes on one GPU" in str(info.value)
+    assert "backend='gloo'" in str(info.value)

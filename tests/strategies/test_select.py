@@ -99,7 +99,7 @@ def test_ddp_devices_count(devices, processes):
         ([], ValueError, "one or more device indices"),
         ([-1], ValueError, "one or more device indices"),
         ([0, 1.0], ValueError, "one or more device indices"),
-        ([0, 0], ValueError, "lists a device twice"),
+        ([0, 0], ValueError, "DDPStrategy(backend='gloo', device_ids=[0, 0])"),
     ],
 )
 def test_bad_devices_are_rejected_with_the_value_and_the_fix(devices, error, says):

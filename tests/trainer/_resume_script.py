@@ -115,6 +115,8 @@ def main(argv: list[str]) -> None:
     p.add_argument("--pause", default=None)
     p.add_argument("--signal-wait", type=int, default=None)
     p.add_argument("--crash-once", type=int, default=None)
+    p.add_argument("--precision", default="32")
+    p.add_argument("--deterministic", action="store_true")
     args = p.parse_args(argv)
     if args.seed is not None:
         seed_everything(args.seed)
@@ -135,6 +137,7 @@ def main(argv: list[str]) -> None:
     trainer = Trainer(
         strategy=args.strategy, devices=int(args.devices) if args.devices.isdigit() else args.devices,
         max_epochs=args.max_epochs, val_check_interval=3, enable_progress_bar=False, callbacks=callbacks,
+        precision=args.precision, deterministic=args.deterministic,
     )
     trainer.fit(model, train, val, ckpt_path="last")
     if trainer.is_global_zero:

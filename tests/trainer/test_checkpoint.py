@@ -335,3 +335,14 @@ def test_16_mixed_saves_the_grad_scaler_and_cuda_rng_and_resume_restores_them():
     start = ScalerAtStart()
     fit(epochs=2, strategy="single", precision="16-mixed", ckpt_path="last", callbacks=[start])
     assert start.state == saved  # a fresh scaler would have _growth_tracker 0
+
+
+@requires_cuda(1)
+def test_a_checkpoint_saved_on_a_gpu_holds_cpu_tensors_so_a_machine_without_one_loads_it():
+    trainer = Trainer(max_steps=2, devices=[0], **quiet())
+    trainer.fit(Classifier(optimizer="adam"), loader())
+    trainer.save_checkpoint("gpu.ckpt")
+    ckpt = torch.load("gpu.ckpt", weights_only=True)  # no map_location: tensors come back where they were saved
+    tensors = [*ckpt["model"].values(), *(v for s in ckpt["optimizer"]["state"].values() for v in s.values())]
+    assert len(tensors) > 4 and all(t.device.type == "cpu" for t in tensors)
+    assert next(trainer.module.parameters()).device.type == "cuda"  # the live model stayed on the GPU

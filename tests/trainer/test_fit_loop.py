@@ -116,3 +116,56 @@ def test_with_16_mixed_on_before_optimizer_step_sees_unscaled_gradients():
     nn.functional.cross_entropy(reference(x), y).backward()
     expected = torch.nn.utils.get_total_norm([p.grad for p in reference.parameters()]).item()
     assert seen[0] == pytest.approx(expected, rel=1e-2)  # not multiplied by the scale (65536)
+
+
+class OverflowsAtBatch1(Classifier):
+    """Batch 1's loss is finite, but 10^4 times larger: scaled by 65536, its float16
+    gradients overflow to inf, as a real overflow does."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        return loss * 1e4 if batch_idx == 1 else loss
+
+
+class WeightsAfterEachStep(Callback):
+    def on_train_start(self, trainer, module):
+        self.weights = [[p.detach().clone() for p in module.parameters()]]
+        self.scales: list[float] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.weights.append([p.detach().clone() for p in module.parameters()])
+        self.scales.append(trainer._precision.scaler.get_scale())
+
+
+@requires_cuda(1)
+def test_16_mixed_skips_the_step_whose_gradients_overflow_and_halves_the_scale():
+    record = WeightsAfterEachStep()
+    trainer = Trainer(max_epochs=1, limit_train_batches=3, precision="16-mixed", devices=[0], callbacks=[record], **quiet())
+    trainer.fit(OverflowsAtBatch1(), loader())
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a, b))
+
+    before, after0, after1, after2 = record.weights
+    assert not same(before, after0)
+    assert same(after0, after1)  # the overflowing step changed nothing
+    assert not same(after1, after2)  # and training went on
+    assert record.scales == [65536.0, 32768.0, 32768.0]
+    assert all(torch.isfinite(p).all() for p in after2)
+    assert trainer.global_step == 3  # a skipped step still counts, as in Lightning
+
+
+class AutocastDtype(Classifier):
+    def training_step(self, batch, batch_idx):
+        self.dtypes = getattr(self, "dtypes", []) + [self(batch[0]).dtype]
+        return super().training_step(batch, batch_idx)
+
+
+@requires_cuda(1)
+def test_bf16_mixed_on_cuda_runs_the_step_in_bfloat16_and_keeps_float32_weights():
+    model = AutocastDtype()
+    trainer = Trainer(max_steps=2, precision="bf16-mixed", devices=[0], **quiet())
+    trainer.fit(model, loader())
+    assert model.dtypes == [torch.bfloat16, torch.bfloat16]
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert trainer._precision.scaler is None  # bfloat16 has float32's range: no scaling

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader
 
 from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, dataset, loader, quiet
+from tests.conftest import requires_cuda
 from trainer import Interrupted, Trainer, seed_everything
 from trainer._signals import StopSignals
 
@@ -191,6 +192,24 @@ def test_ddp_kill9_mid_epoch_then_on_epoch_boundary(tmp_path, script_env, refere
 
     assert resumed_from(job) == ("last.ckpt", 2, 8)  # the epoch-end checkpoint: batch 0 of epoch 2
     assert_same_training(tmp_path, ref)
+
+
+@requires_cuda(1)
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_kill9_on_a_gpu_in_mixed_precision_then_restart_is_bit_exact(precision, tmp_path, script_env, reference):
+    # deterministic=True: CUDA kernels (cuBLAS, atomics in backward) may otherwise sum in
+    # another order on the rerun, and no resume could be bit-exact then. The checkpoints
+    # carry the CUDA RNG (dropout) and, for 16-mixed, the GradScaler's scale.
+    args = ["--precision", precision, "--deterministic"]
+    ref = reference(args)
+    killed_at(args, "batch_end:5", tmp_path, script_env)
+    job = run(args, tmp_path, script_env)
+    assert "cuda:0" in job.log  # it ran on the GPU
+    assert resumed_from(job)[1:] == (0, 3)
+    assert_same_training(tmp_path, ref)
+    if precision == "16-mixed":
+        saved = torch.load(glob.glob(str(tmp_path / "runs/default/version_*/checkpoints/last.ckpt"))[0], weights_only=True)
+        assert "scaler" in saved["precision"]
 
 
 # --- SIGTERM and Ctrl-C ----------------------------------------------------------------------
