@@ -9,15 +9,16 @@ the end, from the model reloaded out of that checkpoint.
 
 Run it (from the repository root):
 
-    python examples/char_lm.py                                # about a minute on 2 CPU cores
+    python examples/char_lm.py                                # 1 to 4 minutes on 2 CPU cores
     tensorboard --logdir runs                                 # then open http://localhost:6006
     python examples/char_lm.py --strategy ddp --devices 2     # two processes (gloo on a CPU)
     python examples/char_lm.py --precision bf16-mixed --max-steps 200
 
 Measured with the defaults on this project's 2-core CPU (Python 3.11's standard library,
 torch 2.13, 2 epochs = 886 steps of 64 windows x 64 characters): validation 2.07 bpc
-(1.43 nats per character) on the held-out files, 62 s of training, 64 s for the whole
-command on an otherwise idle machine (2026-11-21). The same --seed gives the same metric on a rerun. For scale: a uniform guess
+(1.43 nats per character) on the held-out files, 62 s of training and 64 s for the whole
+command on an otherwise idle machine on 2026-11-21, 240 s and 244 s on 2026-11-22 (the same
+VM, that day about 4 times slower in every benchmark). The same --seed gives the same metric on a rerun. For scale: a uniform guess
 over the 98 symbols is 6.6 bpc, and a guess from character frequencies alone 4.5 bpc.
 
 The model is a tiny GPT (2 layers, 128 wide, 0.43 M parameters) rather than a GRU: a
