@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import datetime
 import gc
-import io
 import logging
 import os
 import platform
@@ -52,6 +51,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from _workloads import NullTerminal  # noqa: E402
 from callbacks import Callback  # noqa: E402
 from char_lm import CharChunks, CharLM, stdlib_corpus  # noqa: E402
 from strategies import DataParallelStrategy  # noqa: E402
@@ -164,22 +164,9 @@ def trainer_run(cfg: GPTConfig, ids: torch.Tensor, device: torch.device, initial
         max_steps=cfg.steps, gradient_clip_val=CLIP, log_dir=log_dir,
     )
     trainer.callbacks.append(clock)
-    with contextlib.redirect_stderr(_Terminal()):
+    with contextlib.redirect_stderr(NullTerminal()):
         trainer.fit(model, make_loader(cfg, ids))
     return clock.stopped - clock.started, peak_gib(device), model
-
-
-class _Terminal(io.TextIOBase):
-    """A terminal that drops its output: the bar takes its real path, the table stays readable."""
-
-    def isatty(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        return len(text)
 
 
 def report_speed(cfg: GPTConfig, device: torch.device) -> None:

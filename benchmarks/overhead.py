@@ -65,7 +65,8 @@ from torch import nn  # noqa: E402
 
 import _workloads  # noqa: E402
 from _workloads import (  # noqa: E402
-    DDP_WORKLOADS, WORKLOADS, Workload, build_net, make_optimizer, peak_rss_kib, raw_ddp_worker, raw_loop, workload,
+    DDP_WORKLOADS, WORKLOADS, NullTerminal, Workload, build_net, make_optimizer, peak_rss_kib, raw_ddp_worker, raw_loop,
+    workload,
 )
 from callbacks import Callback, ModelCheckpoint  # noqa: E402
 from trainer import Trainer, TrainModule  # noqa: E402
@@ -129,21 +130,7 @@ class Quiet(Callback):
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         logging.getLogger("trainer").setLevel(logging.WARNING)
-        sys.stderr = _Terminal()
-
-
-class _Terminal(io.TextIOBase):
-    """A terminal that drops its output: the progress bar takes its costlier tqdm path, and
-    this script's table stays readable."""
-
-    def isatty(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        return len(text)
+        sys.stderr = NullTerminal()
 
 
 def run_trainer(wl: Workload, log_dir: str, *, extra: list[Callback] | None = None, **options: Any) -> Timed:
@@ -154,7 +141,7 @@ def run_trainer(wl: Workload, log_dir: str, *, extra: list[Callback] | None = No
         extra = [Quiet(), *(extra or [])]  # first, so that it runs before the progress bar's setup
     trainer = Trainer(max_epochs=1, log_dir=log_dir, callbacks=extra, **options)
     trainer.callbacks.append(timer)  # after the built-ins: a step's time includes their work
-    with contextlib.redirect_stderr(_Terminal()):
+    with contextlib.redirect_stderr(NullTerminal()):
         trainer.fit(model, wl.make_loader(wl.make_dataset(world)))
     return timer.times, model
 
@@ -186,7 +173,7 @@ def run_lightning(wl: Workload, log_dir: str) -> Timed:
 
     model, timer = LitModule(), LitTimer()
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=log_dir, callbacks=[timer])
-    with contextlib.redirect_stderr(_Terminal()), contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stderr(NullTerminal()), contextlib.redirect_stdout(io.StringIO()):
         trainer.fit(model, wl.make_loader())
     return timer.times, model.net
 
