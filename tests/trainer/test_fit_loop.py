@@ -43,19 +43,25 @@ def test_an_unsized_loader_steps_its_last_short_accumulation_group_at_the_epochs
         assert torch.equal(a, b)
 
 
+class GradNorms(Callback):
+    """The gradients' total norm as ``on_before_optimizer_step`` sees it, into ``seen``."""
+
+    def __init__(self, seen: list[float]) -> None:
+        self.seen = seen
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"]]
+        self.seen.append(torch.nn.utils.get_total_norm(grads).item())
+
+
 def test_on_before_optimizer_step_sees_the_gradients_before_clipping():
     seen = []
-
-    class Norm(Callback):
-        def on_before_optimizer_step(self, trainer, module, optimizer):
-            grads = [p.grad for g in optimizer.param_groups for p in g["params"]]
-            seen.append(torch.nn.utils.get_total_norm(grads).item())
 
     class Clipped(Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             seen.append(trainer.grad_norm.item())
 
-    trainer = Trainer(max_steps=1, gradient_clip_val=1e-3, callbacks=[Norm(), Clipped()], **quiet())
+    trainer = Trainer(max_steps=1, gradient_clip_val=1e-3, callbacks=[GradNorms(seen), Clipped()], **quiet())
     trainer.fit(Classifier(), loader())
     hook, before_clipping = seen
     assert hook == pytest.approx(before_clipping, rel=1e-6) and hook > 1e-3
@@ -103,15 +109,10 @@ def test_ddp_step_values_in_callback_metrics_are_the_same_on_every_rank():
 def test_with_16_mixed_on_before_optimizer_step_sees_unscaled_gradients():
     seen = []
 
-    class Norm(Callback):
-        def on_before_optimizer_step(self, trainer, module, optimizer):
-            grads = [p.grad for g in optimizer.param_groups for p in g["params"]]
-            seen.append(torch.nn.utils.get_total_norm(grads).item())
-
     model = Classifier()
     reference = Classifier()
     reference.load_state_dict(model.state_dict())
-    Trainer(max_steps=1, precision="16-mixed", devices=[0], callbacks=[Norm()], **quiet()).fit(model, loader())
+    Trainer(max_steps=1, precision="16-mixed", devices=[0], callbacks=[GradNorms(seen)], **quiet()).fit(model, loader())
     x, y = next(iter(loader()))
     nn.functional.cross_entropy(reference(x), y).backward()
     expected = torch.nn.utils.get_total_norm([p.grad for p in reference.parameters()]).item()
