@@ -8,12 +8,13 @@ from .base import Callback
 from .early_stopping import EarlyStopping
 from .lambda_callback import LambdaCallback
 from .model_checkpoint import ModelCheckpoint
+from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
 from .progress import ProgressBar
 from .tensorboard import TensorBoardLogger
 from .timer import Timer
 
 __all__ = [
-    "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "NaNGuard", "ProgressBar",
+    "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
     "TensorBoardLogger", "Timer",
 ]

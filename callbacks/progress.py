@@ -164,7 +164,7 @@ class ProgressBar(Callback):
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._eval_start("Validation")
 
-    def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch()
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
@@ -173,7 +173,7 @@ class ProgressBar(Callback):
     def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._eval_start("Test")
 
-    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch()
 
     def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
@@ -182,7 +182,7 @@ class ProgressBar(Callback):
     def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._eval_start("Predict")
 
-    def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch()
 
     def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:

@@ -24,8 +24,8 @@ class StepDispatcher(nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, step_name: str, batch: Any, batch_idx: int) -> Any:
-        return getattr(self.module, step_name)(batch, batch_idx)
+    def forward(self, step_name: str, batch: Any, batch_idx: int, *args: Any) -> Any:
+        return getattr(self.module, step_name)(batch, batch_idx, *args)
 
 
 _NO_SYNC = contextlib.nullcontext()
@@ -103,13 +103,14 @@ class Strategy:
         return move_to_device(batch, self.root_device)
 
     # --- steps -------------------------------------------------------------------------
-    def run_step(self, step_name: str, batch: Any, batch_idx: int) -> Any:
-        """Run ``module.<step_name>(batch, batch_idx)`` on this strategy's device(s)."""
+    def run_step(self, step_name: str, batch: Any, batch_idx: int, *args: Any) -> Any:
+        """Run ``module.<step_name>(batch, batch_idx, *args)`` on this strategy's device(s).
+        ``args`` is ``(dataloader_idx,)`` for an evaluation step that takes it, else empty."""
         step = getattr(self.module, step_name)
         if self.precision.dtype is None:  # full precision: no autocast region to enter on every step
-            return step(self.batch_to_device(batch), batch_idx)
+            return step(self.batch_to_device(batch), batch_idx, *args)
         with self.precision.autocast():
-            return step(self.batch_to_device(batch), batch_idx)
+            return step(self.batch_to_device(batch), batch_idx, *args)
 
     def step_runner(self, step_name: str, first_batch: Any) -> Callable[[Any, int], Any]:
         """What the loop calls for each batch of an epoch: ``run_step`` with ``step_name`` bound.

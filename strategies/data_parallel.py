@@ -204,22 +204,22 @@ class DataParallelStrategy(Strategy):
         super().setup_module(module)
         self._dispatcher = StepDispatcher(self.module)
 
-    def run_step(self, step_name: str, batch: Any, batch_idx: int) -> Any:
+    def run_step(self, step_name: str, batch: Any, batch_idx: int, *args: Any) -> Any:
         if self.num_devices < 2:
-            return super().run_step(step_name, batch, batch_idx)
+            return super().run_step(step_name, batch, batch_idx, *args)
         chunks = split_batch(batch, self.num_devices)
         devices = [torch.device("cuda", i) for i in self.device_ids[: len(chunks)]]
         inputs = [move_to_device(chunk, d) for (chunk, _), d in zip(chunks, devices)]
         weights = [size for _, size in chunks]
         replicas = replicate(self._dispatcher, devices, detach=not torch.is_grad_enabled())
-        outputs, sinks = self._run_replicas(replicas, inputs, devices, weights, step_name, batch_idx)
+        outputs, sinks = self._run_replicas(replicas, inputs, devices, weights, step_name, (batch_idx, *args))
         parent = current_sink()
         if parent is not None:
             parent.merge_replicas(sinks)
         output_device = torch.device("cuda", self.output_device)
         return combine_outputs(outputs, weights, output_device, training=step_name == "training_step")
 
-    def _run_replicas(self, replicas, inputs, devices, weights, step_name, batch_idx):  # noqa: ANN001
+    def _run_replicas(self, replicas, inputs, devices, weights, step_name, step_args):  # noqa: ANN001
         n = len(replicas)
         outputs: list[Any] = [None] * n
         sinks = [MetricSink() for _ in range(n)]
@@ -231,7 +231,7 @@ class DataParallelStrategy(Strategy):
             sinks[i].batch_size = weights[i]
             try:
                 with torch.cuda.device(devices[i]), torch.set_grad_enabled(grad_enabled), self.precision.autocast():
-                    outputs[i] = replicas[i](step_name, inputs[i], batch_idx)
+                    outputs[i] = replicas[i](step_name, inputs[i], *step_args)
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
                 errors[i] = err
             finally:

@@ -219,13 +219,13 @@ class DDPStrategy(Strategy):
         return rebuild_loader(loader, sampler=sampler)
 
     # --- steps -------------------------------------------------------------------------
-    def run_step(self, step_name: str, batch: Any, batch_idx: int) -> Any:
+    def run_step(self, step_name: str, batch: Any, batch_idx: int, *args: Any) -> Any:
         if step_name != "training_step":
             # Evaluation needs no gradient sync; calling the module directly also lets ranks
             # hold different numbers of evaluation batches without a collective per step.
-            return super().run_step(step_name, batch, batch_idx)
+            return super().run_step(step_name, batch, batch_idx, *args)
         with self.precision.autocast():
-            return self._ddp(step_name, self.batch_to_device(batch), batch_idx)
+            return self._ddp(step_name, self.batch_to_device(batch), batch_idx, *args)
 
     def no_backward_sync(self) -> contextlib.AbstractContextManager:
         return self._ddp.no_sync()

@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 from .checkpoint import CheckpointError  # noqa: E402
 from ._signals import Interrupted  # noqa: E402
+from .loaders import DataModule  # noqa: E402
 from .module import TrainModule  # noqa: E402
 from .seed import seed_everything  # noqa: E402
 from .state import TrainerState  # noqa: E402
@@ -33,7 +34,7 @@ if not _log.handlers:
     _log.setLevel(_logging.INFO)
     _log.propagate = False
 
-__all__ = ["CheckpointError", "Interrupted", "TrainModule", "Trainer", "TrainerState", "seed_everything", "__version__"]
+__all__ = ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "seed_everything", "__version__"]
 
 
 def __getattr__(name: str) -> _Any:

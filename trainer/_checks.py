@@ -168,17 +168,36 @@ def limit(name: str, value: Any, allow_zero: bool = True) -> int | float | None:
     return _fraction_or_count(name, value, "batches", minimum=0 if allow_zero else 1)
 
 
-def check_ckpt_path(ckpt_path: Any) -> None:
-    """A missing file, a folder or a non-checkpoint fails here, before any process starts."""
+def fast_dev_run_batches(value: Any) -> int:
+    """``fast_dev_run``: False -> 0, True -> 1, or a count of batches."""
+    if value is True or value is False:
+        return int(value)
+    if isinstance(value, int) and value >= 0:
+        return value
+    raise (TypeError if not isinstance(value, int) else ValueError)(
+        f"fast_dev_run={value!r} must be True (one batch of each loader), False, or a number of batches >= 1."
+    )
+
+
+def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
+    """A missing file, a folder or a non-checkpoint fails here, before any process starts.
+    Evaluation also takes "best", the checkpoint callback's best file."""
     if ckpt_path is None:
         return
+    words = ("best", "last") if evaluating else ("last",)
+    choices = " or ".join(repr(w) for w in words)
     if not isinstance(ckpt_path, (str, os.PathLike)):
-        raise TypeError(f"ckpt_path={ckpt_path!r} must be a path to a checkpoint file, 'last', or None.")
+        raise TypeError(f"ckpt_path={ckpt_path!r} must be a path to a checkpoint file, {choices}, or None.")
     path = os.fspath(ckpt_path)
-    if path == "last":
+    if path in words:
         return
+    if path == "best":
+        raise ValueError(
+            "ckpt_path='best' is for validate, test and predict. To go on training, resume with "
+            "ckpt_path='last' or a path (e.g. trainer.checkpoint_callback.best_model_path)."
+        )
     if os.path.isdir(path):
-        raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or 'last'.")
+        raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or {choices}.")
     if not os.path.isfile(path):
-        raise ValueError(f"ckpt_path={path!r} does not exist. Pass an existing file, 'last', or None.")
+        raise ValueError(f"ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
     require_archive(path, f"ckpt_path={path!r}")

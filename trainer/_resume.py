@@ -156,19 +156,7 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None) -> Itera
 
 def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
-    module = trainer.strategy.module
-    if isinstance(module, TrainModule):  # first: the model may read or adapt what it saved
-        module.on_load_checkpoint(ckpt)
-    missing, unexpected = _key_mismatch(module, ckpt["model"])
-    if missing or unexpected:
-        raise CheckpointError(
-            f"The checkpoint does not fit {type(module).__name__}: missing keys {missing or 'none'}, "
-            f"unexpected keys {unexpected or 'none'}. Was it saved from another model?"
-        )
-    try:
-        module.load_state_dict(ckpt["model"])
-    except RuntimeError as err:  # same keys, other shapes
-        raise CheckpointError(f"The checkpoint does not fit {type(module).__name__}: {err}") from None
+    load_model(trainer.strategy.module, ckpt)
     opt = trainer._opt
     if ckpt.get("optimizer") is not None:
         opt.optimizer.load_state_dict(ckpt["optimizer"])
@@ -184,6 +172,62 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     trainer.state.current_epoch = loop["epoch"]
     trainer.state.batch_in_epoch = _batch_position(loop, trainer.strategy.world_size)
     trainer.callback_metrics.update(ckpt.get("metrics", {}))
+
+
+def load_model(module: torch.nn.Module, ckpt: dict[str, Any]) -> None:
+    """The model's ``on_load_checkpoint`` hook, then its weights, all keys matching."""
+    if isinstance(module, TrainModule):  # first: the model may read or adapt what it saved
+        module.on_load_checkpoint(ckpt)
+    missing, unexpected = _key_mismatch(module, ckpt["model"])
+    if missing or unexpected:
+        raise CheckpointError(
+            f"The checkpoint does not fit {type(module).__name__}: missing keys {missing or 'none'}, "
+            f"unexpected keys {unexpected or 'none'}. Was it saved from another model?"
+        )
+    try:
+        module.load_state_dict(ckpt["model"])
+    except RuntimeError as err:  # same keys, other shapes
+        raise CheckpointError(f"The checkpoint does not fit {type(module).__name__}: {err}") from None
+
+
+def best_checkpoint(callback: Any) -> str:
+    """``ckpt_path="best"`` for evaluation: the checkpoint callback's best file."""
+    if callback is None:
+        raise ValueError(
+            "ckpt_path='best' needs the ModelCheckpoint callback that ranked the checkpoints, and this Trainer "
+            "has none (enable_checkpointing=False). Pass the file's path, or 'last'."
+        )
+    if not callback.best_model_path:
+        raise ValueError(
+            "ckpt_path='best': no checkpoint has been saved by this Trainer's ModelCheckpoint yet. Run "
+            "trainer.fit(...) first, or pass a checkpoint's path, or 'last'."
+        )
+    return callback.best_model_path
+
+
+def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | None:
+    """Load the weights of ``ckpt_path`` ("last" or a file) for validate, test or predict, and
+    move the counters to its step and epoch (where evaluation logs). Returns the counters to
+    put back after; None without a checkpoint."""
+    if ckpt_path is None:
+        return None
+    path = os.fspath(ckpt_path)
+    strategy = trainer.strategy
+    if path == "last":
+        folder = _search_folder(trainer) if strategy.is_global_zero else None
+        found = strategy.broadcast_object(_find_last(folder) if folder is not None else None)
+        if found is None:
+            where = folder or f"{trainer.log_dir}/{trainer.name} (no fit of that name with checkpoints)"
+            raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
+        path = found
+    ckpt = ckpt_io.load(path)
+    load_model(strategy.module, ckpt)
+    state, before = trainer.state, (trainer.state.global_step, trainer.state.current_epoch)
+    loop = ckpt.get("loop", {})
+    state.global_step, state.current_epoch = loop.get("global_step", 0), loop.get("epoch", 0)
+    if strategy.is_global_zero:
+        log.info("Evaluating %s (step %d, epoch %d).", path, state.global_step, state.current_epoch)
+    return before
 
 
 def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[str], list[str]]:

@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .data import batch_size, loader_length
+from . import checkpoint as ckpt_io
+from ._hooks import Hooks
+from .data import batch_size
+from .loaders import Loaders, takes_dataloader_idx
 from .metrics import MetricSink, set_sink
 
 if TYPE_CHECKING:
@@ -16,63 +19,109 @@ if TYPE_CHECKING:
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
 
 
-def evaluation_loop(trainer: Trainer, phase: str, loader: Any, limit: int | float | None) -> list[Any] | None:
-    """Run ``phase`` ("validation", "test" or "predict") over ``loader``; predict's outputs, else None.
+def evaluation_loop(
+    trainer: Trainer, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
+) -> list[Any] | None:
+    """Run ``phase`` ("validation", "test" or "predict") over ``loaders`` (one loader or a
+    :class:`~trainer.loaders.Loaders`); for predict, one list of outputs per loader, else None.
 
     The order of events::
 
         every rank takes rank 0's buffers (BatchNorm statistics); model.eval(), torch.no_grad()
         on_{phase}_start, on_{phase}_epoch_start
-        for each batch (up to the limit):
+        for each loader, for each batch (up to the limit, which applies per loader):
             on_{phase}_batch_start
-            output = strategy.run_step("{phase}_step")
-            on_{phase}_batch_end
+            output = strategy.run_step("{phase}_step")  # + dataloader_idx if the step takes it
+            on_{phase}_batch_end                        # hooks get dataloader_idx with several loaders
+            (each loader's epoch means of self.log values: suffixed with several loaders)
         on_{phase}_epoch_end                       # the model's hook may self.log epoch values
-        epoch means of self.log values -> logged_metrics, callback_metrics
+        the means -> logged_metrics, callback_metrics (not for the sanity check, publish=False)
         on_{phase}_end
         every module's train/eval mode restored
 
     The training counters (``global_step``, ``current_epoch``) are read, never changed.
     """
     model, hooks, strategy = trainer.module, trainer._hooks, trainer.strategy
+    loaders = loaders if isinstance(loaders, Loaders) else Loaders(loaders)
     step_name = _STEP[phase]
-    n = limited(loader_length(loader), limit)
+    counts = [limited(n, limit) for n in loaders.lengths()]
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
-    if n == 0 and (limit == 0 or strategy.world_size == 1):
-        return [] if phase == "predict" else None
+    if not any(counts) and (limit == 0 or strategy.world_size == 1):
+        return [[] for _ in counts] if phase == "predict" else None
     strategy.broadcast_buffers()
     modes = [m.training for m in model.modules()]
     model.eval()
-    sink = MetricSink()
-    previous_sink = set_sink(sink)
-    outputs: list[Any] = []
+    outputs: list[list[Any]] = [[] for _ in counts]
+    means: dict[str, float] = {}
+    prog_bar: set[str] = set()
+    pass_idx = takes_dataloader_idx(getattr(model, step_name))
+    outer = MetricSink()  # what the start and end hooks log: one value per process
+    previous_sink = set_sink(outer)
     try:
         hooks.call(f"on_{phase}_start", trainer, model)
         hooks.call(f"on_{phase}_epoch_start", trainer, model)
         batch_start, batch_end = getattr(hooks, f"on_{phase}_batch_start"), getattr(hooks, f"on_{phase}_batch_end")
-        with torch.no_grad():
-            for batch_idx, batch in enumerate(loader):
-                if batch_idx >= n:
-                    break
-                sink.batch_size = batch_size(batch)
-                for fn in batch_start:
-                    fn(trainer, model, batch, batch_idx)
-                out = strategy.run_step(step_name, batch, batch_idx)
-                if phase == "predict":
-                    outputs.append(out)
-                for fn in batch_end:
-                    fn(trainer, model, out, batch, batch_idx)
-        sink.batch_size = 1  # a value logged in an epoch-end hook is one value per process
+        for i, (loader, n) in enumerate(zip(loaders, counts)):
+            sink = MetricSink()
+            set_sink(sink)
+            step_args = (i,) if pass_idx else ()
+            hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
+            with torch.no_grad():
+                for batch_idx, batch in enumerate(loader):
+                    if batch_idx >= n:
+                        break
+                    sink.batch_size = batch_size(batch)
+                    for fn in batch_start:
+                        fn(trainer, model, batch, batch_idx, *hook_args)
+                    out = strategy.run_step(step_name, batch, batch_idx, *step_args)
+                    if phase == "predict":
+                        outputs[i].append(out)
+                    for fn in batch_end:
+                        fn(trainer, model, out, batch, batch_idx, *hook_args)
+            suffix = loaders.suffix(i)
+            means.update((name + suffix, v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+            prog_bar |= {name + suffix for name in sink.prog_bar}
+        set_sink(outer)
         hooks.call(f"on_{phase}_epoch_end", trainer, model)
-        trainer.logged_metrics = sink.epoch_means(strategy.reduce_metrics)
-        trainer.callback_metrics.update(trainer.logged_metrics)
-        trainer.prog_bar_names |= sink.prog_bar
+        means.update(outer.epoch_means(strategy.reduce_metrics))
+        if publish:
+            trainer.logged_metrics = means
+            trainer.callback_metrics.update(means)
+            trainer.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:
         set_sink(previous_sink)
         for m, mode in zip(model.modules(), modes):
             m.training = mode
     return outputs if phase == "predict" else None
+
+
+def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
+    """Before training: ``num_sanity_val_steps`` batches of each validation loader (-1: all), so
+    that a bug in ``validation_step`` shows in seconds, not after the first epoch.
+
+    It changes nothing that training sees: every RNG (and each loader's own generator) is put
+    back, nothing it logs is kept, and the callbacks see only ``on_sanity_check_start/end``,
+    not the validation hooks (the model's own hooks do run), so that no callback has to
+    tell a sanity run from a real one.
+    """
+    steps = trainer.num_sanity_val_steps
+    if loaders is None or steps == 0 or trainer.limit_val_batches == 0:
+        return
+    model, hooks, cap = trainer.module, trainer._hooks, trainer.limit_val_batches
+    limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps
+    rng = ckpt_io.rng_state()
+    generators = [ckpt_io.generator_states(loader) for loader in loaders]
+    hooks.call("on_sanity_check_start", trainer, model)
+    trainer._hooks, trainer.sanity_checking = Hooks([], model), True
+    try:
+        evaluation_loop(trainer, "validation", loaders, limit, publish=False)
+    finally:
+        trainer._hooks, trainer.sanity_checking = hooks, False
+        ckpt_io.set_rng_state(rng)
+        for loader, states in zip(loaders, generators):
+            ckpt_io.set_generator_states(loader, states)
+    hooks.call("on_sanity_check_end", trainer, model)
 
 
 def limited(n: int | None, limit: int | float | None) -> int | float:

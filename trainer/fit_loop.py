@@ -17,7 +17,7 @@ from ._checks import bad_loss, loss_of, non_finite_loss
 from ._resume import Resume
 from ._signals import Interrupted
 from .data import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
-from .evaluation_loop import evaluation_loop, limited, validation_every
+from .evaluation_loop import evaluation_loop, limited, sanity_check, validation_every
 from .metrics import MetricSink, mean_over_processes, set_sink
 from .optim import resolve_optimizers
 
@@ -34,6 +34,7 @@ class FitLoop:
 
         setup("fit")                              (in stage.run_stage)
         on_fit_start
+        sanity check: num_sanity_val_steps validation batches, the RNG left as it was
         on_train_start
         for each epoch until max_epochs, max_steps or a stop request:
             on_train_epoch_start
@@ -58,7 +59,7 @@ class FitLoop:
             validation loop if check_val_every_n_epoch is due
             model.on_train_epoch_end              # what it self.logs joins the epoch means
             scheduler step (interval="epoch")
-            callbacks' on_train_epoch_end         # epoch checkpoints
+            callbacks' on_train_epoch_end         # epoch checkpoints; what they log joins too
         on_train_end
         on_fit_end
         teardown("fit")                           (in stage.run_stage)
@@ -70,12 +71,12 @@ class FitLoop:
         strategy = trainer.strategy
         self.trainer, self.model = trainer, model
         self.train_loader = strategy.process_dataloader(train_loader, "train")
-        self.val_loader = None if val_loader is None else strategy.process_dataloader(val_loader, "validate")
+        self.val_loader = None if val_loader is None else val_loader.map(lambda x: strategy.process_dataloader(x, "validate"))
         n = loader_length(self.train_loader)
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         trainer.num_training_batches = limited(n, trainer.limit_train_batches)
-        trainer.val_dataloaders = self.val_loader  # callbacks read it (EarlyStopping: is there validation?)
+        trainer.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
         check_same_length(strategy.gather_objects(trainer.num_training_batches))
         # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
         trainer._opt = resolve_optimizers(model, trainer._optimizer_factory)
@@ -91,6 +92,7 @@ class FitLoop:
             if not model.training:  # a model handed over in eval mode trains; submodules the
                 model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
             hooks.call("on_fit_start", trainer, model)
+            sanity_check(trainer, self.val_loader)
             hooks.call("on_train_start", trainer, model)
             while not self._done():
                 trainer._train_sink = sink = MetricSink()
@@ -128,19 +130,25 @@ class FitLoop:
         if self._epoch_val_due():
             evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
         own = hooks.module_hooks.get("on_train_epoch_end")
-        if own is not None:
-            previous, sink.batch_size = set_sink(sink), 1  # one value per process
-            try:
-                own(trainer, self.model)
-            finally:
-                set_sink(previous)
-            self._publish_epoch_means(sink, keep_latest=self._epoch_val_due())
-        if trainer._opt.interval == "epoch":
-            trainer._opt.step_scheduler(trainer.callback_metrics)
-        for fn in hooks.on_train_epoch_end:
-            if fn is not own:
-                fn(trainer, self.model)
+        previous, sink.batch_size = set_sink(sink), 1  # what the hooks log: one value per process
+        try:
+            if own is not None:
+                self._epoch_end_hook(own, sink)
+            if trainer._opt.interval == "epoch":
+                trainer._opt.step_scheduler(trainer.callback_metrics)
+            for fn in hooks.on_train_epoch_end:
+                if fn is not own:
+                    self._epoch_end_hook(fn, sink)
+        finally:
+            set_sink(previous)
         trainer._epoch_complete = False
+
+    def _epoch_end_hook(self, fn: Callable[..., Any], sink: MetricSink) -> None:
+        """An ``on_train_epoch_end`` hook; what it logs joins the epoch means, published again."""
+        before = sink.version()
+        fn(self.trainer, self.model)
+        if self.trainer.strategy.any_rank(sink.version() != before):
+            self._publish_epoch_means(sink, keep_latest=self._epoch_val_due())
 
     def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
         trainer = self.trainer
@@ -382,10 +390,8 @@ class FitLoop:
         )
 
     def _done(self) -> bool:
-        trainer, s = self.trainer, self.trainer.state
-        return s.should_stop or (trainer.max_epochs is not None and s.current_epoch >= trainer.max_epochs) or (
-            trainer.max_steps is not None and s.global_step >= trainer.max_steps
-        )
+        t, s = self.trainer, self.trainer.state  # max_epochs and max_steps are None or >= 1
+        return s.should_stop or s.current_epoch >= (t.max_epochs or math.inf) or s.global_step >= (t.max_steps or math.inf)
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch

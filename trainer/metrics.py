@@ -82,6 +82,10 @@ class MetricSink:
         finally:
             set_sink(previous)
 
+    def version(self) -> tuple[Any, ...]:
+        """Changes whenever a value is logged: epoch-end hooks are asked whether they logged."""
+        return tuple((name, len(s.values), s.weight, id(self.latest.get(name))) for name, s in self._series.items())
+
     def _new_series(self, name: str, value: Any, prog_bar: bool) -> _Series:
         # Checked once per name, so the per-step path stays a dict lookup and an append.
         if not isinstance(name, str) or not name:

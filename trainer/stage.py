@@ -8,29 +8,42 @@ spawning strategy it runs in every worker, and global rank 0 returns a picklable
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ._checks import check_loader
 from ._hooks import Hooks
-from ._resume import resolve_path
+from ._resume import evaluate_checkpoint, resolve_path
 from ._run_dir import run_dir
 from .evaluation_loop import evaluation_loop
 from .fit_loop import FitLoop
+from .loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
 from .precision import Precision
 from .seed import deterministic_algorithms, seed_everything
 from .state import TrainerState
+
+log = logging.getLogger("trainer")
 
 if TYPE_CHECKING:
     from .module import TrainModule
     from .trainer import Trainer
 
 
-def run_stage(trainer: Trainer, stage: str, model: TrainModule, loader: Any, val_loader: Any, ckpt_path: Any) -> Any:
+class StageData(NamedTuple):
+    """What a stage's data comes from, as the caller passed it; resolved in each process."""
+
+    loader: Any  # fit's train_dataloaders, or evaluation's dataloaders
+    val_loader: Any  # fit's val_dataloaders
+    datamodule: Any
+
+
+def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any) -> Any:
     """Set the process up, run ``stage``, tear down; returns what the caller gets back."""
     strategy = trainer.strategy
     strategy.setup_environment()
     try:
         with deterministic_algorithms(trainer.deterministic):  # the caller's settings come back after
-            output = _run(trainer, stage, model, loader, val_loader, ckpt_path)
+            output = _run(trainer, stage, model, data, ckpt_path)
     finally:
         trainer.state.stage = "idle"
         strategy.teardown()
@@ -63,8 +76,8 @@ def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
     return result["output"]
 
 
-def _run(trainer: Trainer, stage: str, model: TrainModule, loader: Any, val_loader: Any, ckpt_path: Any) -> Any:
-    strategy = trainer.strategy
+def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any) -> Any:
+    strategy, datamodule = trainer.strategy, data.datamodule
     if trainer.seed is not None:
         seed_everything((trainer.seed + strategy.global_rank) % 2**32)
     trainer._precision = strategy.precision = Precision(trainer.precision, strategy.root_device)
@@ -76,30 +89,65 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, loader: Any, val_load
         trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
         trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}
         trainer.prog_bar_names, trainer.samples_seen, trainer.grad_norm = set(), 0, None
+        ckpt_path = resolve_path(trainer, ckpt_path)
     else:
         trainer.state.stage = stage  # evaluation never moves the training counters
-    ckpt_path = resolve_path(trainer, ckpt_path)
     # predict logs nothing, so it gets no run folder; evaluation after fit writes into fit's.
     if trainer.log_dir is not None and stage != "predict" and (trainer.run_dir is None or stage == "fit"):
         trainer.run_dir = strategy.broadcast_object(
-            run_dir(trainer.log_dir, trainer.name, ckpt_path) if strategy.is_global_zero else None
+            run_dir(trainer.log_dir, trainer.name, ckpt_path if stage == "fit" else None) if strategy.is_global_zero else None
         )
+    prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait
+    if datamodule is not None:
+        datamodule.setup(stage)
     hooks.call("setup", trainer, model, stage)
+    counters = None
     try:
         if stage == "fit":
-            FitLoop(trainer, model, loader, val_loader, ckpt_path).run()
+            train = stage_loader("train", data.loader, model, datamodule)
+            if data.loader is None:  # the model's or DataModule's: checked here, where they were made
+                check_train_loader(train)
+                check_loader("train_dataloaders", train)
+            val = stage_loader("validate", data.val_loader, model, datamodule)
+            val = None if val is None else Loaders(val)
+            if trainer.overfit_batches:
+                train, val = overfit_loaders(train, val, trainer.overfit_batches)
+            FitLoop(trainer, model, train, val, ckpt_path).run()
+            if trainer.fast_dev_run and strategy.is_global_zero:
+                batches, n = trainer.num_training_batches, trainer.fast_dev_run
+                log.info(
+                    "fast_dev_run=%d: trained on %d batch(es) (%d optimizer step(s)) and validated on up to %d "
+                    "batch(es) of each validation loader; wrote no logs and no checkpoints.",
+                    n, batches, trainer.global_step, 0 if val is None else n,
+                )
             return None
-        loader = strategy.process_dataloader(loader, stage)
+        counters = evaluate_checkpoint(trainer, ckpt_path)
+        loaders = Loaders(stage_loader(stage, data.loader, model, datamodule))
+        loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, stage))
         if stage == "predict":
-            return strategy.gather_predictions(evaluation_loop(trainer, "predict", loader, trainer.limit_predict_batches))
-        if stage == "validate":
-            evaluation_loop(trainer, "validation", loader, trainer.limit_val_batches)
-        else:
-            evaluation_loop(trainer, "test", loader, trainer.limit_test_batches)
-        return dict(trainer.logged_metrics)
+            outputs = evaluation_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
+            return loaders.pack([strategy.gather_predictions(out) for out in outputs])
+        phase = "validation" if stage == "validate" else "test"
+        limit = trainer.limit_val_batches if stage == "validate" else trainer.limit_test_batches
+        evaluation_loop(trainer, phase, loaders, limit)
+        return per_loader(trainer.logged_metrics, loaders)
     except BaseException as err:
         for fn in hooks.on_exception:
             fn(trainer, model, err)
         raise
     finally:
+        if counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
+            trainer.state.global_step, trainer.state.current_epoch = counters
         hooks.call("teardown", trainer, model, stage)
+        if datamodule is not None:
+            datamodule.teardown(stage)
+
+
+def per_loader(metrics: dict[str, float], loaders: Loaders) -> Any:
+    """validate's and test's result: the means, or with several loaders one dict per loader
+    (its own suffixed values and the unsuffixed ones an epoch-end hook logged), shaped as given."""
+    if not loaders.several:
+        return dict(metrics)
+    suffixes = [loaders.suffix(i) for i in range(len(loaders))]
+    shared = {k: v for k, v in metrics.items() if not any(k.endswith(sfx) for sfx in suffixes)}
+    return loaders.pack([{**{k: v for k, v in metrics.items() if k.endswith(sfx)}, **shared} for sfx in suffixes])

@@ -15,19 +15,22 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from callbacks import Callback, ModelCheckpoint, ProgressBar, TensorBoardLogger
+from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, TensorBoardLogger
 from strategies import Strategy, select_strategy
 
 from . import checkpoint as ckpt_io
-from ._checks import check_ckpt_path, check_loader, check_model, flag, interval, limit, one_of, positive_int, positive_number
+from ._checks import (
+    check_ckpt_path, check_loader, check_model, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
+)
 from ._hooks import Hooks, check_callbacks
-from ._resume import capture
+from ._resume import best_checkpoint, capture
 from ._signals import StopSignals
 from .metrics import MetricSink
 from .module import TrainModule
 from .optim import OptimizerSetup
 from .precision import Precision, check_precision_available, normalize_precision
-from .stage import absorb, run_stage
+from .loaders import DataModule, check_loaders, check_sources, check_train_loader
+from .stage import StageData, absorb, run_stage
 from .state import TrainerState
 
 
@@ -65,6 +68,10 @@ class Trainer:
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         name: str = "default",
         sync_batchnorm: bool = False,
+        num_sanity_val_steps: int = 2,
+        fast_dev_run: bool | int = False,
+        overfit_batches: int | float = 0,
+        enable_model_summary: bool = True,
     ) -> None:
         self.max_epochs = positive_int("max_epochs", max_epochs, allow_none=True)
         self.max_steps = positive_int("max_steps", max_steps, allow_none=True)
@@ -99,10 +106,25 @@ class Trainer:
                 "e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
             )
         self._optimizer_factory = optimizer
+        self.num_sanity_val_steps = positive_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
+        self.enable_model_summary = flag("enable_model_summary", enable_model_summary)
+        self.overfit_batches = limit("overfit_batches", overfit_batches)
+        if self.overfit_batches:  # train and validate on the same first batches, in order
+            self.limit_train_batches = self.limit_val_batches = self.overfit_batches
+        self.fast_dev_run = fast_dev_run_batches(fast_dev_run)
+        if self.fast_dev_run:  # n batches of each loader, one epoch, nothing written
+            n = self.fast_dev_run
+            self.max_epochs, self.max_steps, self.num_sanity_val_steps = 1, None, 0
+            self.limit_train_batches = self.limit_val_batches = self.limit_test_batches = self.limit_predict_batches = n
+            self.check_val_every_n_epoch, self.val_check_interval = 1, None
+            self.log_dir, self.enable_checkpointing, self.enable_progress_bar, self.enable_model_summary = None, False, False, False
+        self.sanity_checking = False  # True while the sanity check runs
         self._strategy = select_strategy(strategy, devices)
         self.sync_batchnorm = flag("sync_batchnorm", sync_batchnorm)
         self._strategy.sync_batchnorm = self.sync_batchnorm or self._strategy.sync_batchnorm
         given = check_callbacks(callbacks)
+        if self.fast_dev_run:  # no bar, no files: a configured bar, logger or checkpointer is left out too
+            given = [cb for cb in given if not isinstance(cb, (ProgressBar, TensorBoardLogger, ModelCheckpoint, ModelSummary))]
         self.callbacks: list[Callback] = given + self._default_callbacks(given)
         self.state = TrainerState()
         self.callback_metrics: dict[str, float] = {}
@@ -145,6 +167,8 @@ class Trainer:
             extra.append(TensorBoardLogger())
         if self.enable_checkpointing and wanted(ModelCheckpoint):
             extra.append(ModelCheckpoint())
+        if self.enable_model_summary and wanted(ModelSummary):
+            extra.append(ModelSummary())
         return extra
 
     # --- what users read ---------------------------------------------------------------
@@ -233,44 +257,71 @@ class Trainer:
         self._skip_step = True
 
     # --- entry points ------------------------------------------------------------------
-    def fit(self, model: TrainModule, train_dataloaders: Any, val_dataloaders: Any = None, *, ckpt_path: str | os.PathLike | None = None) -> None:
-        """Train ``model``; the order of events is in :class:`trainer.fit_loop.FitLoop`."""
+    def fit(
+        self, model: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
+        datamodule: DataModule | None = None, *, ckpt_path: str | os.PathLike | None = None,
+    ) -> None:
+        """Train ``model``; the order of events is in :class:`trainer.fit_loop.FitLoop`.
+
+        The data comes from the loaders given, a ``datamodule``, or the model's own
+        ``train_dataloader()`` and ``val_dataloader()``. ``val_dataloaders`` may be several
+        loaders (a list or a dict)."""
         check_model(model)
-        check_loader("train_dataloaders", train_dataloaders)
-        if val_dataloaders is not None:
-            check_loader("val_dataloaders", val_dataloaders)
+        if isinstance(train_dataloaders, DataModule) and datamodule is None:  # fit(model, dm), as Lightning allows
+            train_dataloaders, datamodule = None, train_dataloaders
+        check_sources("fit", model, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}, datamodule)
+        if train_dataloaders is not None:
+            check_train_loader(train_dataloaders)
+            check_loader("train_dataloaders", train_dataloaders)
+        check_loaders("val_dataloaders", val_dataloaders)
         if self.max_epochs is None and self.max_steps is None:
             raise ValueError("fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both.")
         check_ckpt_path(ckpt_path)
-        self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path)
+        self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
 
-    def validate(self, model: TrainModule, dataloaders: Any) -> dict[str, float]:
-        """The means of what ``validation_step`` logged. The training counters stay as they are."""
-        return self._evaluate("validate", model, dataloaders)
+    def validate(
+        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
+        datamodule: DataModule | None = None,
+    ) -> Any:
+        """The means of what ``validation_step`` logged (one dict; with several loaders, one
+        per loader, in a list or dict as they were given). ``ckpt_path`` ("best", "last" or a
+        file) evaluates that checkpoint's weights, at its step. The training counters stay."""
+        return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule)
 
-    def test(self, model: TrainModule, dataloaders: Any) -> dict[str, float]:
-        """The means of what ``test_step`` logged. The training counters stay as they are."""
-        return self._evaluate("test", model, dataloaders)
+    def test(
+        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
+        datamodule: DataModule | None = None,
+    ) -> Any:
+        """The means of what ``test_step`` logged, as ``validate`` returns them."""
+        return self._evaluate("test", model, dataloaders, ckpt_path, datamodule)
 
-    def predict(self, model: TrainModule, dataloaders: Any) -> list[Any]:
-        """``predict_step``'s outputs, in the loader's order. Under DDP, global rank 0 gets every
-        rank's (on the CPU) and the other ranks get None."""
+    def predict(
+        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
+        datamodule: DataModule | None = None,
+    ) -> Any:
+        """``predict_step``'s outputs, in the loader's order (one list per loader with several).
+        Under DDP, global rank 0 gets every rank's (on the CPU) and the other ranks get None."""
+        return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule)
+
+    def _evaluate(self, stage: str, model: TrainModule, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
         check_model(model, needs_training_step=False)
-        check_loader("dataloaders", dataloaders)
-        return self._launch("predict", model, dataloaders)
-
-    def _evaluate(self, stage: str, model: TrainModule, dataloaders: Any) -> dict[str, float]:
-        check_model(model, needs_training_step=False)
-        step = "validation_step" if stage == "validate" else "test_step"
+        step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
         if not callable(getattr(model, step, None)):
             raise TypeError(f"trainer.{stage}() needs {type(model).__name__}.{step}(self, batch, batch_idx).")
-        check_loader("dataloaders", dataloaders)
-        return self._launch(stage, model, dataloaders)
+        if isinstance(dataloaders, DataModule) and datamodule is None:
+            dataloaders, datamodule = None, dataloaders
+        check_sources(stage, model, {"dataloaders": dataloaders}, datamodule)
+        check_loaders("dataloaders", dataloaders)
+        check_ckpt_path(ckpt_path, evaluating=True)
+        if ckpt_path is not None and os.fspath(ckpt_path) == "best":
+            ckpt_path = best_checkpoint(self.checkpoint_callback)
+        return self._launch(stage, model, dataloaders, None, ckpt_path, datamodule)
 
-    def _launch(self, stage: str, model: TrainModule, loader: Any, val_loader: Any = None, ckpt_path: Any = None) -> Any:
+    def _launch(self, stage: str, model: TrainModule, loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any = None) -> Any:
         """Run ``stage`` in the strategy's processes (``stage.run_stage``) and take back its results."""
         check_precision_available(self.precision)  # here, not in each of several DDP workers
-        return absorb(self, model, self._strategy.launch(run_stage, self, stage, model, loader, val_loader, ckpt_path))
+        data = StageData(loader, val_loader, datamodule)
+        return absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
 
     # --- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike) -> None:

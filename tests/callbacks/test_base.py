@@ -60,7 +60,7 @@ def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limi
         + VALIDATION_2
         + ["on_train_epoch_end"]
     )
-    expected = ["setup", "on_fit_start", "on_train_start"] + epoch + epoch + ["on_train_end", "on_fit_end", "teardown"]
+    expected = ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start"] + epoch + epoch + ["on_train_end", "on_fit_end", "teardown"]
     assert rec.events == expected
     assert trainer.global_step == 6 and trainer.current_epoch == 2
     counts = Counter(rec.events)
@@ -75,7 +75,7 @@ def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limi
 def test_validation_due_mid_epoch_runs_before_that_batch_end_and_again_at_the_epoch_end():
     rec, trainer = _fit(max_epochs=1, limit_train_batches=5, limit_val_batches=2, val_check_interval=2)
     expected = (
-        ["setup", "on_fit_start", "on_train_start", "on_train_epoch_start"]
+        ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start", "on_train_epoch_start"]
         + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
         + BATCH + ["on_before_optimizer_step"] + VALIDATION_2 + ["on_train_batch_end"]
         + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]

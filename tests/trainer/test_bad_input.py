@@ -223,8 +223,11 @@ def test_bad_fit_input_fails_before_training(case, error, words, tmp_path):
 
 def test_validate_test_predict_check_their_input():
     trainer = Trainer(**quiet())
-    with pytest.raises(TypeError, match=r"dataloaders=None is not iterable"):
+    with pytest.raises(ValueError, match=r"trainer.validate\(\) has no data: dataloaders=None, and no datamodule= "
+                       r"was given and Classifier does not define val_dataloader\(\)"):
         trainer.validate(Classifier(), None)
+    with pytest.raises(TypeError, match=r"dataloaders=5 is not iterable"):
+        trainer.validate(Classifier(), 5)
     with pytest.raises(ValueError, match=r"dataloaders is empty"):
         trainer.test(Classifier(), [])
     class NoValidation(Classifier):

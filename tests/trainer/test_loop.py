@@ -147,7 +147,7 @@ def test_validation_runs_in_eval_mode_without_grad_and_restores_modes():
     model.net[0].eval()  # a submodule the user froze in eval mode must stay so
     trainer = Trainer(**quiet(max_epochs=1))
     trainer.fit(model, loader(32, 16), loader(16, 16))
-    assert model.seen == [(False, False)]
+    assert model.seen == [(False, False)] * 2  # the sanity check's batch, then the epoch's validation
     assert model.training and not model.net[0].training and model.net[3].training
     model.eval()
     trainer.validate(model, loader(16, 16))

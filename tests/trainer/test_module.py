@@ -82,6 +82,7 @@ def test_the_models_hook_runs_before_the_callbacks_for_every_hook():
     assert events == [
         ("model", "setup", "fit"), ("callback", "setup", "fit"),
         ("model", "on_fit_start"), ("callback", "on_fit_start"),
+        ("model", "on_validation_epoch_end"),  # the sanity check's: the model's hooks only
         ("model", "on_train_epoch_start"), ("callback", "on_train_epoch_start"),
         ("model", "on_before_optimizer_step"), ("callback", "on_before_optimizer_step"),
         ("model", "on_train_batch_end", 0), ("callback", "on_train_batch_end", 0),

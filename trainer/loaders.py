@@ -1,0 +1,224 @@
+"""Where a stage's loaders come from, and several evaluation loaders held as one.
+
+A stage's data comes from exactly one place: the loaders passed to ``fit``/``validate``/...,
+a :class:`DataModule`, or the model's own ``train_dataloader()`` (and friends). Validation,
+test and predict take one loader, or several as a list, tuple or dict: :class:`Loaders`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+from ._checks import check_loader
+from .data import loader_length, rebuild_loader
+from .module import TrainModule
+
+if TYPE_CHECKING:
+    from strategies import Strategy
+
+log = logging.getLogger("trainer")
+
+# The loader method that serves each stage, on a DataModule or on the model.
+LOADER_METHOD = {
+    "train": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader",
+}
+
+
+class DataModule:
+    """The data of a project in one object: ``fit(model, datamodule=dm)``.
+
+    Define the loader methods you need. ``prepare_data`` runs once per machine (on its local
+    rank 0, the other processes wait), for downloads and other writes to disk; ``setup(stage)``
+    runs in every process, for what each one holds in memory (splits, tokenizers). Set
+    ``prepare_data_per_node = False`` when the machines share a file system, and global rank 0
+    alone prepares. Lightning's ``LightningDataModule``, with the same names.
+    """
+
+    prepare_data_per_node = True
+
+    def prepare_data(self) -> None: ...
+    def setup(self, stage: str) -> None: ...
+    def teardown(self, stage: str) -> None: ...
+    def train_dataloader(self) -> Any: ...
+    def val_dataloader(self) -> Any: ...
+    def test_dataloader(self) -> Any: ...
+    def predict_dataloader(self) -> Any: ...
+
+
+def defines(owner: Any, method: str) -> bool:
+    """Whether ``owner`` (a DataModule or a model) defines ``method`` itself."""
+    base = DataModule if isinstance(owner, DataModule) else TrainModule
+    own = getattr(type(owner), method, None)
+    return callable(own) and own is not getattr(base, method, None)
+
+
+def check_sources(stage: str, model: Any, given: dict[str, Any], datamodule: Any) -> None:
+    """Before any process starts: the data comes from one place, and that place has it.
+
+    ``given`` maps the argument names (``train_dataloaders``, ``val_dataloaders`` or
+    ``dataloaders``) to what was passed.
+    """
+    passed = [name for name, value in given.items() if value is not None]
+    if datamodule is not None:
+        if not isinstance(datamodule, DataModule):
+            raise TypeError(f"datamodule={datamodule!r:.80} must be a trainer.DataModule (subclass it and define its loader methods).")
+        if passed:
+            raise ValueError(
+                f"Both {' and '.join(passed)} and datamodule= were given: the data must come from one place. "
+                f"Drop datamodule= to use the loaders, or drop {' and '.join(passed)} to use the DataModule's."
+            )
+    needed = "train" if stage == "fit" else stage
+    first = next(iter(given))
+    if given[first] is not None:
+        return
+    method = LOADER_METHOD[needed]
+    owner = datamodule if datamodule is not None else model
+    if not defines(owner, method):
+        where = (
+            f"the DataModule {type(datamodule).__name__} does not define {method}()" if datamodule is not None
+            else f"no datamodule= was given and {type(model).__name__} does not define {method}()"
+        )
+        call = "fit" if stage == "fit" else stage
+        raise ValueError(f"trainer.{call}() has no data: {first}=None, and {where}. Pass {first}=..., a datamodule, or define {method}().")
+
+
+def prepare(strategy: Strategy, model: Any, datamodule: Any) -> None:
+    """``prepare_data`` of the DataModule and the model: on each machine's local rank 0 (or
+    global rank 0 with ``prepare_data_per_node=False``) while the other processes wait."""
+    for owner in (datamodule, model):
+        if owner is None or not defines(owner, "prepare_data"):
+            continue
+        per_node = getattr(owner, "prepare_data_per_node", True)
+        if (strategy.local_rank if per_node else strategy.global_rank) == 0:
+            owner.prepare_data()
+        strategy.barrier()
+
+
+def stage_loader(stage: str, given: Any, model: Any, datamodule: Any) -> Any:
+    """The loader(s) for ``stage`` ("train", "validate", "test", "predict"): those given, else the
+    DataModule's, else the model's; None if none of them has any."""
+    if given is not None:
+        return given
+    method = LOADER_METHOD[stage]
+    owner = datamodule if datamodule is not None else model
+    return getattr(owner, method)() if defines(owner, method) else None
+
+
+def is_several(loaders: Any) -> bool:
+    """A list, tuple or dict of loaders (DataLoaders, or iterables that are not tensors or
+    containers themselves): several loaders, not one loader that is a list of batches."""
+    if isinstance(loaders, dict):
+        items = list(loaders.values())
+    elif type(loaders) in (list, tuple):
+        items = list(loaders)
+    else:
+        return False
+    return bool(items) and all(_one_loader(x) for x in items)
+
+
+def _one_loader(x: Any) -> bool:
+    if isinstance(x, DataLoader):
+        return True
+    return hasattr(x, "__iter__") and not isinstance(x, (torch.Tensor, list, tuple, dict, str, bytes))
+
+
+def check_loaders(name: str, loaders: Any) -> None:
+    """One loader or several (each checked, and named by its index or key); None passes."""
+    if loaders is None:
+        return
+    if not is_several(loaders):
+        check_loader(name, loaders)
+        return
+    for key, loader in (loaders.items() if isinstance(loaders, dict) else enumerate(loaders)):
+        check_loader(f"{name}[{key!r}]", loader)
+
+
+def check_train_loader(loader: Any) -> None:
+    if is_several(loader):
+        n = len(loader)
+        raise ValueError(
+            f"train_dataloaders is a {type(loader).__name__} of {n} loaders; training takes one. Join their "
+            "datasets into one loader (torch.utils.data.ConcatDataset), or run a fit per loader. Several "
+            "loaders are for validation, test and predict."
+        )
+
+
+class Loaders:
+    """One evaluation loader, or several given as a list, tuple or dict.
+
+    With several, what ``self.log`` records in a step is kept apart per loader: a list's
+    names get Lightning's suffix ``/dataloader_idx_N``, a dict's get ``/<key>``. Results come
+    back in the shape the loaders were given: a value, a list, or a dict.
+    """
+
+    def __init__(self, given: Any) -> None:
+        self.kind = "dict" if isinstance(given, dict) and is_several(given) else "list" if is_several(given) else "one"
+        if self.kind == "dict":
+            self.keys, self.loaders = list(given), list(given.values())
+        elif self.kind == "list":
+            self.keys, self.loaders = list(range(len(given))), list(given)
+        else:
+            self.keys, self.loaders = [0], [given]
+
+    @property
+    def several(self) -> bool:
+        return self.kind != "one"
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loaders)
+
+    def __len__(self) -> int:
+        return len(self.loaders)
+
+    def map(self, fn: Callable[[Any], Any]) -> "Loaders":
+        out = Loaders.__new__(Loaders)
+        out.kind, out.keys, out.loaders = self.kind, list(self.keys), [fn(x) for x in self.loaders]
+        return out
+
+    def suffix(self, i: int) -> str:
+        if self.kind == "one":
+            return ""
+        return f"/dataloader_idx_{i}" if self.kind == "list" else f"/{self.keys[i]}"
+
+    def pack(self, values: list[Any]) -> Any:
+        """Per-loader ``values`` in the shape the loaders came in."""
+        if self.kind == "one":
+            return values[0]
+        return dict(zip(self.keys, values)) if self.kind == "dict" else list(values)
+
+    def as_given(self) -> Any:
+        """The loader, or the list or dict of them."""
+        return self.pack(self.loaders)
+
+    def lengths(self) -> list[int | None]:
+        return [loader_length(x) for x in self.loaders]
+
+
+def takes_dataloader_idx(step: Callable[..., Any]) -> bool:
+    """Whether a ``*_step`` method takes a third argument (``dataloader_idx``) or ``*args``."""
+    try:
+        params = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def overfit_loaders(train: Any, val: Any, n: int | float) -> tuple[Any, Loaders]:
+    """``overfit_batches``: the training loader in order (the same first batches every epoch),
+    and the same loader for validation, in place of any validation loader."""
+    if isinstance(train, DataLoader) and isinstance(train.sampler, RandomSampler):
+        warnings.warn(
+            f"overfit_batches={n!r}: train_dataloaders shuffles; it is used in order, so that every epoch "
+            "trains and validates on the same first batches.", stacklevel=2,
+        )
+        train = rebuild_loader(train, sampler=SequentialSampler(train.dataset))
+    if val is not None:
+        log.info("overfit_batches=%r: validating on the training batches, not on val_dataloaders.", n)
+    return train, Loaders(train)
