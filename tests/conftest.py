@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -51,3 +52,15 @@ def script_env(repo_root) -> dict[str, str]:
     env["PYTHONPATH"] = repo_root + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture
+def trainer_log():
+    """Lines the "trainer" logger writes (it does not propagate, so caplog misses them)."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("trainer")
+    logger.addHandler(handler)
+    yield lines
+    logger.removeHandler(handler)

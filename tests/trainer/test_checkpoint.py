@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import glob
-import logging
 import os
 import pickle
 import re
@@ -47,18 +46,6 @@ def fit(model=None, *, epochs=2, ckpt_path=None, callbacks=(), **kw) -> Trainer:
     t = Trainer(**options)
     t.fit(model if model is not None else Classifier(dropout=0.2), loader(32, shuffle=True), loader(16), ckpt_path=ckpt_path)
     return t
-
-
-@pytest.fixture
-def trainer_log():
-    """Lines the "trainer" logger writes (it does not propagate, so caplog misses them)."""
-    lines: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())
-    logger = logging.getLogger("trainer")
-    logger.addHandler(handler)
-    yield lines
-    logger.removeHandler(handler)
 
 
 # --- what a checkpoint holds --------------------------------------------------------------------

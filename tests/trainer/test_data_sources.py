@@ -1,0 +1,220 @@
+"""Where a stage's data comes from (loaders, a DataModule, the model), several evaluation
+loaders, and evaluating a checkpoint with ckpt_path."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch import nn
+from torch.utils.data import DataLoader
+
+from callbacks import ModelCheckpoint
+from tests._models import Classifier, dataset, loader, quiet
+from trainer import DataModule, Trainer
+
+
+class Data(DataModule):
+    """Records what the Trainer called, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def prepare_data(self):
+        self.calls.append("prepare_data")
+
+    def setup(self, stage):
+        self.calls.append(f"setup:{stage}")
+        self.train, self.val = dataset(64, seed=1), dataset(32, seed=2)
+
+    def teardown(self, stage):
+        self.calls.append(f"teardown:{stage}")
+
+    def train_dataloader(self):
+        return DataLoader(self.train, batch_size=16)
+
+    def val_dataloader(self):
+        return DataLoader(self.val, batch_size=16)
+
+    def test_dataloader(self):
+        return DataLoader(self.val, batch_size=8)
+
+
+class WithLoaders(Classifier):
+    def train_dataloader(self):
+        return loader(64, 16)
+
+    def val_dataloader(self):
+        return loader(32, 16)
+
+
+def test_a_datamodule_gives_fit_and_test_their_loaders_and_runs_its_hooks_in_order():
+    torch.manual_seed(0)
+    model, dm = Classifier(), Data()
+    reference = copy.deepcopy(model)
+    trainer = Trainer(max_epochs=2, **quiet())
+    trainer.fit(model, datamodule=dm)
+    assert dm.calls == ["prepare_data", "setup:fit", "teardown:fit"]
+    assert "val_loss" in trainer.callback_metrics
+    # The same as passing the DataModule's loaders by hand.
+    Trainer(max_epochs=2, **quiet()).fit(reference, loader(64, 16), DataLoader(dataset(32, seed=2), batch_size=16))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
+    result = trainer.test(model, datamodule=dm)
+    assert dm.calls[3:] == ["prepare_data", "setup:test", "teardown:test"]
+    assert result == trainer.test(model, DataLoader(dataset(32, seed=2), batch_size=8))
+    Trainer(max_steps=1, **quiet()).fit(Classifier(), dm)  # fit(model, dm), as Lightning allows
+
+
+def test_the_model_can_define_its_own_loaders():
+    trainer = Trainer(max_epochs=1, **quiet())
+    trainer.fit(WithLoaders())
+    assert trainer.global_step == 4 and "val_loss" in trainer.callback_metrics
+    assert set(trainer.validate(WithLoaders())) == {"val_loss", "val_acc"}
+
+
+def test_the_data_must_come_from_one_place_and_be_there():
+    trainer = Trainer(max_epochs=1, **quiet())
+    with pytest.raises(ValueError, match=r"Both train_dataloaders and datamodule= were given.*Drop datamodule= to use "
+                                         r"the loaders, or drop train_dataloaders to use the DataModule's"):
+        trainer.fit(Classifier(), loader(), datamodule=Data())
+    with pytest.raises(ValueError, match=r"trainer.fit\(\) has no data: train_dataloaders=None, and no datamodule= was "
+                                         r"given and Classifier does not define train_dataloader\(\)"):
+        trainer.fit(Classifier())
+
+    class OnlyTrain(DataModule):
+        def train_dataloader(self):
+            return loader()
+
+    with pytest.raises(ValueError, match=r"the DataModule OnlyTrain does not define test_dataloader\(\)"):
+        trainer.test(Classifier(), datamodule=OnlyTrain())
+    with pytest.raises(TypeError, match=r"datamodule=.* must be a trainer.DataModule"):
+        trainer.fit(Classifier(), datamodule=object())
+
+
+def test_several_loaders_for_training_is_a_sentence_not_an_unpack_error_in_the_step():
+    with pytest.raises(ValueError, match=r"train_dataloaders is a list of 2 loaders; training takes one\. Join their "
+                                         r"datasets into one loader \(torch.utils.data.ConcatDataset\)"):
+        Trainer(max_epochs=1, **quiet()).fit(Classifier(), [loader(), loader()])
+
+    class TwoTrainLoaders(Classifier):
+        def train_dataloader(self):
+            return {"a": loader(), "b": loader()}
+
+    with pytest.raises(ValueError, match=r"train_dataloaders is a dict of 2 loaders"):
+        Trainer(max_epochs=1, **quiet()).fit(TwoTrainLoaders())
+
+
+class Indexed(Classifier):
+    """validation_step takes dataloader_idx; the hooks record the index they get."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step_idx: list[int] = []
+        self.hook_idx: list[int] = []
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        self.step_idx.append(dataloader_idx)
+        super().validation_step(batch, batch_idx)
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        self.log("test_loss", nn.functional.cross_entropy(self(batch[0]), batch[1]))
+        self.log("idx", float(dataloader_idx))
+
+    def on_validation_batch_end(self, outputs, batch, batch_idx, dataloader_idx=0):
+        self.hook_idx.append(dataloader_idx)
+
+    def on_validation_epoch_end(self):
+        self.log("epoch_value", 7.0)
+
+
+def test_several_validation_loaders_keep_their_metrics_apart_like_each_loader_alone():
+    torch.manual_seed(0)
+    model = Indexed()
+    first, second = DataLoader(dataset(32, seed=3), batch_size=16), DataLoader(dataset(48, seed=4), batch_size=16)
+    trainer = Trainer(**quiet())
+    results = trainer.validate(model, [first, second])
+    assert model.step_idx == [0, 0, 1, 1, 1] and model.hook_idx == [0, 0, 1, 1, 1]
+    alone = [trainer.validate(model, first), trainer.validate(model, second)]
+    for i, (result, single) in enumerate(zip(results, alone)):
+        assert result == {
+            f"val_loss/dataloader_idx_{i}": single["val_loss"], f"val_acc/dataloader_idx_{i}": single["val_acc"],
+            "epoch_value": 7.0,
+        }
+    # A dict of loaders: results by key, metrics suffixed with the key.
+    by_name = trainer.validate(model, {"clean": first, "noisy": second})
+    assert by_name["clean"]["val_loss/clean"] == alone[0]["val_loss"]
+    assert by_name["noisy"]["val_acc/noisy"] == alone[1]["val_acc"]
+    assert trainer.test(model, [first, second])[1]["idx/dataloader_idx_1"] == 1.0
+
+
+def test_several_validation_loaders_during_fit_reach_callback_metrics_and_tensorboard():
+    model = Classifier()
+    trainer = Trainer(max_epochs=2, enable_progress_bar=False, callbacks=[ModelCheckpoint(monitor="val_loss/dataloader_idx_1")])
+    trainer.fit(model, loader(64), [loader(32), DataLoader(dataset(16, seed=9), batch_size=8)])
+    assert {"val_loss/dataloader_idx_0", "val_loss/dataloader_idx_1"} <= set(trainer.callback_metrics)
+    assert trainer.val_dataloaders is not None and len(trainer.val_dataloaders) == 2
+    acc = EventAccumulator(trainer.run_dir)
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("val_loss/dataloader_idx_1")] == [4, 8]
+    assert trainer.checkpoint_callback.best_model_path.endswith(".ckpt")
+
+
+def test_predict_returns_one_list_per_loader_in_the_shape_given():
+    model = Classifier()
+    trainer = Trainer(**quiet())
+    one = trainer.predict(model, loader(32, 16))
+    several = trainer.predict(model, [loader(32, 16), loader(16, 8)])
+    named = trainer.predict(model, {"a": loader(16, 8)})
+    assert len(several) == 2 and all(torch.equal(a, b) for a, b in zip(several[0], one))
+    assert [len(p) for p in several] == [2, 2] and list(named) == ["a"] and len(named["a"]) == 2
+
+
+# --- ckpt_path for validate, test and predict ---------------------------------------------
+class Best(Classifier):
+    """Logs a validation score that is best (lowest) at the first epoch's end."""
+
+    def validation_step(self, batch, batch_idx):
+        self.log("score", float(self.trainer.current_epoch))
+
+
+def _weights(path: str) -> dict:
+    return torch.load(path, weights_only=True)["model"]
+
+
+def test_validate_with_ckpt_path_best_last_or_a_file_evaluates_those_weights_at_their_step(tmp_path):
+    model = Best()
+    trainer = Trainer(max_epochs=3, enable_progress_bar=False, callbacks=[ModelCheckpoint(monitor="score", save_last=True)])
+    trainer.fit(model, loader(64), loader(32))
+    best = trainer.checkpoint_callback.best_model_path
+    assert "epoch=0" in best and trainer.global_step == 12
+    final = copy.deepcopy(model.state_dict())
+
+    expected = Classifier()
+    expected.load_state_dict(_weights(best))
+    metrics = trainer.validate(model, loader(32), ckpt_path="best")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), expected.state_dict().values()))
+    assert metrics == {"score": 1.0}  # written at epoch 0's end, the checkpoint's epoch is the next one
+    assert trainer.global_step == 12  # the trainer's counters come back after
+    acc = EventAccumulator(trainer.run_dir)
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("score")][-1] == 4  # logged at the checkpoint's step
+
+    trainer.test(model, loader(32), ckpt_path="last")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), final.values()))
+    predictions = trainer.predict(model, loader(16, 16), ckpt_path=best)
+    assert torch.equal(predictions[0], expected(dataset(16).tensors[0]).argmax(-1))
+
+
+def test_ckpt_path_best_explains_when_there_is_no_best():
+    with pytest.raises(ValueError, match=r"ckpt_path='best': no checkpoint has been saved by this Trainer's ModelCheckpoint yet"):
+        Trainer(log_dir=None, enable_progress_bar=False).validate(Classifier(), loader(), ckpt_path="best")
+    with pytest.raises(ValueError, match=r"ckpt_path='best' needs the ModelCheckpoint callback .* \(enable_checkpointing=False\)"):
+        Trainer(**quiet()).validate(Classifier(), loader(), ckpt_path="best")
+    with pytest.raises(ValueError, match=r"ckpt_path='best' is for validate, test and predict"):
+        Trainer(max_epochs=1, **quiet()).fit(Classifier(), loader(), ckpt_path="best")
+    with pytest.raises(ValueError, match=r"ckpt_path='last': no checkpoint found"):
+        Trainer(enable_progress_bar=False).test(Classifier(), loader(), ckpt_path="last")
+    with pytest.raises(ValueError, match=r"ckpt_path='nope.ckpt' does not exist. Pass an existing file, 'best' or 'last', or None"):
+        Trainer(**quiet()).test(Classifier(), loader(), ckpt_path="nope.ckpt")

@@ -1,0 +1,165 @@
+"""The quick-debug options (sanity check, fast_dev_run, overfit_batches), the model summary,
+and values that callbacks log at the epoch's end."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar
+from tests._models import Classifier, dataset, loader, quiet
+from trainer import Trainer
+
+
+class Counted(Classifier):
+    """Counts its steps, and the validation steps that ran before the first training step."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.train_steps = self.val_steps = self.val_before_training = 0
+
+    def training_step(self, batch, batch_idx):
+        self.train_steps += 1
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.val_steps += 1
+        self.val_before_training += self.train_steps == 0
+        return super().validation_step(batch, batch_idx)
+
+
+def _fit(model, **options):
+    torch.manual_seed(0)
+    shuffled = DataLoader(dataset(64), batch_size=8, shuffle=True)
+    trainer = Trainer(**quiet(max_epochs=2, **options))
+    trainer.fit(model, shuffled, DataLoader(dataset(48), batch_size=8, shuffle=True))
+    return trainer
+
+
+def test_the_sanity_check_runs_two_validation_batches_first_and_changes_nothing_in_training():
+    torch.manual_seed(0)
+    checked, plain = Counted(dropout=0.5), Counted(dropout=0.5)
+    plain.load_state_dict(checked.state_dict())
+    trainer = _fit(checked)
+    _fit(plain, num_sanity_val_steps=0)
+    assert checked.val_before_training == 2 and plain.val_before_training == 0
+    # Dropout, shuffling and the val loader's draws: every RNG was put back, so the weights are equal.
+    assert all(torch.equal(a, b) for a, b in zip(checked.state_dict().values(), plain.state_dict().values()))
+    assert _fit(Counted(), num_sanity_val_steps=-1).module.val_before_training == 6  # -1: all of it
+    assert trainer.callback_metrics["val_loss"] == pytest.approx(trainer.logged_metrics["val_loss"])
+
+
+def test_the_sanity_checks_values_are_not_kept_and_callbacks_see_only_its_start_and_end():
+    seen = []
+
+    class Watch(Callback):
+        def on_sanity_check_start(self, trainer, module):
+            seen.append(("start", trainer.sanity_checking))
+
+        def on_validation_start(self, trainer, module):
+            seen.append("validation")
+
+        def on_sanity_check_end(self, trainer, module):
+            seen.append(("end", trainer.sanity_checking))
+
+    model = Counted()
+    trainer = Trainer(**quiet(max_epochs=1, check_val_every_n_epoch=None, callbacks=[Watch()]))
+    trainer.fit(model, loader(32), loader(32))
+    assert model.val_steps == 2 and seen == [("start", False), ("end", False)]
+    assert "val_loss" not in trainer.callback_metrics
+
+
+def test_a_broken_validation_step_fails_before_any_training():
+    class Broken(Counted):
+        def validation_step(self, batch, batch_idx):
+            raise KeyError("typo")
+
+    model = Broken()
+    with pytest.raises(KeyError, match="typo"):
+        Trainer(**quiet(max_epochs=5)).fit(model, loader(), loader())
+    assert model.train_steps == 0
+
+
+def test_fast_dev_run_runs_one_batch_of_each_and_writes_nothing(capfd, trainer_log):
+    model = Counted()
+    trainer = Trainer(max_epochs=50, fast_dev_run=True, callbacks=[ModelCheckpoint(dirpath="ckpts"), ProgressBar()])
+    trainer.fit(model, loader(64), loader(32))
+    assert (model.train_steps, model.val_steps, trainer.global_step) == (1, 1, 1)
+    assert os.listdir(".") == []  # no runs/, no checkpoints, not even the configured ModelCheckpoint's
+    assert trainer_log[-1] == (
+        "fast_dev_run=1: trained on 1 batch(es) (1 optimizer step(s)) and validated on up to 1 batch(es) of each "
+        "validation loader; wrote no logs and no checkpoints."
+    )
+    assert not any("trainable parameters" in line for line in trainer_log)  # no model summary
+    assert "epoch 0" not in capfd.readouterr().err  # no progress bar
+    model = Counted()
+    Trainer(fast_dev_run=3).fit(model, loader(64), loader(32))
+    assert (model.train_steps, model.val_steps) == (3, 2)  # the validation loader has 2 batches
+    assert len(Trainer(fast_dev_run=2).predict(model, loader(64, 8))) == 2
+    with pytest.raises(ValueError, match=r"fast_dev_run=-1 must be True \(one batch of each loader\), False, or a number"):
+        Trainer(fast_dev_run=-1)
+
+
+class Recorder(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_x: list[torch.Tensor] = []
+        self.val_x: list[torch.Tensor] = []
+
+    def training_step(self, batch, batch_idx):
+        self.train_x.append(batch[0])
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.val_x.append(batch[0])
+        return super().validation_step(batch, batch_idx)
+
+
+def test_overfit_batches_trains_and_validates_on_the_same_first_batches_every_epoch():
+    model = Recorder()
+    shuffled = DataLoader(dataset(64), batch_size=8, shuffle=True)
+    with pytest.warns(UserWarning, match=r"overfit_batches=2: train_dataloaders shuffles; it is used in order"):
+        Trainer(**quiet(max_epochs=3, overfit_batches=2, num_sanity_val_steps=0)).fit(model, shuffled, loader(64))
+    x = dataset(64).tensors[0]
+    expected = [x[:8], x[8:16]] * 3
+    assert len(model.train_x) == 6 and all(torch.equal(a, b) for a, b in zip(model.train_x, expected))
+    assert len(model.val_x) == 6 and all(torch.equal(a, b) for a, b in zip(model.val_x, expected))
+
+
+class Frozen(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(2, 2)  # 6 parameters
+        self.head.requires_grad_(False)
+
+
+def test_the_model_summary_lists_top_level_modules_and_counts_frozen_parameters(trainer_log):
+    Trainer(max_steps=1, **quiet()).fit(Frozen(), loader(32))
+    err = trainer_log.pop()
+    assert "net  | Sequential | 178    | 178" in err and "head | Linear     | 6      | 0" in err
+    assert "     178  trainable parameters" in err and "       6  frozen parameters" in err
+    assert "     184  total parameters" in err and "   0.001  MB of parameters" in err
+    trainer_log.clear()
+    Trainer(max_steps=1, **quiet(enable_model_summary=False)).fit(Frozen(), loader(32))
+    assert not any("trainable parameters" in line for line in trainer_log)
+    Trainer(max_steps=1, **quiet(callbacks=[ModelSummary(max_depth=2)])).fit(Frozen(), loader(32))
+    assert "net.0 | Linear" in trainer_log[-1]
+
+
+class LogsAtEpochEnd(Callback):
+    def on_train_epoch_end(self, trainer, module):
+        module.log("from_callback", float(trainer.current_epoch))
+
+
+def test_a_callback_logs_in_on_train_epoch_end_and_a_checkpoint_monitors_it():
+    trainer = Trainer(
+        max_epochs=3, enable_progress_bar=False,
+        callbacks=[LogsAtEpochEnd(), ModelCheckpoint(monitor="from_callback", mode="max", save_top_k=1)],
+    )
+    trainer.fit(Classifier(), loader(32))
+    assert trainer.callback_metrics["from_callback"] == 2.0
+    assert "epoch=2" in trainer.checkpoint_callback.best_model_path

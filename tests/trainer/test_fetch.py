@@ -1,0 +1,124 @@
+"""Batched fetching gives the loader's own batches, element for element, with the same random
+draws; and every loader it does not apply to is iterated as it is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset, default_collate, random_split
+
+from tests._models import Classifier, quiet
+from trainer import Trainer
+from trainer._resume import _skip
+from trainer.fetch import batch_fetcher, batches
+
+DATA = TensorDataset(torch.randn(50, 3, dtype=torch.float64), torch.randint(0, 5, (50,)))
+
+
+def _assert_same(make, skip: int = 0):
+    """The batches (and the RNG after the epoch) of ``make()``'s loader, iterated by torch and by us."""
+    torch.manual_seed(3)
+    expected = list(make())[skip:]
+    rng_after = torch.get_rng_state()
+    torch.manual_seed(3)
+    loader = make()
+    assert batch_fetcher(loader) is not None, "the batched path should apply"
+    got = list(_skip(loader, skip) if skip else batches(loader))
+    assert torch.equal(torch.get_rng_state(), rng_after)
+    assert len(got) == len(expected) and len(got) > 0
+    for ours, theirs in zip(got, expected):
+        assert type(ours) is type(theirs) and len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: DataLoader(DATA, batch_size=8),
+    lambda: DataLoader(DATA, batch_size=8, shuffle=True),
+    lambda: DataLoader(DATA, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(1), drop_last=True),
+    lambda: DataLoader(random_split(DATA, [30, 20], generator=torch.Generator().manual_seed(0))[1], batch_size=7, shuffle=True),
+    lambda: DataLoader(DATA, batch_size=8, sampler=DistributedSampler(DATA, num_replicas=2, rank=1, shuffle=True, seed=4)),
+], ids=["sequential", "random", "generator-drop-last", "random-split-subset", "distributed-sampler"])
+def test_batched_fetching_gives_the_loaders_own_batches(make):
+    _assert_same(make)
+
+
+def test_a_resumed_epoch_skips_at_the_sampler_and_fetches_the_rest_batched():
+    _assert_same(lambda: DataLoader(DATA, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(2)), skip=3)
+
+
+class WithGetItems(Dataset):
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i)]), i
+
+    def __getitems__(self, indices):
+        self.calls.append(list(indices))
+        return [self[i] for i in indices]
+
+
+def test_a_dataset_with_getitems_gets_each_batchs_indices_once():
+    data = WithGetItems()
+    got = list(batches(DataLoader(data, batch_size=4)))
+    assert data.calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    expected = list(DataLoader(data, batch_size=4))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected))
+
+
+class Plain(Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i)])
+
+
+class OwnGetItem(TensorDataset):
+    def __getitem__(self, i):
+        return tuple(2 * t[i] for t in self.tensors)
+
+
+class OwnLoader(DataLoader):
+    pass
+
+
+@pytest.mark.parametrize("loader", [
+    DataLoader(DATA, batch_size=8, num_workers=1),
+    DataLoader(DATA, batch_size=8, collate_fn=lambda samples: default_collate(samples)),
+    DataLoader(Plain(), batch_size=4),
+    DataLoader(OwnGetItem(torch.arange(8.0)), batch_size=4),
+    DataLoader(DATA, batch_size=None),
+    OwnLoader(DATA, batch_size=8),
+    [torch.zeros(2)],
+], ids=["workers", "custom-collate", "no-batched-access", "own-getitem", "no-auto-batching", "loader-subclass", "a-list"])
+def test_loaders_it_does_not_apply_to_are_iterated_as_they_are(loader):
+    assert batch_fetcher(loader) is None
+    assert type(batches(loader)) is type(iter(loader))
+
+
+def _train(batched: bool) -> Classifier:
+    torch.manual_seed(0)
+    model = Classifier(features=3, classes=5, dropout=0.3)
+    model.double()
+    loader = DataLoader(DATA, batch_size=8, shuffle=True)
+    Trainer(**quiet(max_epochs=3, batched_fetching=batched)).fit(model, loader, DataLoader(DATA, batch_size=16))
+    return model
+
+
+def test_training_gives_the_same_weights_either_way_and_the_option_turns_it_off(monkeypatch):
+    batched = _train(True)
+    reads: list[int] = []
+    original = TensorDataset.__getitem__
+    monkeypatch.setattr(TensorDataset, "__getitem__", lambda self, i: reads.append(i) or original(self, i))
+    plain = _train(False)
+    assert len(reads) == 3 * 50 + 2 * 16 + 3 * 50  # training, the sanity check, each validation: every sample read alone
+    reads.clear()
+    again = _train(True)
+    assert reads == []  # batched: no per-sample reads
+    for a, b, c in zip(batched.state_dict().values(), plain.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(a, b) and torch.equal(a, c)
