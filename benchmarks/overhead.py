@@ -517,7 +517,7 @@ def report_checkpoint_stall(wls: list[Workload], log_dir: str, quick: bool, ever
         step_s, write_s, lost_s = checkpoint_stall(wl, log_dir, every, reps=2 if quick else 5)
         print(f"{wl.label:<46} {ms(step_s):>8} {ms(write_s):>9} {ms(lost_s):>13} {lost_s / step_s:>10.2f}", flush=True)
     print("    write: on the writer thread, while training goes on; lost: extra training time per save "
-          f"(budget: one step)", flush=True)
+          "(budget: one step)", flush=True)
 
 
 def report_ddp(wls: list[Workload], log_dir: str, quick: bool) -> None:

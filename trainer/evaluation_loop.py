@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ import torch
 from . import checkpoint as ckpt_io
 from ._hooks import Hooks
 from .data import batch_size
+from .fetch import batches
 from .loaders import Loaders, takes_dataloader_idx
 from .metrics import MetricSink, set_sink
 
@@ -67,9 +69,8 @@ def evaluation_loop(
             step_args = (i,) if pass_idx else ()
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
             with torch.no_grad():
-                for batch_idx, batch in enumerate(loader):
-                    if batch_idx >= n:
-                        break
+                # islice: stop at the limit without loading one batch more
+                for batch_idx, batch in enumerate(itertools.islice(batches(loader, trainer.batched_fetching), n_or_none(n))):
                     sink.batch_size = batch_size(batch)
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
@@ -122,6 +123,10 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
         for loader, states in zip(loaders, generators):
             ckpt_io.set_generator_states(loader, states)
     hooks.call("on_sanity_check_end", trainer, model)
+
+
+def n_or_none(n: int | float) -> int | None:
+    return None if n == math.inf else int(n)
 
 
 def limited(n: int | None, limit: int | float | None) -> int | float:

@@ -72,6 +72,7 @@ class Trainer:
         fast_dev_run: bool | int = False,
         overfit_batches: int | float = 0,
         enable_model_summary: bool = True,
+        batched_fetching: bool = True,
     ) -> None:
         self.max_epochs = positive_int("max_epochs", max_epochs, allow_none=True)
         self.max_steps = positive_int("max_steps", max_steps, allow_none=True)
@@ -108,6 +109,7 @@ class Trainer:
         self._optimizer_factory = optimizer
         self.num_sanity_val_steps = positive_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
         self.enable_model_summary = flag("enable_model_summary", enable_model_summary)
+        self.batched_fetching = flag("batched_fetching", batched_fetching)  # trainer/fetch.py says when it applies
         self.overfit_batches = limit("overfit_batches", overfit_batches)
         if self.overfit_batches:  # train and validate on the same first batches, in order
             self.limit_train_batches = self.limit_val_batches = self.overfit_batches
