@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 # thread, which then takes the GIL from the loop: milliseconds on a busy machine, every
 # log_every_n_steps otherwise. Anything else written, a flush or an error hands them off first.
 _HAND_OFF_S = 10.0
+_FLUSH_GAP_S = 1.0  # the least time between flushes at epoch ends and validations
 
 
 class TensorBoardLogger(Callback):
@@ -38,8 +39,9 @@ class TensorBoardLogger(Callback):
       arguments in the HParams tab, whose metric columns are the run's scalars (so the
       validation metrics show their final values).
 
-    Events reach the disk every ``flush_secs`` seconds, at each epoch's end and validation,
-    on an error, and when fit ends. ``predict`` writes nothing.
+    Events reach the disk every ``flush_secs`` seconds, at each epoch's end and validation
+    (at most once a second), on an error, and when fit, validate or test ends. ``predict``
+    writes nothing.
     """
 
     def __init__(self, flush_secs: float = 30.0) -> None:
@@ -49,6 +51,7 @@ class TensorBoardLogger(Callback):
         self._paused_at: float | None = None
         self._pending: list[tuple[int, float, tuple[Any, ...]]] = []  # (step, wall time, _scalars' arguments)
         self._handed_off = 0.0  # perf_counter at the last hand-off
+        self._flushed = 0.0  # perf_counter at the last flush of epoch or validation values
 
     # --- opening and closing -----------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
@@ -135,9 +138,26 @@ class TensorBoardLogger(Callback):
         self._hand_off()
         if self.writer is None:
             return
-        for name, value in trainer.train_epoch_metrics.items():
-            self.writer.add_scalar(f"{name}_epoch", value, trainer.global_step)
-        self.writer.flush()
+        self._add({f"{name}_epoch": value for name, value in trainer.train_epoch_metrics.items()}, trainer.global_step)
+        self._flush_if_due()
+
+    def _add(self, scalars: dict[str, float], step: int) -> None:
+        """One event with ``scalars``: SummaryWriter.add_scalar builds one per value, at
+        about 100 us each, which short epochs pay at every epoch's end."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        if scalars:
+            values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in scalars.items()]
+            self.writer.file_writer.add_summary(Summary(value=values), step)
+
+    def _flush_if_due(self) -> None:
+        """Flush at most once a second: an epoch end or a validation shows in TensorBoard at
+        once, and epochs of a few milliseconds do not each pay for a flush (the writer's own
+        thread flushes every ``flush_secs`` too)."""
+        now = time.perf_counter()
+        if now - self._flushed >= _FLUSH_GAP_S:
+            self._flushed = now
+            self.writer.flush()
 
     # --- validation and test -----------------------------------------------------------
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -160,9 +180,8 @@ class TensorBoardLogger(Callback):
             return
         # After fit, global_step is where training ended: a later validate/test lands at the
         # end of the curves, where the weights it evaluated belong.
-        for name, value in trainer.logged_metrics.items():
-            self.writer.add_scalar(name, value, trainer.global_step)
-        self.writer.flush()
+        self._add(trainer.logged_metrics, trainer.global_step)
+        self._flush_if_due()
 
 
     def __getstate__(self) -> dict[str, Any]:

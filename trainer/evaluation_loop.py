@@ -63,14 +63,16 @@ def evaluation_loop(
         hooks.call(f"on_{phase}_start", trainer, model)
         hooks.call(f"on_{phase}_epoch_start", trainer, model)
         batch_start, batch_end = getattr(hooks, f"on_{phase}_batch_start"), getattr(hooks, f"on_{phase}_batch_end")
-        for i, (loader, n) in enumerate(zip(loaders, counts)):
+        for i, (loader, n, length) in enumerate(zip(loaders, counts, loaders.lengths())):
             sink = MetricSink()
             set_sink(sink)
             step_args = (i,) if pass_idx else ()
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
             with torch.no_grad():
-                # islice: stop at the limit without loading one batch more
-                for batch_idx, batch in enumerate(itertools.islice(batches(loader, trainer.batched_fetching), n_or_none(n))):
+                # A limit stops without loading one batch more; a whole pass runs the loader to its end,
+                # as a hand-written loop does (a RandomSampler draws once more at its end).
+                it = batches(loader, trainer.batched_fetching)
+                for batch_idx, batch in enumerate(it if n == math.inf or n == length else itertools.islice(it, int(n))):
                     sink.batch_size = batch_size(batch)
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
@@ -123,10 +125,6 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
         for loader, states in zip(loaders, generators):
             ckpt_io.set_generator_states(loader, states)
     hooks.call("on_sanity_check_end", trainer, model)
-
-
-def n_or_none(n: int | float) -> int | None:
-    return None if n == math.inf else int(n)
 
 
 def limited(n: int | None, limit: int | float | None) -> int | float:

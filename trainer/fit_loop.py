@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
-import itertools
 import logging
 import math
 import signal
@@ -210,8 +209,6 @@ class FitLoop:
         samples = trainer.samples_seen
 
         epoch_batches = self.resume.batches(trainer, loader)  # iter() happens here, exactly once per epoch
-        if limit != math.inf:  # stop at the limit without loading one batch more
-            epoch_batches = itertools.islice(epoch_batches, max(0, int(limit) - state.batch_in_epoch))
         sized = loader_length(loader) is not None
         if strategy.world_size > 1 and not sized:
             epoch_batches = in_lockstep(epoch_batches, strategy)
@@ -221,6 +218,8 @@ class FitLoop:
             # Holds the strategy's no-sync context over an accumulation group's micro-batches but the last.
             with contextlib.ExitStack() as no_sync:
                 for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
+                    if batch_idx >= limit:  # (a hand-written loop's break: the sampler's draws stay the same)
+                        break
                     if sizes is None:
                         size = batch_size(batch)
                     else:

@@ -116,9 +116,30 @@ def test_training_gives_the_same_weights_either_way_and_the_option_turns_it_off(
     original = TensorDataset.__getitem__
     monkeypatch.setattr(TensorDataset, "__getitem__", lambda self, i: reads.append(i) or original(self, i))
     plain = _train(False)
-    assert len(reads) == 3 * 50 + 2 * 16 + 3 * 50  # training, the sanity check, each validation: every sample read alone
+    assert len(reads) == 3 * 50 + 2 * 16 + 3 * 50  # training, the sanity check (2 batches, no more), each validation
     reads.clear()
     again = _train(True)
     assert reads == []  # batched: no per-sample reads
     for a, b, c in zip(batched.state_dict().values(), plain.state_dict().values(), again.state_dict().values()):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_a_loader_with_its_own_generator_trains_as_a_hand_written_loop_over_epochs():
+    """A RandomSampler draws once more from its generator when a pass runs to its end; a loop
+    that stopped short of that would shuffle the next epoch differently."""
+    def make_loader():
+        return DataLoader(DATA, batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(5))
+
+    torch.manual_seed(0)
+    model = Classifier(features=3, classes=5).double()
+    by_hand = Classifier(features=3, classes=5).double()
+    by_hand.load_state_dict(model.state_dict())
+    optimizer = by_hand.configure_optimizers()
+    loader = make_loader()
+    for _ in range(3):
+        for x, y in loader:
+            torch.nn.functional.cross_entropy(by_hand(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    Trainer(**quiet(max_epochs=3)).fit(model, make_loader())
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), by_hand.state_dict().values()))

@@ -1,0 +1,156 @@
+"""What an epoch costs on Lightning's own parity workload, against the loop people write by hand.
+
+    python benchmarks/epoch_cost.py            # 12 reps of 10 epochs per side
+    python benchmarks/epoch_cost.py --quick    # a smoke run (few reps; numbers are rough)
+
+The workload is the one Lightning's parity benchmark trains (its ``ParityModuleRNN`` on
+``AverageDataset``): an LSTM(10 -> 20) and a Linear(20 -> 5) on 300 sequences of 100 x 10,
+batch 30 (10 batches an epoch), MSE, Adam. Short epochs make what a trainer does once per
+epoch (the epoch-end checkpoint, the TensorBoard flush, the progress bar's epoch line) show.
+
+The Trainer runs with every default on: progress bar (into a null terminal), TensorBoard
+(into a temp dir), a checkpoint at each epoch's end, the sanity check, and ``self.log(...,
+prog_bar=True)`` every step. Both sides read the clock at the start of each epoch (the
+Trainer through the first callback's ``on_train_epoch_start``), so an epoch's time spans all
+the work until the next epoch starts, epoch-end work included. The first epoch is left out
+(one-off set-up, the sanity check). Per epoch index, the median over reps, which alternate
+between the sides; then the mean over the epochs. The weights must be ``torch.equal``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [p for p in (os.path.dirname(_HERE), _HERE) if p not in sys.path[:2]]
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from _workloads import LOG_EVERY, SEED, NullTerminal  # noqa: E402
+from callbacks import Callback  # noqa: E402
+from trainer import Trainer, TrainModule  # noqa: E402
+
+BUDGET = 1.03  # the Trainer's epoch time over the raw loop's
+
+
+class Parity(TrainModule):
+    """Lightning's ParityModuleRNN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(10, 20, batch_first=True)
+        self.linear_out = nn.Linear(20, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        seq, _ = self.rnn(x)
+        return self.linear_out(seq)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=0.02)
+
+
+def make_loader() -> DataLoader:
+    """Lightning's AverageDataset: the target is the input's two halves added, one rolled."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    x = torch.randn(300, 100, 10, generator=g)
+    top, bottom = x.chunk(2, -1)
+    return DataLoader(TensorDataset(x, top + bottom.roll(shifts=1, dims=-1)), batch_size=30, shuffle=True,
+                      generator=torch.Generator().manual_seed(SEED + 2))
+
+
+def raw(epochs: int) -> tuple[list[float], nn.Module]:
+    torch.manual_seed(SEED)
+    model = Parity()
+    opt = model.configure_optimizers()
+    loader, starts, step = make_loader(), [], 0
+    for _ in range(epochs):
+        starts.append(time.perf_counter())
+        for x, y in loader:
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            step += 1
+            if step % LOG_EVERY == 0:
+                loss.item()
+    starts.append(time.perf_counter())
+    return starts, model
+
+
+class EpochClock(Callback):
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self.starts.append(time.perf_counter())
+
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self.starts.append(time.perf_counter())
+
+
+def ours(epochs: int, log_dir: str, **options: Any) -> tuple[list[float], nn.Module]:
+    torch.manual_seed(SEED)
+    model, clock = Parity(), EpochClock()
+    Trainer(max_epochs=epochs, log_dir=log_dir, callbacks=[clock], **options).fit(model, make_loader())
+    return clock.starts, model
+
+
+def per_epoch(runs: list[list[float]]) -> float:
+    """Per epoch index (the first left out), the median over reps; then their mean, in seconds."""
+    lengths = [[b - a for a, b in zip(starts, starts[1:])] for starts in runs]
+    return statistics.fmean(statistics.median(rep[i] for rep in lengths) for i in range(1, len(lengths[0])))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=12, help="timed reps per side (default 12)")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs per rep (default 10)")
+    parser.add_argument("--quick", action="store_true", help="3 reps of 4 epochs: a smoke run")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the budget is missed")
+    args = parser.parse_args(argv)
+    reps, epochs = (3, 4) if args.quick else (args.reps, args.epochs)
+    torch.set_num_threads(1)
+    logging.getLogger("trainer").setLevel(logging.WARNING)
+    sys.stderr = NullTerminal()  # the progress bar draws, into nothing
+    raw_runs, our_runs, identical = [], [], True
+    with tempfile.TemporaryDirectory() as log_dir:
+        raw(2), ours(2, log_dir)  # warm-up
+        for rep in range(reps):  # alternate: raw, ours, ours, raw, ...
+            for side in (("raw", "ours") if rep % 2 == 0 else ("ours", "raw")):
+                starts, model = raw(epochs) if side == "raw" else ours(epochs, log_dir)
+                (raw_runs if side == "raw" else our_runs).append(starts)
+                if side == "raw":
+                    reference = model
+                else:
+                    trained = model
+            identical &= all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), trained.state_dict().values()))
+    sys.stderr = sys.__stderr__
+    raw_s, our_s = per_epoch(raw_runs), per_epoch(our_runs)
+    ratio = our_s / raw_s
+    print("LSTM parity workload (LSTM 10->20, Linear 20->5, 300 x 100 x 10, batch 30, Adam), 1 thread, every default on")
+    print(f"{'':28}{'raw ms/epoch':>14}{'trainer ms/epoch':>18}{'extra ms/epoch':>16}{'ratio':>8}  weights")
+    print(f"{f'{reps} reps x {epochs} epochs':28}{raw_s * 1e3:>14.2f}{our_s * 1e3:>18.2f}{(our_s - raw_s) * 1e3:>16.2f}"
+          f"{ratio:>8.3f}  {'identical' if identical else 'DIFFERENT'}")
+    missed = ratio > BUDGET or not identical
+    print(f"budget {BUDGET}: {'missed' if missed else 'met'}; {torch.__version__}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}")
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
