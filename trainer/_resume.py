@@ -215,8 +215,7 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
     path = os.fspath(ckpt_path)
     strategy = trainer.strategy
     if path == "last":
-        folder = _search_folder(trainer) if strategy.is_global_zero else None
-        found = strategy.broadcast_object(_find_last(folder) if folder is not None else None)
+        folder, found = _last_checkpoint(trainer)
         if found is None:
             where = folder or f"{trainer.log_dir}/{trainer.name} (no fit of that name with checkpoints)"
             raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
@@ -282,8 +281,7 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     if path != "last":
         return path
     strategy = trainer.strategy
-    folder = _search_folder(trainer) if strategy.is_global_zero else None
-    path = strategy.broadcast_object(_find_last(folder) if folder is not None else None)
+    folder, path = _last_checkpoint(trainer)
     if path is None and strategy.is_global_zero:
         if folder is None:
             where = f"no earlier fit of name={trainer.name!r} in {os.path.join(trainer.log_dir, trainer.name)}"
@@ -291,6 +289,14 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
             where = f"no checkpoint in {folder}"
         log.info("ckpt_path='last': %s; starting from scratch.", where)
     return path
+
+
+def _last_checkpoint(trainer: Trainer) -> tuple[str | None, str | None]:
+    """(the folder searched, the newest good checkpoint in it): rank 0 looks, every rank gets
+    the path (the folder only on rank 0, for its messages)."""
+    strategy = trainer.strategy
+    folder = _search_folder(trainer) if strategy.is_global_zero else None
+    return folder, strategy.broadcast_object(_find_last(folder) if folder is not None else None)
 
 
 def _search_folder(trainer: Trainer) -> str | None:

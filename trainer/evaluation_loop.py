@@ -46,7 +46,8 @@ def evaluation_loop(
     model, hooks, strategy = trainer.module, trainer._hooks, trainer.strategy
     loaders = loaders if isinstance(loaders, Loaders) else Loaders(loaders)
     step_name = _STEP[phase]
-    counts = [limited(n, limit) for n in loaders.lengths()]
+    lengths = loaders.lengths()
+    counts = [limited(n, limit) for n in lengths]
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
         return [[] for _ in counts] if phase == "predict" else None
@@ -63,7 +64,7 @@ def evaluation_loop(
         hooks.call(f"on_{phase}_start", trainer, model)
         hooks.call(f"on_{phase}_epoch_start", trainer, model)
         batch_start, batch_end = getattr(hooks, f"on_{phase}_batch_start"), getattr(hooks, f"on_{phase}_batch_end")
-        for i, (loader, n, length) in enumerate(zip(loaders, counts, loaders.lengths())):
+        for i, (loader, n, length) in enumerate(zip(loaders, counts, lengths)):
             sink = MetricSink()
             set_sink(sink)
             step_args = (i,) if pass_idx else ()
@@ -112,7 +113,7 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
     if loaders is None or steps == 0 or trainer.limit_val_batches == 0:
         return
     model, hooks, cap = trainer.module, trainer._hooks, trainer.limit_val_batches
-    limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps
+    limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
     rng = ckpt_io.rng_state()
     generators = [ckpt_io.generator_states(loader) for loader in loaders]
     hooks.call("on_sanity_check_start", trainer, model)

@@ -73,19 +73,17 @@ def check_sources(stage: str, model: Any, given: dict[str, Any], datamodule: Any
                 f"Both {' and '.join(passed)} and datamodule= were given: the data must come from one place. "
                 f"Drop datamodule= to use the loaders, or drop {' and '.join(passed)} to use the DataModule's."
             )
-    needed = "train" if stage == "fit" else stage
     first = next(iter(given))
     if given[first] is not None:
         return
-    method = LOADER_METHOD[needed]
+    method = LOADER_METHOD["train" if stage == "fit" else stage]
     owner = datamodule if datamodule is not None else model
     if not defines(owner, method):
         where = (
             f"the DataModule {type(datamodule).__name__} does not define {method}()" if datamodule is not None
             else f"no datamodule= was given and {type(model).__name__} does not define {method}()"
         )
-        call = "fit" if stage == "fit" else stage
-        raise ValueError(f"trainer.{call}() has no data: {first}=None, and {where}. Pass {first}=..., a datamodule, or define {method}().")
+        raise ValueError(f"trainer.{stage}() has no data: {first}=None, and {where}. Pass {first}=..., a datamodule, or define {method}().")
 
 
 def prepare(strategy: Strategy, model: Any, datamodule: Any) -> None:
@@ -123,8 +121,6 @@ def is_several(loaders: Any) -> bool:
 
 
 def _one_loader(x: Any) -> bool:
-    if isinstance(x, DataLoader):
-        return True
     return hasattr(x, "__iter__") and not isinstance(x, (torch.Tensor, list, tuple, dict, str, bytes))
 
 
@@ -140,13 +136,14 @@ def check_loaders(name: str, loaders: Any) -> None:
 
 
 def check_train_loader(loader: Any) -> None:
+    """One training loader: several are refused with a sentence (not an unpack error in the step)."""
     if is_several(loader):
-        n = len(loader)
         raise ValueError(
-            f"train_dataloaders is a {type(loader).__name__} of {n} loaders; training takes one. Join their "
+            f"train_dataloaders is a {type(loader).__name__} of {len(loader)} loaders; training takes one. Join their "
             "datasets into one loader (torch.utils.data.ConcatDataset), or run a fit per loader. Several "
             "loaders are for validation, test and predict."
         )
+    check_loader("train_dataloaders", loader)
 
 
 class Loaders:
@@ -158,7 +155,8 @@ class Loaders:
     """
 
     def __init__(self, given: Any) -> None:
-        self.kind = "dict" if isinstance(given, dict) and is_several(given) else "list" if is_several(given) else "one"
+        several = is_several(given)
+        self.kind = ("dict" if isinstance(given, dict) else "list") if several else "one"
         if self.kind == "dict":
             self.keys, self.loaders = list(given), list(given.values())
         elif self.kind == "list":

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._checks import check_loader
 from ._hooks import Hooks
 from ._resume import evaluate_checkpoint, resolve_path
 from ._run_dir import run_dir
@@ -107,7 +106,6 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             train = stage_loader("train", data.loader, model, datamodule)
             if data.loader is None:  # the model's or DataModule's: checked here, where they were made
                 check_train_loader(train)
-                check_loader("train_dataloaders", train)
             val = stage_loader("validate", data.val_loader, model, datamodule)
             val = None if val is None else Loaders(val)
             if trainer.overfit_batches:

@@ -20,7 +20,7 @@ from strategies import Strategy, select_strategy
 
 from . import checkpoint as ckpt_io
 from ._checks import (
-    check_ckpt_path, check_loader, check_model, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
+    check_ckpt_path, check_model, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
 )
 from ._hooks import Hooks, check_callbacks
 from ._resume import best_checkpoint, capture
@@ -274,7 +274,6 @@ class Trainer:
         check_sources("fit", model, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}, datamodule)
         if train_dataloaders is not None:
             check_train_loader(train_dataloaders)
-            check_loader("train_dataloaders", train_dataloaders)
         check_loaders("val_dataloaders", val_dataloaders)
         if self.max_epochs is None and self.max_steps is None:
             raise ValueError("fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both.")
