@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import logging
 import os
 import pickle
 import random
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -184,6 +186,7 @@ def _worker(
         os.environ[SEED_ENV] = global_seed
     open(os.path.join(workdir, f"started-{local_rank}"), "w").close()  # past the script's re-import
     _dump_stack_on_request(_stack_path(workdir, local_rank))
+    faulthandler.enable(all_threads=True)  # a crash in C code (SIGSEGV, SIGABRT) prints where Python was
     # Each rank draws its own dropout masks, reproducibly from the caller's RNG.
     random.seed(base_seed + local_rank)
     torch.manual_seed(base_seed + local_rank)
@@ -203,11 +206,25 @@ def _worker(
         if isinstance(err, Interrupted):  # a clean stop: the parent re-raises it as such
             with open(os.path.join(workdir, f"interrupted-{local_rank}.txt"), "w") as f:
                 f.write(f"{err.signum}\n{err}")
-        raise
+        _exit(1)
     if local_rank == 0 and result is not None:
         tmp = os.path.join(workdir, "result.pt.tmp")
         torch.save(result, tmp)
         os.replace(tmp, os.path.join(workdir, "result.pt"))
+    _exit(0)
+
+
+def _exit(code: int) -> None:
+    """End the worker without interpreter shutdown. There, a gloo or autograd thread that still
+    releases a tensor wants the GIL as it is torn down, and the process dies with SIGABRT
+    ("terminate called without an active exception"), about one exit in twenty on a busy
+    2-core machine; destroying the process group first (DDPStrategy.teardown) made it rarer but
+    not rare enough. The error (or result) file is written by now; flush what is still buffered."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _dump_stack_on_request(path: str) -> None:
