@@ -51,11 +51,13 @@ class ProgressBar(Callback):
         self._first_batch = 0  # a resumed epoch starts past the batches it already ran
         self._early_line = False  # whether the next epoch's first line comes after _FIRST_LINE_S
         self._epoch_open = False  # an epoch started and its line not yet written
+        self._compiling = False  # Trainer(compile=...): until the first training batch ends
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._active = trainer.is_global_zero
         self._tty = sys.stderr.isatty()
         self._early_line = not self._tty
+        self._compiling = stage == "fit" and getattr(trainer, "compile", None) is not None  # until the first batch ends
 
     # --- training ----------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -70,12 +72,17 @@ class ProgressBar(Callback):
         self._next = self._epoch_t0 + pace
         self._first_batch = trainer.state.batch_in_epoch
         self._epoch_open = True
+        if self._compiling:
+            self._next = 0.0  # the first batch end is due: it ends the compile
+            if not self._tty:
+                _line("compiling the model (torch.compile): the first steps take longer")
         if self._tty:
             from tqdm import tqdm
 
             self._bar = tqdm(
                 total=None if total == float("inf") else int(total), initial=self._first_batch,
-                desc=f"Epoch {trainer.current_epoch}", dynamic_ncols=True, leave=True, mininterval=self.refresh_s,
+                desc=f"Epoch {trainer.current_epoch}" + (" (compiling)" if self._compiling else ""),
+                dynamic_ncols=True, leave=True, mininterval=self.refresh_s,
             )
 
     def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -83,6 +90,11 @@ class ProgressBar(Callback):
         if now < self._next:  # all that most steps do here
             return
         self._next = now + (self.refresh_s if self._tty else self.line_every_s)
+        if self._compiling:
+            self._compiling = False
+            if self._bar is not None:
+                self._bar.set_description(f"Epoch {trainer.current_epoch}", refresh=False)
+            self._epoch_t0, self._first_batch = now, batch_idx + 1  # the rate leaves the compile out
         values = self._values(trainer, outputs)
         if self._bar is not None:
             self._bar.update(batch_idx + 1 - self._bar.n)

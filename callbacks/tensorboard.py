@@ -93,6 +93,8 @@ class TensorBoardLogger(Callback):
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._clock = (time.perf_counter(), trainer.global_step, trainer.samples_seen)
         self._handed_off = self._clock[0]
+        if getattr(trainer, "compile", None) is not None:  # the first steps compile: throughput starts at the first log step
+            self._clock = None
 
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
         if self.writer is None:
@@ -103,7 +105,8 @@ class TensorBoardLogger(Callback):
             t0, s0, n0 = self._clock
             rates = ((step - s0) / (now - t0), (samples - n0) * trainer.world_size / (now - t0))
         self._clock = (now, step, samples)
-        lrs = [float(g["lr"]) for g in trainer.optimizer.param_groups]  # float(): schedulers update tensors in place
+        # float(): schedulers update tensors in place. One list per optimizer.
+        lrs = [[float(g["lr"]) for g in opt.param_groups] for opt in trainer.optimizers]
         grad_norm = None if trainer.grad_norm is None else float(trainer.grad_norm)
         # The scalars list is built at the hand-off, off the training steps.
         self._pending.append((step, time.time(), (metrics, lrs, grad_norm, trainer.state.current_epoch, rates)))
@@ -111,11 +114,13 @@ class TensorBoardLogger(Callback):
             self._hand_off()
 
     @staticmethod
-    def _scalars(metrics: dict[str, float], lrs: list[float], grad_norm: float | None, epoch: int,
+    def _scalars(metrics: dict[str, float], lrs: list[list[float]], grad_norm: float | None, epoch: int,
                  rates: tuple[float, float] | None) -> list[tuple[str, float]]:
         """One logged step's scalars: the values, lr, grad_norm, epoch and throughput."""
         scalars = list(metrics.items())
-        scalars += [("lr" if len(lrs) == 1 else f"lr/group{i}", lr) for i, lr in enumerate(lrs)]
+        for i, groups in enumerate(lrs):  # lr, lr/group1, lr/optimizer1, lr/optimizer1/group1
+            prefix = "lr" if len(lrs) == 1 else f"lr/optimizer{i}"
+            scalars += [(prefix if len(groups) == 1 else f"{prefix}/group{j}", lr) for j, lr in enumerate(groups)]
         if grad_norm is not None:
             scalars.append(("grad_norm", grad_norm))
         scalars.append(("epoch", epoch))

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from trainer.checkpoint import plain_state_dict
 from trainer.data import move_to_device, on_cpu
 
 
@@ -134,6 +135,16 @@ class Strategy:
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
+    def sync_gradients(self, params: list[nn.Parameter]) -> None:
+        """Manual optimization, before an optimizer clips or steps: make ``params``' gradients
+        what one process with all the processes' batches would hold (their mean). One process:
+        nothing to do."""
+
+    def compile(self, options: dict[str, Any]) -> None:
+        """``Trainer(compile=...)``: compile the module in place (its ``__call__``, so its
+        ``state_dict`` keys stay as they are), after ``setup_module``."""
+        self.module.compile(**options)
+
     def no_backward_sync(self) -> contextlib.AbstractContextManager:
         """Context for an accumulation micro-step whose gradients need no sync yet."""
         return _NO_SYNC
@@ -178,8 +189,8 @@ class Strategy:
 
     # --- checkpoints -------------------------------------------------------------------
     def module_state_dict(self) -> dict[str, torch.Tensor]:
-        """The user's module's state dict, with no wrapper prefixes (``module.``)."""
-        return self.module.state_dict()
+        """The user's module's state dict, with no wrapper prefixes (``module.``, ``_orig_mod.``)."""
+        return plain_state_dict(self.module.state_dict())
 
 
 def check_cuda_indices(arg: str, value: Any, indices: list[int], cpu_fix: str = "use devices=1 or 'auto'") -> None:

@@ -201,6 +201,13 @@ class DataParallelStrategy(Strategy):
             torch.cuda.set_device(self.root_device)
 
     def setup_module(self, module: torch.nn.Module) -> None:
+        if self.num_devices > 1 and not getattr(module, "automatic_optimization", True):
+            raise ValueError(
+                f"strategy='dp' with manual optimization ({type(module).__name__}.automatic_optimization = False): "
+                "dp runs training_step in one replica per GPU and combines their losses, while manual "
+                "optimization steps inside training_step, which needs one copy of the model. "
+                "Use strategy='ddp' (one process per GPU), or devices=1."
+            )
         super().setup_module(module)
         self._dispatcher = StepDispatcher(self.module)
 

@@ -13,15 +13,13 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import (
-    BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler, Sampler, SequentialSampler,
-)
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, Sampler
 
 from trainer._checks import suggest
 from trainer.data import apply_to_tensors, rebuild_loader
-from trainer.seed import SEED_ENV
 
 from ._env import launched_env
+from ._sharding import ContiguousShard, drops_last, sampler_seed, sampler_to_shard
 from ._spawn import spawn
 from .base import StepDispatcher, Strategy, check_cuda_indices, check_given_ids, device_id_list
 
@@ -73,6 +71,7 @@ class DDPStrategy(Strategy):
         self.device_ids: list[int] | None = None  # CUDA indices, one per local rank; None on CPU
         self._owns_group = False
         self._ddp: DistributedDataParallel | None = None
+        self._buffers = False  # manual optimization on a module with buffers: rank 0's before each step
 
     def configure_devices(self, devices: str | int | list[int]) -> None:
         if self._given_ids is not None:
@@ -162,6 +161,16 @@ class DDPStrategy(Strategy):
                 )
             module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # the root is a TrainModule: converted in place
         super().setup_module(module)
+        if not getattr(module, "automatic_optimization", True):
+            # DDP's gradient hooks expect one backward per forward, reaching the parameters the
+            # forward used; a manual step runs several backward passes, each reaching some of
+            # them. Instead each optimizer's gradients are averaged when it is about to use them
+            # (sync_gradients). What DDP's constructor does, done here: start from rank 0's state.
+            self._ddp = None
+            self._buffers = any(True for _ in self.module.buffers())
+            for tensor in [*self.module.parameters(), *self.module.buffers()]:
+                dist.broadcast(tensor.data, src=0)
+            return
         self._ddp = DistributedDataParallel(
             StepDispatcher(self.module),
             device_ids=[self.root_device.index] if self.root_device.type == "cuda" else None,
@@ -175,7 +184,10 @@ class DDPStrategy(Strategy):
         For subclasses, e.g. to ``register_comm_hook`` right after ``super().setup_module``.
         """
         if self._ddp is None:
-            raise RuntimeError("DDPStrategy.ddp_module exists only after setup_module (inside fit) and before teardown.")
+            raise RuntimeError(
+                "DDPStrategy.ddp_module exists only after setup_module (inside fit) and before teardown, and not under "
+                "manual optimization, where gradients are averaged by sync_gradients instead of DDP's hooks."
+            )
         return self._ddp
 
     def teardown(self) -> None:
@@ -202,7 +214,7 @@ class DDPStrategy(Strategy):
                     "unless the dataset shards itself by torch.distributed.get_rank().", stacklevel=2
                 )
             return loader
-        drawn_by = _sampler_to_shard(loader)
+        drawn_by = sampler_to_shard(loader)
         if drawn_by is None:
             return loader  # the user's own batch sampler over a DistributedSampler: sharded already
         if isinstance(drawn_by, DistributedSampler):  # inside a plain BatchSampler: made the loader's
@@ -210,9 +222,9 @@ class DDPStrategy(Strategy):
         if stage == "train":
             sampler: Sampler = DistributedSampler(
                 loader.dataset, num_replicas=self.world_size, rank=self.global_rank,
-                shuffle=isinstance(drawn_by, RandomSampler), drop_last=_drops_last(loader),
+                shuffle=isinstance(drawn_by, RandomSampler), drop_last=drops_last(loader),
                 # One permutation for all ranks, or their shards would overlap: rank 0's seed.
-                seed=self.broadcast_object(_sampler_seed()),
+                seed=self.broadcast_object(sampler_seed()),
             )
         else:  # no padding: metrics and predictions count every sample exactly once
             sampler = ContiguousShard(len(loader.dataset), self.world_size, self.global_rank)
@@ -220,15 +232,59 @@ class DDPStrategy(Strategy):
 
     # --- steps -------------------------------------------------------------------------
     def run_step(self, step_name: str, batch: Any, batch_idx: int, *args: Any) -> Any:
-        if step_name != "training_step":
+        if step_name != "training_step" or self._ddp is None:
             # Evaluation needs no gradient sync; calling the module directly also lets ranks
             # hold different numbers of evaluation batches without a collective per step.
+            # Manual optimization syncs in sync_gradients; its buffers follow rank 0's, as DDP's do.
+            if step_name == "training_step" and self._buffers:
+                self.broadcast_buffers()
             return super().run_step(step_name, batch, batch_idx, *args)
         with self.precision.autocast():
             return self._ddp(step_name, self.batch_to_device(batch), batch_idx, *args)
 
     def no_backward_sync(self) -> contextlib.AbstractContextManager:
         return self._ddp.no_sync()
+
+    def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Average ``params``' gradients over the ranks, in buckets of about 25 MB (DDP's size).
+
+        A parameter that got no gradient on some rank counts as zero there; one that got none on
+        any rank keeps ``grad=None``, so the optimizer skips it as one process would. Which is
+        which costs one small all-reduce, and spares a hang when ranks' backward passes differ.
+        """
+        if not params:
+            return
+        got = torch.tensor([float(p.grad is not None) for p in params], device=self._collective_device())
+        dist.all_reduce(got)
+        live = [p for p, n in zip(params, got.tolist()) if n > 0]
+        for p in live:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        buckets: dict[tuple[torch.dtype, torch.device], list[tuple[int, list[torch.Tensor]]]] = {}
+        for p in live:
+            per_type = buckets.setdefault((p.grad.dtype, p.grad.device), [(0, [])])
+            size, grads = per_type[-1]
+            if size >= _BUCKET_BYTES:
+                size, grads = 0, []
+                per_type.append((size, grads))
+            grads.append(p.grad)
+            per_type[-1] = (size + p.grad.numel() * p.grad.element_size(), grads)
+        for grads in (grads for per_type in buckets.values() for _, grads in per_type):
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)
+            flat /= self.world_size
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+
+    def compile(self, options: dict[str, Any]) -> None:
+        # torch's advice for DDP: compile the wrapper, so that the compiler splits the graph at
+        # DDP's buckets and their all-reduces still overlap the backward. Evaluation calls the
+        # module itself: compiled in place as well.
+        if self._ddp is not None:
+            self._ddp.compile(**options)
+        self.module.compile(**options)
 
     # --- collectives -------------------------------------------------------------------
     def barrier(self) -> None:
@@ -292,23 +348,8 @@ class DDPStrategy(Strategy):
             self.barrier()
 
 
-class ContiguousShard(Sampler):
-    """Rank r gets the r-th contiguous slice of ``range(n)``; concatenated in rank order the
-    slices are the dataset in order, with no sample repeated or dropped."""
-
-    def __init__(self, n: int, world_size: int, rank: int) -> None:
-        per, extra = divmod(n, world_size)
-        self.start = rank * per + min(rank, extra)
-        self.stop = self.start + per + (1 if rank < extra else 0)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(self.start, self.stop))
-
-    def __len__(self) -> int:
-        return self.stop - self.start
-
-
 _stores: dict[tuple[str, str, int], dist.Store] = {}
+_BUCKET_BYTES = 25 * 2**20
 _groups_started = itertools.count()
 
 
@@ -339,54 +380,3 @@ def _timeout(value: Any) -> timedelta:
             f"the other ranks before the job fails (default {DEFAULT_TIMEOUT.total_seconds():g} s)."
         )
     return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
-
-
-def _sampler_seed() -> int:
-    return int(os.environ.get(SEED_ENV, "0"))
-
-
-def _sampler_to_shard(loader: DataLoader) -> Sampler | None:
-    """The sampler that draws the loader's samples (also inside a user's
-    ``DataLoader(batch_sampler=BatchSampler(...))``), if a DistributedSampler can take its
-    place without changing what the loader does, or is one already. None for a batch sampler
-    of the user's own class over a DistributedSampler (left alone); otherwise a ValueError."""
-    batches = loader.batch_sampler
-    if loader.batch_size is None and batches is not None:  # DataLoader(batch_sampler=...): its own batching
-        inner = getattr(batches, "sampler", None)
-        if type(batches) is not BatchSampler:
-            if isinstance(inner, DistributedSampler):
-                return None
-            raise _unsplittable_batches(batches, f"is a {type(batches).__name__}")
-        if isinstance(inner, DistributedSampler) or _plain(inner):
-            return inner
-        raise _unsplittable_batches(batches, f"draws from a {type(inner).__name__}")
-    if not _plain(loader.sampler) or (batches is not None and type(batches) is not BatchSampler):
-        custom = loader.sampler if not _plain(loader.sampler) else batches
-        raise ValueError(
-            f"strategy='ddp' must split the loader across processes, but it uses {type(custom).__name__}, "
-            "which it cannot split without changing what it does. Give the DataLoader a "
-            "torch.utils.data.DistributedSampler (or a sampler that shards by rank) yourself; it is then "
-            "left alone."
-        )
-    return loader.sampler
-
-
-def _plain(sampler: Any) -> bool:
-    """Only the plain samplers can be swapped for a DistributedSampler without changing meaning."""
-    return type(sampler) is SequentialSampler or (
-        type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
-    )
-
-
-def _drops_last(loader: DataLoader) -> bool:
-    batches = loader.batch_sampler
-    return batches.drop_last if loader.batch_size is None and batches is not None else loader.drop_last
-
-
-def _unsplittable_batches(batches: Any, what: str) -> ValueError:
-    return ValueError(
-        f"strategy='ddp' must split the loader across processes, but its DataLoader(batch_sampler={batches!r}) "
-        f"{what}, which it cannot split without changing its batches. Build the batch sampler over a "
-        "torch.utils.data.DistributedSampler yourself (it is then left alone), or, for plain batches, pass "
-        "batch_size=, shuffle= and drop_last= instead of batch_sampler= (the Trainer then shards them)."
-    )

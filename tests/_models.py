@@ -61,3 +61,46 @@ def quiet(**kwargs) -> dict:
     base = dict(enable_progress_bar=False, log_dir=None, enable_checkpointing=False)
     base.update(kwargs)
     return base
+
+
+def gan_loader(n: int = 64, batch_size: int = 8, seed: int = 2) -> DataLoader:
+    """(real sample, latent) pairs: the latents are data, so every run and rank draws the same."""
+    g = torch.Generator().manual_seed(seed)
+    real = torch.randn(n, 3, generator=g) * 0.5 + 1.0
+    return DataLoader(TensorDataset(real, torch.randn(n, 4, generator=g)), batch_size=batch_size)
+
+
+class TinyGAN(TrainModule):
+    """A generator and a discriminator stepped by hand, as a GAN is: the discriminator's backward
+    reaches only its own parameters; the generator's goes through the discriminator."""
+
+    def __init__(self, lr: float = 0.05, clip: float | None = None, step_every: int = 1) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.generator = nn.Linear(4, 3)
+        self.discriminator = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+        self.lr, self.clip, self.step_every = lr, clip, step_every
+
+    def training_step(self, batch, batch_idx):
+        real, z = batch
+        opt_g, opt_d = self.optimizers()
+        if batch_idx % self.step_every:
+            return None  # no optimizer steps on this batch
+        fake = self.generator(z)
+        d_loss = (nn.functional.softplus(-self.discriminator(real)).mean()
+                  + nn.functional.softplus(self.discriminator(fake.detach())).mean())
+        opt_d.zero_grad()
+        self.manual_backward(d_loss)
+        if self.clip is not None:
+            self.clip_gradients(opt_d, gradient_clip_val=self.clip)
+        opt_d.step()
+        g_loss = nn.functional.softplus(-self.discriminator(self.generator(z))).mean()
+        opt_g.zero_grad()
+        self.manual_backward(g_loss)
+        opt_g.step()
+        self.log_dict({"d_loss": d_loss, "g_loss": g_loss})
+        return g_loss
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.generator.parameters(), lr=self.lr),
+                torch.optim.Adam(self.discriminator.parameters(), lr=self.lr)]

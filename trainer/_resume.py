@@ -159,10 +159,8 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
     load_model(trainer.strategy.module, ckpt)
     opt = trainer._opt
-    if ckpt.get("optimizer") is not None:
-        opt.optimizer.load_state_dict(ckpt["optimizer"])
-    if opt.scheduler is not None and ckpt.get("lr_scheduler") is not None:
-        opt.scheduler.load_state_dict(ckpt["lr_scheduler"])
+    _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer")
+    _load_states("scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers", "lr_scheduler")
     trainer._precision.load_state_dict(ckpt.get("precision", {}))
     states = ckpt.get("callbacks", {})
     for cb in trainer.callbacks:
@@ -179,14 +177,14 @@ def load_model(module: torch.nn.Module, ckpt: dict[str, Any]) -> None:
     """The model's ``on_load_checkpoint`` hook, then its weights, all keys matching."""
     if isinstance(module, TrainModule):  # first: the model may read or adapt what it saved
         module.on_load_checkpoint(ckpt)
-    missing, unexpected = _key_mismatch(module, ckpt["model"])
+    missing, unexpected = _key_mismatch(module, ckpt_io.plain_state_dict(ckpt["model"]))
     if missing or unexpected:
         raise CheckpointError(
             f"The checkpoint does not fit {type(module).__name__}: missing keys {missing or 'none'}, "
             f"unexpected keys {unexpected or 'none'}. Was it saved from another model?"
         )
     try:
-        module.load_state_dict(ckpt["model"])
+        ckpt_io.load_plain_state_dict(module, ckpt["model"])
     except RuntimeError as err:  # same keys, other shapes
         raise CheckpointError(f"The checkpoint does not fit {type(module).__name__}: {err}") from None
 
@@ -230,8 +228,22 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
     return before
 
 
+def _load_states(kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, old_key: str) -> None:
+    """Load each optimizer's (or scheduler's) state; 0.1.0 files kept one under ``old_key``."""
+    states = ckpt.get(key)
+    if states is None:
+        states = [] if ckpt.get(old_key) is None else [ckpt[old_key]]
+    if states and len(states) != len(objects):
+        raise ValueError(
+            f"The checkpoint holds {len(states)} {kind} state(s), and configure_optimizers() now returns "
+            f"{len(objects)} {kind}(s). Resume with the same optimizers and schedulers it was trained with."
+        )
+    for obj, state in zip(objects, states):
+        obj.load_state_dict(state)
+
+
 def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[str], list[str]]:
-    own = set(module.state_dict())
+    own = set(ckpt_io.plain_state_dict(module.state_dict()))
     return sorted(own - set(state)), sorted(set(state) - own)
 
 
@@ -254,8 +266,8 @@ def capture(trainer: Trainer) -> dict[str, Any]:
         "format": FORMAT,
         "version": __version__,
         "model": strategy.module_state_dict(),
-        "optimizer": None if opt is None else opt.optimizer.state_dict(),
-        "lr_scheduler": None if opt is None or opt.scheduler is None else opt.scheduler.state_dict(),
+        "optimizer_states": [] if opt is None else [o.state_dict() for o in opt.optimizers],
+        "lr_schedulers": [] if opt is None else [s.scheduler.state_dict() for s in opt.schedulers],
         "precision": trainer._precision.state_dict(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "loop": {

@@ -341,3 +341,21 @@ def plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     return repr(value)
+
+
+_COMPILED = "_orig_mod."  # torch.compile(submodule) inserts it into the submodule's keys
+
+
+def plain_state_dict(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` without ``_orig_mod.`` in its keys: what the uncompiled model's state_dict holds."""
+    if not any(_COMPILED in k for k in state):
+        return state
+    return {k.replace(_COMPILED, ""): v for k, v in state.items()}
+
+
+def load_plain_state_dict(module: torch.nn.Module, state: dict[str, Any], strict: bool = True) -> Any:
+    """``module.load_state_dict(state)``, for a ``state`` with plain keys into a module that may
+    hold compiled submodules (``self.net = torch.compile(self.net)``), and the other way round."""
+    own = {k.replace(_COMPILED, ""): k for k in module.state_dict()}
+    state = plain_state_dict(state)
+    return module.load_state_dict({own.get(k, k): v for k, v in state.items()}, strict=strict)

@@ -19,7 +19,8 @@ from ._signals import Interrupted
 from .data import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
 from .evaluation_loop import evaluation_loop, limited, sanity_check, validation_every
 from .metrics import MetricSink, mean_over_processes, set_sink
-from .optim import resolve_optimizers
+from .manual import ManualOptimization, check_manual
+from .optim import automatic_step, resolve_optimizers
 
 if TYPE_CHECKING:
     from .module import TrainModule
@@ -79,8 +80,11 @@ class FitLoop:
         trainer.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
         check_same_length(strategy.gather_objects(trainer.num_training_batches))
         # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
-        trainer._opt = resolve_optimizers(model, trainer._optimizer_factory)
-        trainer.optimizer, trainer.lr_scheduler = trainer._opt.optimizer, trainer._opt.scheduler
+        trainer._opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
+        check_manual(trainer, model, len(opt.optimizers))
+        trainer.optimizer, trainer.lr_scheduler = opt.optimizer, opt.scheduler
+        trainer.optimizers, trainer.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
+        trainer._manual = None if opt.automatic else ManualOptimization(trainer, model, opt.optimizers)
         self.resume = Resume.load(trainer, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         if trainer.is_global_zero:
@@ -134,8 +138,7 @@ class FitLoop:
         try:
             if own is not None:
                 self._epoch_end_hook(own, sink)
-            if trainer._opt.interval == "epoch":
-                trainer._opt.step_scheduler(trainer.callback_metrics)
+            trainer._opt.step_schedulers("epoch", trainer.callback_metrics)
             for fn in hooks.on_train_epoch_end:
                 if fn is not own:
                     self._epoch_end_hook(fn, sink)
@@ -189,11 +192,11 @@ class FitLoop:
         )
         own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
         backward = strategy.backward if own_backward else torch.Tensor.backward
-        scaler, optimizer = trainer._precision.scaler, opt.optimizer
+        scaler, optimizer, manual = trainer._precision.scaler, opt.optimizer, trainer._manual
         # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
         plain_step = (
             trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
-            and not (opt.scheduler is not None and opt.interval == "step")
+            and not opt.steps_at("step") and manual is None
         )
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
         # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
@@ -242,33 +245,36 @@ class FitLoop:
                             no_sync.enter_context(strategy.no_backward_sync())
 
                     output = training_step(batch, batch_idx)
-                    loss = output if type(output) is tensor else loss_of(output)
-                    if before_backward:
-                        for fn in before_backward:
-                            fn(trainer, model, loss)
-                    try:
-                        if group == 1 and scaler is None:
-                            backward(loss)
-                        else:
-                            scaled = loss / group if group > 1 else loss
-                            backward(scaled if scaler is None else scaler.scale(scaled))
-                    except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
-                        problem = bad_loss(loss)
-                        if problem is None:
-                            raise
-                        raise problem from err
-                    if after_backward:
-                        for fn in after_backward:
-                            fn(trainer, model)
+                    if manual is not None:  # the step stepped by hand; a batch that stepped counts one step
+                        loss, completes = manual.end_batch(output)
+                    else:
+                        loss = output if type(output) is tensor else loss_of(output)
+                        if before_backward:
+                            for fn in before_backward:
+                                fn(trainer, model, loss)
+                        try:
+                            if group == 1 and scaler is None:
+                                backward(loss)
+                            else:
+                                scaled = loss / group if group > 1 else loss
+                                backward(scaled if scaler is None else scaler.scale(scaled))
+                        except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
+                            problem = bad_loss(loss)
+                            if problem is None:
+                                raise
+                            raise problem from err
+                        if after_backward:
+                            for fn in after_backward:
+                                fn(trainer, model)
 
                     state.batch_in_epoch = batch_idx + 1
                     if completes:
-                        if plain_step:  # _optimizer_step with nothing to do around the step
+                        if plain_step:  # automatic_step with nothing to do around the step
                             optimizer.step()
                             optimizer.zero_grad()
                             state.global_step += 1
-                        else:
-                            self._optimizer_step()
+                        elif manual is None:
+                            automatic_step(trainer, model, self._publish_step_metrics)
                         if state.global_step % log_every == 0:
                             trainer.samples_seen = samples
                             self._at_log_step(loss)
@@ -282,8 +288,8 @@ class FitLoop:
                         or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
                     ) and self._stopping_now():
                         return batch_idx + 1 < limit
-            if not completes:  # an unsized loader ran out inside a group: step what it accumulated
-                self._optimizer_step()
+            if not completes and accumulate > 1:  # an unsized loader ran out inside a group: step what it accumulated
+                automatic_step(trainer, model, self._publish_step_metrics)
                 if state.global_step % log_every == 0:
                     trainer.samples_seen = samples
                     self._at_log_step(loss)
@@ -298,38 +304,10 @@ class FitLoop:
             )
         return False
 
-    def _optimizer_step(self) -> None:
-        """Unscale, on_before_optimizer_step, clip, then step (or skip), zero_grad, and the
-        per-step scheduler. The loop steps the optimizer itself when none of these applies."""
-        trainer = self.trainer
-        precision, opt = trainer._precision, trainer._opt
-        optimizer = opt.optimizer
-        precision.unscale(optimizer)  # hooks and clipping see the true gradients (a no-op without a scaler)
-        for fn in trainer._hooks.on_before_optimizer_step:
-            fn(trainer, self.model, optimizer)
-        if trainer.gradient_clip_val is not None:
-            params = [p for g in optimizer.param_groups for p in g["params"]]
-            if trainer.gradient_clip_algorithm == "norm":
-                trainer.grad_norm = torch.nn.utils.clip_grad_norm_(params, trainer.gradient_clip_val)
-            else:
-                trainer.grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-                torch.nn.utils.clip_grad_value_(params, trainer.gradient_clip_val)
-        trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
-        if trainer._step_skipped:
-            precision.skip()
-        else:
-            precision.step(optimizer)
-        optimizer.zero_grad()
-        trainer.state.global_step += 1
-        if opt.scheduler is not None and opt.interval == "step":
-            if opt.scheduler_needs_metric:  # its monitor must be this step's value
-                self._publish_step_metrics()
-            opt.step_scheduler(trainer.callback_metrics)
-
-    def _at_log_step(self, loss: torch.Tensor) -> None:
+    def _at_log_step(self, loss: torch.Tensor | None) -> None:
         """Every ``log_every_n_steps`` steps: check the loss, and publish the step's logged values."""
         trainer = self.trainer
-        if not trainer._step_skipped:  # a skipped step's loss was judged already (the same way on every rank)
+        if not trainer._step_skipped and loss is not None:  # a skipped step's loss was judged already
             self._check_finite(loss)
         metrics = self._publish_step_metrics()
         for fn in trainer._hooks.on_train_log:

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from .checkpoint import load as load_checkpoint
+from .checkpoint import load_plain_state_dict
+from .manual import clip_gradients, manual_backward, toggle_optimizer, untoggle_optimizer
 from .metrics import log_metric
 
 if TYPE_CHECKING:
@@ -21,9 +23,17 @@ class TrainModule(nn.Module):
 
     ``training_step`` returns the loss: a scalar tensor, or a dict with a ``"loss"`` key.
     ``configure_optimizers`` returns an optimizer, ``(optimizer, scheduler)``, or
-    ``dict(optimizer=..., lr_scheduler=..., interval="epoch" | "step", monitor=...)``.
-    Leave it out to use ``Trainer(optimizer=lambda params: ...)`` instead.
+    ``dict(optimizer=..., lr_scheduler=..., interval="epoch" | "step", monitor=...)``; with
+    manual optimization also several: ``[opt1, opt2]``, ``([opts], [schedulers])`` or a list of
+    dicts. Leave it out to use ``Trainer(optimizer=lambda params: ...)`` instead.
+
+    ``automatic_optimization = False`` (set it in ``__init__``) hands the steps to
+    ``training_step``: ``self.optimizers()``, ``self.manual_backward(loss)``, ``opt.step()``,
+    ``opt.zero_grad()`` (trainer/manual.py).
     """
+
+    #: False: training_step runs backward and the optimizer steps itself (trainer/manual.py).
+    automatic_optimization = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -54,6 +64,39 @@ class TrainModule(nn.Module):
             raise TypeError(f"self.log_dict(values={values!r:.80}) takes a dict of name -> scalar.")
         for name, value in values.items():
             log_metric(name, value, prog_bar=prog_bar, batch_size=batch_size)
+
+    # --- manual optimization (trainer/manual.py) ---------------------------------------
+    def optimizers(self) -> Any:
+        """The optimizers from configure_optimizers, in its order: one, or a list of several. Under
+        manual optimization their ``step()`` also syncs gradients (ddp) and runs the scaler."""
+        trainer = self.trainer
+        opts = trainer.optimizers if trainer._manual is None else trainer._manual.optimizers
+        return opts[0] if len(opts) == 1 else list(opts)
+
+    def lr_schedulers(self) -> Any:
+        """The schedulers from configure_optimizers: None, one, or a list. Under manual
+        optimization the Trainer steps none of them: call their ``step()`` yourself."""
+        scheds = self.trainer.lr_schedulers
+        return None if not scheds else scheds[0] if len(scheds) == 1 else list(scheds)
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``loss.backward()`` for manual optimization: scaled under ``16-mixed``, outside
+        autocast, between the ``on_before_backward``/``on_after_backward`` hooks."""
+        manual_backward(self, loss, *args, **kwargs)
+
+    def clip_gradients(
+        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> torch.Tensor | None:
+        """Clip ``optimizer``'s gradients by global norm (default) or by value, after they were
+        synced and unscaled; returns the norm before clipping (also ``trainer.grad_norm``)."""
+        return clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Until ``untoggle_optimizer``: only ``optimizer``'s parameters require grad."""
+        toggle_optimizer(self, optimizer)
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        untoggle_optimizer(self, optimizer)
 
     # --- hooks: the Callback hooks without (trainer, module); each runs before the callbacks'.
     # One the model does not override costs nothing: the loop never calls it.
@@ -134,7 +177,7 @@ class TrainModule(nn.Module):
                 f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
             ) from None
         model.on_load_checkpoint(ckpt)
-        model.load_state_dict(ckpt["model"], strict=strict)
+        load_plain_state_dict(model, ckpt["model"], strict=strict)  # into compiled submodules too
         return model.eval()
 
     @property

@@ -1,35 +1,41 @@
-"""Turning what ``configure_optimizers`` returns into an optimizer and a scheduler plan."""
+"""Turning what ``configure_optimizers`` returns into optimizers and a scheduler plan.
+
+The shapes are Lightning's: an optimizer; ``(optimizer, scheduler)``; a dict
+``dict(optimizer=..., lr_scheduler=..., interval=..., monitor=...)``; a list of optimizers;
+``([optimizers], [schedulers])``; or a list of such dicts. A scheduler may itself be a dict
+``{"scheduler": s, "interval": "epoch" | "step", "monitor": name}``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.optim import Optimizer
 
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
 _INTERVALS = ("epoch", "step")
 _SHAPES = (
-    "an optimizer, (optimizer, scheduler), or "
-    "dict(optimizer=..., lr_scheduler=..., interval='epoch'|'step', monitor=...)"
+    "an optimizer, (optimizer, scheduler), dict(optimizer=..., lr_scheduler=..., interval='epoch'|'step', "
+    "monitor=...), a list of optimizers, ([optimizers], [schedulers]), or a list of such dicts"
 )
 
 
 @dataclass
-class OptimizerSetup:
-    optimizer: Optimizer
-    scheduler: Any = None
+class SchedulerConfig:
+    scheduler: Any
     interval: str = "epoch"
     monitor: str | None = None
 
     @property
-    def scheduler_needs_metric(self) -> bool:
+    def needs_metric(self) -> bool:
         return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
-    def step_scheduler(self, metrics: dict[str, float]) -> None:
-        if self.scheduler is None:
-            return
-        if not self.scheduler_needs_metric:
+    def step(self, metrics: dict[str, float]) -> None:
+        if not self.needs_metric:
             self.scheduler.step()
             return
         if self.monitor not in metrics:
@@ -40,8 +46,40 @@ class OptimizerSetup:
         self.scheduler.step(metrics[self.monitor])
 
 
+@dataclass
+class OptimizerSetup:
+    """The optimizers in the order given, and their schedulers. Under automatic optimization the
+    Trainer steps each scheduler at its interval; under manual optimization the module does."""
+
+    optimizers: list[Optimizer]
+    schedulers: list[SchedulerConfig] = field(default_factory=list)
+    automatic: bool = True
+
+    @property
+    def optimizer(self) -> Optimizer:
+        return self.optimizers[0]
+
+    @property
+    def scheduler(self) -> Any:
+        return self.schedulers[0].scheduler if self.schedulers else None
+
+    def steps_at(self, interval: str) -> bool:
+        """Whether the Trainer steps a scheduler at every ``interval`` ('step' or 'epoch')."""
+        return self.automatic and any(s.interval == interval for s in self.schedulers)
+
+    def needs_metric_at(self, interval: str) -> bool:
+        return any(s.interval == interval and s.needs_metric for s in self.schedulers)
+
+    def step_schedulers(self, interval: str, metrics: dict[str, float]) -> None:
+        if not self.automatic:
+            return
+        for config in self.schedulers:
+            if config.interval == interval:
+                config.step(metrics)
+
+
 def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer] | None) -> OptimizerSetup:
-    """The optimizer from ``module.configure_optimizers()``, else from ``Trainer(optimizer=...)``."""
+    """The optimizers from ``module.configure_optimizers()``, else from ``Trainer(optimizer=...)``."""
     result = module.configure_optimizers() if hasattr(module, "configure_optimizers") else None
     if result is None:
         if factory is None:
@@ -57,39 +95,125 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
                 f"Trainer(optimizer={factory!r}) failed when called with the model's parameters: {err}. "
                 "It must take them as its one argument, e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
             ) from err
-        return _parse(result, f"Trainer(optimizer=...) returned {result!r}")
-    return _parse(result, f"{type(module).__name__}.configure_optimizers() returned {result!r}")
+        setup = _parse(result, f"Trainer(optimizer=...) returned {result!r:.200}")
+    else:
+        setup = _parse(result, f"{type(module).__name__}.configure_optimizers() returned {result!r:.200}")
+    setup.automatic = getattr(module, "automatic_optimization", True)
+    return setup
 
 
 def _parse(result: Any, where: str) -> OptimizerSetup:
     if isinstance(result, Optimizer):
-        return OptimizerSetup(result)
-    if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], Optimizer):
-        return _with_scheduler(result[0], result[1], "epoch", None, where)
-    if isinstance(result, dict) and isinstance(result.get("optimizer"), Optimizer):
-        unknown = set(result) - {"optimizer", "lr_scheduler", "interval", "monitor"}
-        if unknown:
-            raise ValueError(f"{where}: unknown keys {sorted(unknown)}. Expected {_SHAPES}.")
-        sched = result.get("lr_scheduler")
-        interval, monitor = result.get("interval", "epoch"), result.get("monitor")
-        if isinstance(sched, dict):  # Lightning's nested form: {"scheduler": s, "interval": ...}
-            interval, monitor = sched.get("interval", interval), sched.get("monitor", monitor)
-            sched = sched.get("scheduler")
-        return _with_scheduler(result["optimizer"], sched, interval, monitor, where)
+        return OptimizerSetup([result])
+    if isinstance(result, dict):
+        return _from_dicts([result], where)
+    if isinstance(result, (tuple, list)) and result:
+        if all(isinstance(x, Optimizer) for x in result):
+            return _checked(OptimizerSetup(list(result)), where)
+        if all(isinstance(x, dict) for x in result):
+            return _from_dicts(list(result), where)
+        if len(result) == 2 and isinstance(result[0], Optimizer):  # (optimizer, scheduler)
+            return _checked(OptimizerSetup([result[0]], [_scheduler(result[1], "epoch", None, where)]), where)
+        if len(result) == 2 and all(isinstance(x, (list, tuple)) for x in result):  # ([opts], [scheds])
+            opts, scheds = result
+            if opts and all(isinstance(x, Optimizer) for x in opts):
+                configs = [_scheduler(s, "epoch", None, where) for s in scheds]
+                return _checked(OptimizerSetup(list(opts), configs), where)
     raise TypeError(f"{where}, which is not usable. Return {_SHAPES}.")
 
 
-def _with_scheduler(opt: Optimizer, sched: Any, interval: str, monitor: str | None, where: str) -> OptimizerSetup:
+def _from_dicts(items: list[dict[str, Any]], where: str) -> OptimizerSetup:
+    setup = OptimizerSetup([])
+    for item in items:
+        if not isinstance(item.get("optimizer"), Optimizer):
+            raise TypeError(f"{where}: a dict without an 'optimizer'. Return {_SHAPES}.")
+        unknown = set(item) - {"optimizer", "lr_scheduler", "interval", "monitor"}
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)}. Expected {_SHAPES}.")
+        setup.optimizers.append(item["optimizer"])
+        if item.get("lr_scheduler") is not None:
+            setup.schedulers.append(
+                _scheduler(item["lr_scheduler"], item.get("interval", "epoch"), item.get("monitor"), where)
+            )
+    return _checked(setup, where)
+
+
+def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> SchedulerConfig:
+    if isinstance(sched, dict):  # Lightning's nested form: {"scheduler": s, "interval": ...}
+        interval, monitor = sched.get("interval", interval), sched.get("monitor", monitor)
+        sched = sched.get("scheduler")
     if interval not in _INTERVALS:
         raise ValueError(f"{where}: interval={interval!r} must be 'epoch' or 'step'.")
     if isinstance(sched, Optimizer):  # an optimizer has step() too, and would pass for a scheduler
         raise TypeError(
-            f"{where}: the second item is another optimizer. One optimizer per model is supported: "
-            "put every parameter in it (use param groups for different learning rates)."
+            f"{where}: an optimizer where a scheduler belongs. For several optimizers return a list of them, "
+            "or ([optimizers], [schedulers])."
         )
-    if sched is not None and not callable(getattr(sched, "step", None)):
+    if not callable(getattr(sched, "step", None)):
         raise TypeError(f"{where}: the scheduler {sched!r} has no step() method.")
-    setup = OptimizerSetup(opt, sched, interval, monitor)
-    if setup.scheduler_needs_metric and monitor is None:
+    config = SchedulerConfig(sched, interval, monitor)
+    if config.needs_metric and monitor is None:
         raise ValueError(f"{where}: ReduceLROnPlateau needs monitor='<logged metric name>'.")
+    return config
+
+
+def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:
+    seen: dict[int, int] = {}
+    for i, opt in enumerate(setup.optimizers):
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if seen.setdefault(id(p), i) != i:
+                    raise ValueError(
+                        f"{where}: optimizers {seen[id(p)]} and {i} both hold the parameter of shape "
+                        f"{tuple(p.shape)}. Give each parameter to one optimizer."
+                    )
     return setup
+
+
+def compile_options(value: Any) -> dict[str, Any] | None:
+    """``Trainer(compile=...)``: False, True, or ``torch.compile``'s keyword arguments as a dict."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        return {}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        unknown = set(value) - {"fullgraph", "dynamic", "backend", "mode", "options", "disable"}
+        if unknown:
+            raise ValueError(
+                f"compile={value!r}: unknown keys {sorted(unknown)}. torch.compile takes fullgraph, dynamic, "
+                "backend, mode, options and disable."
+            )
+        return dict(value)
+    raise TypeError(
+        f"compile={value!r} must be True, False, or torch.compile's keyword arguments as a dict, "
+        "e.g. compile=dict(mode='max-autotune')."
+    )
+
+
+def automatic_step(trainer: Trainer, model: torch.nn.Module, publish: Callable[[], Any]) -> None:
+    """Unscale, on_before_optimizer_step, clip, then step (or skip), zero_grad, and the per-step
+    schedulers (``publish`` puts this step's values where a monitoring scheduler reads them).
+    The loop steps the optimizer itself when none of these applies."""
+    precision, opt = trainer._precision, trainer._opt
+    optimizer = opt.optimizer
+    precision.unscale(optimizer)  # hooks and clipping see the true gradients (a no-op without a scaler)
+    for fn in trainer._hooks.on_before_optimizer_step:
+        fn(trainer, model, optimizer)
+    if trainer.gradient_clip_val is not None:
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        if trainer.gradient_clip_algorithm == "norm":
+            trainer.grad_norm = torch.nn.utils.clip_grad_norm_(params, trainer.gradient_clip_val)
+        else:
+            trainer.grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+            torch.nn.utils.clip_grad_value_(params, trainer.gradient_clip_val)
+    trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
+    if trainer._step_skipped:
+        precision.skip()
+    else:
+        precision.step(optimizer)
+    optimizer.zero_grad()
+    trainer.state.global_step += 1
+    if opt.steps_at("step"):
+        if opt.needs_metric_at("step"):  # its monitor must be this step's value
+            publish()
+        opt.step_schedulers("step", trainer.callback_metrics)

@@ -67,6 +67,17 @@ class Precision:
         self.scaler.step(optimizer)
         self.scaler.update()
 
+    def step_only(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step without updating the scale: several optimizers step, then one ``update()``."""
+        if self.scaler is None:
+            optimizer.step()
+        else:
+            self.scaler.step(optimizer)
+
+    def update(self) -> None:
+        if self.scaler is not None:
+            self.scaler.update()
+
     def skip(self) -> None:
         """Drop this step's update. The scaler forgets an ``unscale_`` done for it (update()
         with an explicit scale resets that), or the next step's ``unscale_`` would raise."""

@@ -83,6 +83,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     trainer._module = model
     model._trainer = trainer
     strategy.setup_module(model)
+    if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
+        strategy.compile(trainer.compile)
     trainer._hooks = hooks = Hooks(trainer.callbacks, model)
     if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
         trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
@@ -139,6 +141,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         hooks.call("teardown", trainer, model, stage)
         if datamodule is not None:
             datamodule.teardown(stage)
+        if trainer.compile is not None:  # hand the model back as it came: nn.Module.compile() undone
+            model._compiled_call_impl = None
 
 
 def per_loader(metrics: dict[str, float], loaders: Loaders) -> Any:

@@ -27,7 +27,8 @@ from ._resume import best_checkpoint, capture
 from ._signals import StopSignals
 from .metrics import MetricSink
 from .module import TrainModule
-from .optim import OptimizerSetup
+from .manual import ManualOptimization
+from .optim import OptimizerSetup, compile_options
 from .precision import Precision, check_precision_available, normalize_precision
 from .loaders import DataModule, check_loaders, check_sources, check_train_loader
 from .stage import StageData, absorb, run_stage
@@ -73,6 +74,7 @@ class Trainer:
         overfit_batches: int | float = 0,
         enable_model_summary: bool = True,
         batched_fetching: bool = True,
+        compile: bool | dict[str, Any] = False,
     ) -> None:
         self.max_epochs = positive_int("max_epochs", max_epochs, allow_none=True)
         self.max_steps = positive_int("max_steps", max_steps, allow_none=True)
@@ -110,6 +112,7 @@ class Trainer:
         self.num_sanity_val_steps = positive_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
         self.enable_model_summary = flag("enable_model_summary", enable_model_summary)
         self.batched_fetching = flag("batched_fetching", batched_fetching)  # trainer/fetch.py says when it applies
+        self.compile = compile_options(compile)  # None, or torch.compile's keyword arguments
         self.overfit_batches = limit("overfit_batches", overfit_batches)
         if self.overfit_batches:  # train and validate on the same first batches, in order
             self.limit_train_batches = self.limit_val_batches = self.overfit_batches
@@ -140,9 +143,12 @@ class Trainer:
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
         self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.optimizer: torch.optim.Optimizer | None = None  # the first (under automatic optimization, the only) one
         self.lr_scheduler: Any = None
+        self.optimizers: list[torch.optim.Optimizer] = []  # all, in configure_optimizers' order
+        self.lr_schedulers: list[Any] = []
         self._opt: OptimizerSetup | None = None
+        self._manual: ManualOptimization | None = None  # set while a fit with automatic_optimization=False runs
         self._module: TrainModule | None = None
         self._precision: Precision | None = None
         self._hooks = Hooks([])

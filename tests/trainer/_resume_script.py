@@ -46,6 +46,35 @@ class Net(TrainModule):
         return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
 
 
+class ManualNet(Net):
+    """The same network, stepped by hand with two optimizers (``--manual``): the body's SGD with
+    its scheduler, stepped by the module at each epoch's end, and the head's Adam."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss)
+        opts = self.optimizers()
+        for opt in opts:
+            opt.zero_grad()
+        self.manual_backward(loss)
+        for opt in opts:
+            opt.step()
+        return loss
+
+    def on_train_epoch_end(self):
+        self.lr_schedulers().step()
+
+    def configure_optimizers(self):
+        body = torch.optim.SGD(self.net[0].parameters(), lr=0.1, momentum=0.9)
+        head = torch.optim.Adam(self.net[3].parameters(), lr=0.01)
+        return [body, head], [torch.optim.lr_scheduler.StepLR(body, step_size=1, gamma=0.7)]
+
+
 class Pause(Callback):
     """At ``hook`` with ``global_step == step`` (every rank): write ``paused`` and wait to be killed."""
 
@@ -117,6 +146,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--crash-once", type=int, default=None)
     p.add_argument("--precision", default="32")
     p.add_argument("--deterministic", action="store_true")
+    p.add_argument("--manual", action="store_true", help="ManualNet: two optimizers stepped by hand")
     args = p.parse_args(argv)
     if args.seed is not None:
         seed_everything(args.seed)
@@ -133,7 +163,7 @@ def main(argv: list[str]) -> None:
         callbacks.append(WaitForSignal(args.signal_wait))
     if args.crash_once is not None:
         callbacks.append(CrashOnce(args.crash_once))
-    model = Net()
+    model = ManualNet() if args.manual else Net()
     trainer = Trainer(
         strategy=args.strategy, devices=int(args.devices) if args.devices.isdigit() else args.devices,
         max_epochs=args.max_epochs, val_check_interval=3, enable_progress_bar=False, callbacks=callbacks,

@@ -55,8 +55,8 @@ def test_checkpoint_holds_the_full_training_state():
     mid_epoch = torch.load("checkpoints/epoch=1-step=3.ckpt", weights_only=True)
 
     assert epoch_end["model"].keys() == t.module.state_dict().keys()
-    assert epoch_end["optimizer"]["state"][0]["exp_avg"].shape == (12, 8)  # Adam's moments
-    assert epoch_end["lr_scheduler"]["last_epoch"] == 2
+    assert epoch_end["optimizer_states"][0]["state"][0]["exp_avg"].shape == (12, 8)  # Adam's moments
+    assert epoch_end["lr_schedulers"][0]["last_epoch"] == 2
     assert epoch_end["precision"] == {}  # no GradScaler in 32-bit
     # An epoch-end checkpoint resumes at the next epoch; a step checkpoint inside its epoch.
     assert epoch_end["loop"] == {"epoch": 2, "batch_in_epoch": 0, "global_step": 4, "world_size": 1}
@@ -302,7 +302,7 @@ def test_a_ddp_checkpoint_loads_into_the_bare_model_and_resumes_on_one_device():
     for k, v in ckpt["model"].items():
         assert torch.equal(start.weights[k], v)
     assert start.optimizer["state"][0]["step"] == 2 and torch.equal(
-        start.optimizer["state"][0]["exp_avg"], ckpt["optimizer"]["state"][0]["exp_avg"]
+        start.optimizer["state"][0]["exp_avg"], ckpt["optimizer_states"][0]["state"][0]["exp_avg"]
     )
 
 
@@ -330,6 +330,6 @@ def test_a_checkpoint_saved_on_a_gpu_holds_cpu_tensors_so_a_machine_without_one_
     trainer.fit(Classifier(optimizer="adam"), loader())
     trainer.save_checkpoint("gpu.ckpt")
     ckpt = torch.load("gpu.ckpt", weights_only=True)  # no map_location: tensors come back where they were saved
-    tensors = [*ckpt["model"].values(), *(v for s in ckpt["optimizer"]["state"].values() for v in s.values())]
+    tensors = [*ckpt["model"].values(), *(v for s in ckpt["optimizer_states"][0]["state"].values() for v in s.values())]
     assert len(tensors) > 4 and all(t.device.type == "cpu" for t in tensors)
     assert next(trainer.module.parameters()).device.type == "cuda"  # the live model stayed on the GPU

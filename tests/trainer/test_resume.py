@@ -140,7 +140,7 @@ def assert_same_training(folder: Path, ref: Path) -> None:
     assert sorted(ours) == sorted(theirs)
     for name in theirs:
         a, b = torch.load(ours[name], weights_only=True), torch.load(theirs[name], weights_only=True)
-        for key in ("model", "optimizer", "lr_scheduler", "loop", "rng", "epoch_start"):
+        for key in ("model", "optimizer_states", "lr_schedulers", "loop", "rng", "epoch_start"):
             assert _equal(a[key], b[key]), f"{name}: {key!r} differs from the uninterrupted run's"
 
 
@@ -192,6 +192,23 @@ def test_ddp_kill9_mid_epoch_then_on_epoch_boundary(tmp_path, script_env, refere
 
     assert resumed_from(job) == ("last.ckpt", 2, 8)  # the epoch-end checkpoint: batch 0 of epoch 2
     assert_same_training(tmp_path, ref)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args, resumed_at",
+    [
+        pytest.param(["--manual"], (0, 3), id="single"),  # 8 batches an epoch: the step-3 checkpoint
+        pytest.param(["--manual", *DDP, *DDP_EPOCHS], (1, 4), id="ddp"),  # 4 a rank: epoch 0's end
+    ],
+)
+def test_kill9_with_two_optimizers_stepped_by_hand_then_restart_is_bit_exact(args, resumed_at, tmp_path, script_env, reference):
+    ref = reference(args)
+    killed_at(args, "batch_end:5", tmp_path, script_env)  # mid-epoch
+    job = run(args, tmp_path, script_env)
+    assert resumed_from(job)[1:] == resumed_at
+    assert len(torch.load(ref / "final.pt")) == 4
+    assert_same_training(tmp_path, ref)  # every checkpoint: both optimizers' states and the scheduler's too
 
 
 @requires_cuda(1)

@@ -1,0 +1,110 @@
+"""Trainer(compile=...) and compiled submodules: same training, plain checkpoint keys, resume both ways.
+
+The tests compile with backend="eager": dynamo captures the graphs as it would for inductor,
+and the numbers stay exactly eager's, so a compiled run can be held to torch.equal.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests._models import Classifier, loader, quiet
+from trainer import Trainer
+
+EAGER = dict(backend="eager")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class CompiledInside(Classifier):
+    """A user who compiles a submodule in __init__: its state_dict keys carry ``_orig_mod.``."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.net = torch.compile(self.net, backend="eager")
+
+
+def _same(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_compile_trains_as_eager_and_writes_the_plain_models_keys(tmp_path):
+    torch.manual_seed(0)
+    compiled, plain = Classifier(dropout=0.1), Classifier(dropout=0.1)
+    plain.load_state_dict(compiled.state_dict())
+    trainer = Trainer(max_epochs=2, seed=3, compile=EAGER, log_dir=tmp_path, enable_progress_bar=False)
+    trainer.fit(compiled, loader())
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # it did compile
+    Trainer(max_epochs=2, seed=3, **quiet()).fit(plain, loader())
+    _same(compiled.state_dict(), plain.state_dict())
+    ckpt = torch.load(trainer.checkpoint_callback.last_model_path, weights_only=True)
+    _same(ckpt["model"], plain.state_dict())  # loads into the uncompiled model as it is
+    assert getattr(compiled, "_compiled_call_impl", None) is None  # handed back uncompiled
+
+
+def test_a_compiled_submodule_saves_plain_keys_and_its_checkpoint_resumes_a_plain_run(tmp_path):
+    torch.manual_seed(0)
+    model = CompiledInside()
+    assert any("_orig_mod." in k for k in model.state_dict())
+    first = Trainer(max_epochs=1, log_dir=tmp_path / "a", enable_progress_bar=False)
+    first.fit(model, loader())
+    path = first.checkpoint_callback.last_model_path
+    ckpt = torch.load(path, weights_only=True)
+    assert not any("_orig_mod" in k for k in ckpt["model"]) and set(ckpt["model"]) == set(Classifier().state_dict())
+
+    reloaded = CompiledInside.load_from_checkpoint(path)  # into the compiled submodule again
+    plain_again = Classifier.load_from_checkpoint(path)
+    _same(ckpt["model"], plain_again.state_dict())
+    for x, _ in loader(n=16):
+        assert torch.equal(reloaded(x), plain_again(x))
+
+    # Resume the other way: the compiled run's checkpoint continues an uncompiled model, and an
+    # uncompiled run's checkpoint continues a compiled one; both match training straight through.
+    straight = Classifier()
+    straight.load_state_dict(ckpt["model"])
+    Trainer(max_epochs=2, **quiet()).fit(straight, loader(), ckpt_path=path)
+    compiled_again = Classifier()
+    Trainer(max_epochs=2, compile=EAGER, **quiet()).fit(compiled_again, loader(), ckpt_path=path)
+    _same(compiled_again.state_dict(), straight.state_dict())
+    inside = CompiledInside()
+    Trainer(max_epochs=2, **quiet()).fit(inside, loader(), ckpt_path=path)
+    for k, v in straight.state_dict().items():
+        assert torch.equal(inside.state_dict()[k.replace("net.", "net._orig_mod.", 1)], v), k
+
+
+def test_compile_under_ddp_trains_and_hands_back_plain_weights(tmp_path):
+    torch.manual_seed(0)
+    spread, single = Classifier(), Classifier()
+    single.load_state_dict(spread.state_dict())
+    trainer = Trainer(strategy="ddp", devices=2, max_epochs=1, compile=EAGER, log_dir=tmp_path, enable_progress_bar=False)
+    trainer.fit(spread, loader(batch_size=8))
+    Trainer(max_epochs=1, **quiet()).fit(single, loader(batch_size=16))
+    for (k, a), b in zip(spread.state_dict().items(), single.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=k)
+    ckpt = torch.load(trainer.checkpoint_callback.last_model_path, weights_only=True)
+    assert list(ckpt["model"]) == list(Classifier().state_dict())
+
+
+def test_a_model_compiled_by_torch_compile_is_refused_with_the_option_to_use():
+    with pytest.raises(TypeError, match=r"torch.compile\(Classifier\).*Trainer\(compile=True\)"):
+        Trainer(max_epochs=1, **quiet()).fit(torch.compile(Classifier()), loader())
+
+
+@pytest.mark.parametrize(
+    "value, error, message",
+    [
+        ("yes", TypeError, r"compile='yes' must be True, False, or torch.compile's keyword arguments"),
+        (dict(mod="max-autotune"), ValueError, r"unknown keys \['mod'\].*mode"),
+    ],
+)
+def test_a_bad_compile_option_names_the_argument(value, error, message):
+    with pytest.raises(error, match=message):
+        Trainer(max_epochs=1, compile=value)

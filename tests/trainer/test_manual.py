@@ -1,0 +1,203 @@
+"""Several optimizers and steps taken by hand (``automatic_optimization = False``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from callbacks import ModelCheckpoint
+from tests._models import Classifier, TinyGAN, gan_loader, loader, quiet
+from trainer import Trainer, TrainModule
+
+
+def _gan_by_hand(model: TinyGAN, batches, clip: float | None = None) -> None:
+    """TinyGAN.training_step as a hand-written loop would run it."""
+    opt_g, opt_d = model.configure_optimizers()
+    for real, z in batches:
+        fake = model.generator(z)
+        d_loss = (nn.functional.softplus(-model.discriminator(real)).mean()
+                  + nn.functional.softplus(model.discriminator(fake.detach())).mean())
+        opt_d.zero_grad()
+        d_loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(model.discriminator.parameters()), clip)
+        opt_d.step()
+        g_loss = nn.functional.softplus(-model.discriminator(model.generator(z))).mean()
+        opt_g.zero_grad()
+        g_loss.backward()
+        opt_g.step()
+
+
+def _assert_same_weights(a: nn.Module, b: nn.Module) -> None:
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_a_gan_stepped_by_hand_matches_a_hand_written_loop(clip):
+    torch.manual_seed(0)
+    model, by_hand = TinyGAN(clip=clip), TinyGAN()
+    by_hand.load_state_dict(model.state_dict())
+    trainer = Trainer(max_epochs=2, **quiet())
+    trainer.fit(model, gan_loader())
+    _gan_by_hand(by_hand, [b for _ in range(2) for b in gan_loader()], clip=clip)
+    _assert_same_weights(model, by_hand)
+    # One global step per batch in which the optimizers stepped, however many of them stepped.
+    assert trainer.global_step == 2 * len(gan_loader())
+    assert set(trainer.callback_metrics) >= {"d_loss", "g_loss"}
+    if clip is not None:
+        assert trainer.grad_norm is not None and trainer.grad_norm > 0  # the norm before clipping
+
+
+def test_global_step_counts_only_batches_that_stepped_and_max_steps_follows_it(tmp_path):
+    model = TinyGAN(step_every=2)  # steps on even batches only
+    trainer = Trainer(
+        max_steps=3, log_dir=tmp_path, enable_progress_bar=False,
+        callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=-1)],
+    )
+    trainer.fit(model, gan_loader(n=64, batch_size=8))  # 8 batches: steps at 0, 2, 4 -> stop after batch 4
+    assert trainer.global_step == 3
+    assert trainer.state.batch_in_epoch == 5
+    saved = sorted(p.name for p in tmp_path.rglob("epoch=*.ckpt"))
+    assert saved == ["epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "epoch=0-step=3.ckpt"]
+
+
+class _Recorder(TrainModule):
+    """Two optimizers with schedulers in Lightning's (optimizers, schedulers) shape; records what
+    ``self.optimizers()`` and ``self.lr_schedulers()`` return and steps its schedulers itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.a, self.b = nn.Linear(2, 1), nn.Linear(2, 1)
+        self.seen = None
+
+    def training_step(self, batch, batch_idx):
+        x, _ = batch
+        opts, scheds = self.optimizers(), self.lr_schedulers()
+        self.seen = ([o.optimizer for o in opts], list(scheds))
+        for opt, net in zip(opts, (self.a, self.b)):
+            opt.zero_grad()
+            self.manual_backward(net(x[:, :2]).pow(2).mean())
+            opt.step()
+        if batch_idx == self.trainer.num_training_batches - 1:
+            scheds[0].step()  # the Trainer steps no scheduler under manual optimization
+
+    def configure_optimizers(self):
+        self.opt_a = torch.optim.SGD(self.a.parameters(), lr=0.1)
+        self.opt_b = torch.optim.SGD(self.b.parameters(), lr=0.2)
+        self.sched_a = torch.optim.lr_scheduler.StepLR(self.opt_a, 1, gamma=0.5)
+        self.sched_b = torch.optim.lr_scheduler.StepLR(self.opt_b, 1, gamma=0.5)
+        return [self.opt_a, self.opt_b], [self.sched_a, {"scheduler": self.sched_b, "interval": "step"}]
+
+
+def test_optimizers_and_schedulers_come_back_in_the_order_given_and_only_the_user_steps_them(tmp_path):
+    model = _Recorder()
+    trainer = Trainer(max_epochs=2, log_dir=tmp_path, enable_progress_bar=False)
+    trainer.fit(model, loader(n=32, batch_size=8))
+    assert model.seen == ([model.opt_a, model.opt_b], [model.sched_a, model.sched_b])
+    assert trainer.optimizers == [model.opt_a, model.opt_b]
+    assert model.opt_a.param_groups[0]["lr"] == pytest.approx(0.025)  # stepped by the user at each epoch's end
+    assert model.opt_b.param_groups[0]["lr"] == pytest.approx(0.2)  # never stepped: interval='step' is not ours to act on
+    # Every optimizer and scheduler is in the checkpoint.
+    ckpt = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)
+    assert len(ckpt["optimizer_states"]) == 2 and len(ckpt["lr_schedulers"]) == 2
+    assert [s["param_groups"][0]["lr"] for s in ckpt["optimizer_states"]] == pytest.approx([0.025, 0.2])
+    assert ckpt["lr_schedulers"][0]["last_epoch"] == 2
+
+
+def test_resuming_a_gan_restores_both_optimizers_and_is_bit_exact(tmp_path):
+    torch.manual_seed(0)
+    straight, stopped = TinyGAN(), TinyGAN()
+    stopped.load_state_dict(straight.state_dict())
+    Trainer(max_epochs=3, **quiet()).fit(straight, gan_loader())
+    Trainer(max_epochs=1, log_dir=tmp_path, enable_progress_bar=False).fit(stopped, gan_loader())
+    resumed = TinyGAN()  # a new process would start from fresh weights and optimizers
+    trainer = Trainer(max_epochs=3, log_dir=tmp_path, enable_progress_bar=False)
+    trainer.fit(resumed, gan_loader(), ckpt_path="last")
+    _assert_same_weights(resumed, straight)
+    assert trainer.global_step == 3 * len(gan_loader())
+
+
+def test_several_optimizers_with_automatic_optimization_say_how_to_step_them():
+    class TwoOpts(Classifier):
+        def configure_optimizers(self):
+            return [torch.optim.SGD(self.net[0].parameters(), lr=0.1), torch.optim.SGD(self.net[3].parameters(), lr=0.1)]
+
+    with pytest.raises(ValueError, match=r"returned 2 optimizers.*self.automatic_optimization = False"):
+        Trainer(max_epochs=1, **quiet()).fit(TwoOpts(), loader())
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (dict(gradient_clip_val=1.0), r"gradient_clip_val=1.0\) with manual optimization.*self.clip_gradients"),
+        (dict(accumulate_grad_batches=2), r"accumulate_grad_batches=2\) with manual optimization"),
+    ],
+)
+def test_options_that_assume_the_trainer_steps_are_refused_under_manual_optimization(option, message):
+    with pytest.raises(ValueError, match=message):
+        Trainer(max_epochs=1, **quiet(**option)).fit(TinyGAN(), gan_loader())
+
+
+def test_manual_backward_under_automatic_optimization_says_what_to_do():
+    class Confused(Classifier):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.manual_backward(loss)
+            return loss
+
+    with pytest.raises(RuntimeError, match=r"manual_backward\(\) is for manual optimization.*automatic_optimization = False"):
+        Trainer(max_epochs=1, **quiet()).fit(Confused(), loader())
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["list", "tuple of lists", "list of dicts"],
+)
+def test_lightnings_shapes_for_one_optimizer_still_train_automatically(shape):
+    class Shaped(Classifier):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+            return {"list": [opt], "tuple of lists": ([opt], [sched]),
+                    "list of dicts": [{"optimizer": opt, "lr_scheduler": sched}]}[shape]
+
+    model = Shaped()
+    Trainer(max_epochs=2, **quiet()).fit(model, loader())
+    lr = model.trainer.optimizer.param_groups[0]["lr"]
+    assert lr == pytest.approx(0.1 if shape == "list" else 0.025)
+
+
+def test_toggle_optimizer_keeps_the_other_networks_gradients_out():
+    class Toggled(TinyGAN):
+        def training_step(self, batch, batch_idx):
+            real, z = batch
+            opt_g, opt_d = self.optimizers()
+            self.toggle_optimizer(opt_g)
+            g_loss = nn.functional.softplus(-self.discriminator(self.generator(z))).mean()
+            opt_g.zero_grad()
+            self.manual_backward(g_loss)
+            self.seen = [p.grad for p in self.discriminator.parameters()]
+            opt_g.step()
+            self.untoggle_optimizer(opt_g)
+            return g_loss
+
+    model = Toggled()
+    Trainer(max_epochs=1, **quiet()).fit(model, gan_loader())
+    assert model.seen == [None] * 4
+    assert all(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_a_gan_under_ddp_matches_one_device_with_the_doubled_batch(clip):
+    torch.manual_seed(0)
+    spread, single = TinyGAN(clip=clip), TinyGAN(clip=clip)
+    single.load_state_dict(spread.state_dict())
+    trainer = Trainer(strategy="ddp", devices=2, max_epochs=2, **quiet())
+    trainer.fit(spread, gan_loader(batch_size=8))  # each rank: 8 of every 16 samples
+    Trainer(max_epochs=2, **quiet()).fit(single, gan_loader(batch_size=16))
+    for (name, a), b in zip(spread.state_dict().items(), single.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    assert trainer.global_step == 2 * len(gan_loader(batch_size=16))

@@ -1,0 +1,232 @@
+"""Manual optimization: ``automatic_optimization = False`` and the steps a ``training_step`` takes.
+
+The Trainer then runs no backward, optimizer step or ``zero_grad`` of its own. The module calls
+``self.manual_backward(loss)`` and the ``step()`` of the optimizers ``self.optimizers()`` hands
+out. Those are the user's optimizers behind a thin wrapper whose ``step()`` also does what
+the loop does around an automatic step:
+
+- the gradients of that optimizer's parameters are averaged over the processes (``ddp``), once,
+  right before they are first needed (``clip_gradients`` or ``step``), so a backward may reach
+  any subset of the parameters, as many times as the step needs;
+- the float16 gradient scaler unscales, checks for inf/nan and updates, once per batch;
+- ``on_before_optimizer_step`` hooks run.
+
+A training batch in which at least one optimizer stepped advances ``global_step`` by one: a GAN's
+discriminator and generator steps on one batch are one step (Lightning counts each optimizer's
+step, so there ``max_steps=1000`` ends a GAN after 500 batches).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .module import TrainModule
+    from .trainer import Trainer
+
+
+class ManualOptimizer:
+    """What ``self.optimizers()`` returns under manual optimization: the optimizer, with a
+    ``step()`` that syncs gradients, runs the scaler and hooks, and counts for ``global_step``.
+
+    Everything else (``zero_grad``, ``param_groups``, ``state``, ``state_dict``...) is the
+    optimizer's own; ``.optimizer`` is the optimizer itself.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, manual: ManualOptimization) -> None:
+        self.optimizer = optimizer
+        self._manual = manual
+        self._prepared = False  # gradients synced and unscaled for the step about to happen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"ManualOptimizer({self.optimizer!r})"
+
+    def prepare(self) -> None:
+        """Sync (``ddp``) and unscale (float16) this optimizer's gradients, once per step."""
+        if self._prepared:
+            return
+        manual = self._manual
+        manual.trainer.strategy.sync_gradients(self.params())
+        manual.before_unscale(self.optimizer)
+        manual.trainer._precision.unscale(self.optimizer)
+        self._prepared = True
+
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def step(self, closure: Any = None) -> Any:
+        manual = self._manual
+        trainer = manual.trainer
+        if closure is not None:  # e.g. LBFGS: the closure recomputes the loss, and its backward needs the sync
+            if trainer._precision.scaler is not None:
+                raise ValueError(
+                    "optimizer.step(closure) with precision='16-mixed': the gradient scaler cannot step with "
+                    "a closure. Use precision='bf16-mixed' or '32', or step without a closure."
+                )
+            return self.optimizer.step(lambda: self._closure(closure))
+        self.prepare()
+        for fn in trainer._hooks.on_before_optimizer_step:
+            fn(trainer, manual.module, self.optimizer)
+        trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
+        if not trainer._step_skipped:  # skip_optimizer_step() (NaNGuard) drops this update
+            trainer._precision.step_only(self.optimizer)
+        self._prepared = False
+        manual.stepped = True
+        return None
+
+    def _closure(self, closure: Any) -> Any:
+        loss = closure()
+        self._prepared = False
+        self.prepare()
+        manual = self._manual
+        for fn in manual.trainer._hooks.on_before_optimizer_step:
+            fn(manual.trainer, manual.module, self.optimizer)
+        self._prepared = False
+        manual.stepped = True
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        self._prepared = False
+
+
+class ManualOptimization:
+    """The per-fit state of manual optimization, kept on the Trainer while fit runs."""
+
+    def __init__(self, trainer: Trainer, module: TrainModule, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.trainer, self.module = trainer, module
+        self.optimizers = [ManualOptimizer(opt, self) for opt in optimizers]
+        self.stepped = False  # an optimizer stepped in this batch's training_step
+        self._unscaled: set[int] = set()  # optimizers unscaled since the scaler's last update
+
+    def before_unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """The scaler unscales (and steps) each optimizer once between updates: an optimizer that
+        steps again in the same batch (a critic's five steps) first closes the previous round."""
+        if id(optimizer) in self._unscaled:
+            self.trainer._precision.update()
+            self._unscaled.clear()
+        self._unscaled.add(id(optimizer))
+
+    def end_batch(self, output: Any) -> tuple[torch.Tensor | None, bool]:
+        """After ``training_step``: the loss it returned (for the NaN check and the bar; None if
+        it returned none), and whether it stepped. A step advances ``global_step`` here."""
+        stepped, self.stepped = self.stepped, False
+        if self._unscaled:
+            self.trainer._precision.update()
+            self._unscaled.clear()
+        if stepped:
+            self.trainer.state.global_step += 1
+        for opt in self.optimizers:
+            opt._prepared = False
+        if isinstance(output, torch.Tensor):
+            return output, stepped
+        if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
+            return output["loss"], stepped
+        return None, stepped
+
+
+def manual_backward(module: TrainModule, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    """``loss.backward()`` with the float16 scaler applied, outside autocast (torch runs backward
+    ops in the precision their forward used), between the backward hooks."""
+    trainer = module.trainer
+    if trainer._manual is None:
+        raise RuntimeError(
+            f"{type(module).__name__}.manual_backward() is for manual optimization, inside training_step: "
+            "set `self.automatic_optimization = False` in __init__, or return the loss from training_step "
+            "and let the Trainer run backward."
+        )
+    hooks, precision = trainer._hooks, trainer._precision
+    for fn in hooks.on_before_backward:
+        fn(trainer, module, loss)
+    scaled = loss if precision.scaler is None else precision.scaler.scale(loss)
+    no_autocast = (
+        contextlib.nullcontext() if precision.dtype is None
+        else torch.autocast(precision.device_type, enabled=False)
+    )
+    with no_autocast:
+        if args or kwargs:
+            scaled.backward(*args, **kwargs)
+        else:
+            trainer.strategy.backward(scaled)
+    for fn in hooks.on_after_backward:
+        fn(trainer, module)
+
+
+def clip_gradients(
+    module: TrainModule, optimizer: Any, gradient_clip_val: float | None = None,
+    gradient_clip_algorithm: str | None = None,
+) -> torch.Tensor | None:
+    """Clip ``optimizer``'s gradients by their global norm (default) or by value; returns the
+    norm before clipping, also kept as ``trainer.grad_norm`` (and logged as ``grad_norm``)."""
+    trainer = module.trainer
+    algorithm = gradient_clip_algorithm or "norm"
+    if algorithm not in ("norm", "value"):
+        raise ValueError(f"clip_gradients(gradient_clip_algorithm={algorithm!r}): use 'norm' or 'value'.")
+    if gradient_clip_val is None:
+        return None
+    if isinstance(optimizer, ManualOptimizer):
+        optimizer.prepare()  # the norm is of the synced, unscaled gradients
+        params = optimizer.params()
+    else:  # automatic optimization: the loop unscaled them already, in on_before_optimizer_step
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+    if algorithm == "norm":
+        norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+    trainer.grad_norm = norm
+    return norm
+
+
+def toggle_optimizer(module: TrainModule, optimizer: Any) -> None:
+    """Only ``optimizer``'s parameters require grad until ``untoggle_optimizer``: a backward then
+    leaves the other networks' gradients alone (and costs less)."""
+    opt = getattr(optimizer, "optimizer", optimizer)
+    own = {id(p) for group in opt.param_groups for p in group["params"]}
+    saved = {}
+    for p in module.parameters():
+        saved[p] = p.requires_grad
+        if id(p) not in own:
+            p.requires_grad_(False)
+    module._toggled = saved
+
+
+def untoggle_optimizer(module: TrainModule, optimizer: Any) -> None:
+    for p, requires_grad in getattr(module, "_toggled", {}).items():
+        p.requires_grad_(requires_grad)
+    module._toggled = {}
+
+
+def check_manual(trainer: Trainer, module: TrainModule, count: int) -> None:
+    """Fit's options that assume the Trainer steps the optimizer, refused under manual optimization;
+    several optimizers refused under automatic optimization."""
+    name = type(module).__name__
+    if getattr(module, "automatic_optimization", True):
+        if count > 1:
+            raise ValueError(
+                f"{name}.configure_optimizers() returned {count} optimizers, and automatic optimization steps "
+                "one. Set `self.automatic_optimization = False` in __init__ and step them in training_step "
+                "(self.optimizers(), self.manual_backward(loss), opt.step(), opt.zero_grad()); or put every "
+                "parameter in one optimizer, with param groups for different learning rates."
+            )
+        return
+    if trainer.gradient_clip_val is not None:
+        raise ValueError(
+            f"Trainer(gradient_clip_val={trainer.gradient_clip_val!r}) with manual optimization "
+            f"({name}.automatic_optimization = False): the Trainer takes no optimizer step, so it cannot clip. "
+            f"Call self.clip_gradients(opt, gradient_clip_val={trainer.gradient_clip_val!r}) before opt.step() "
+            "in training_step, and drop Trainer(gradient_clip_val)."
+        )
+    if trainer.accumulate_grad_batches != 1:
+        raise ValueError(
+            f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches!r}) with manual optimization "
+            f"({name}.automatic_optimization = False): the Trainer takes no optimizer step, so it cannot "
+            "accumulate. Step every N batches in training_step (batch_idx % N == N - 1), and drop "
+            "Trainer(accumulate_grad_batches)."
+        )
