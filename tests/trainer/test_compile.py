@@ -108,3 +108,17 @@ def test_a_model_compiled_by_torch_compile_is_refused_with_the_option_to_use():
 def test_a_bad_compile_option_names_the_argument(value, error, message):
     with pytest.raises(error, match=message):
         Trainer(max_epochs=1, compile=value)
+
+
+def test_the_bar_says_it_is_compiling_and_throughput_leaves_the_compile_out(tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = Trainer(max_epochs=1, log_every_n_steps=2, compile=EAGER, log_dir=tmp_path, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(n=128, batch_size=16))  # 8 steps: logged at 2, 4, 6, 8
+    err = capsys.readouterr().err
+    assert "compiling the model (torch.compile): the first steps take longer" in err
+    acc = EventAccumulator(trainer.run_dir)
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train_loss")] == [2, 4, 6, 8]
+    # No rate over the first interval, which held the compile: the curve starts at step 4.
+    assert [e.step for e in acc.Scalars("throughput/steps_per_sec")] == [4, 6, 8]
