@@ -12,6 +12,7 @@ Run it (from the repository root):
     python examples/char_lm.py                                # 1 to 4 minutes on 2 CPU cores
     tensorboard --logdir runs                                 # then open http://localhost:6006
     python examples/char_lm.py --strategy ddp --devices 2     # two processes (gloo on a CPU)
+    python examples/char_lm.py --strategy fsdp --devices 2    # two processes, each holding half the model
     python examples/char_lm.py --precision bf16-mixed --max-steps 200
 
 Measured with the defaults on this project's 2-core CPU (Python 3.11's standard library,
@@ -220,7 +221,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "python examples/char_lm.py --max-steps 200                # a shorter run, with the same schedule shape",
             "python examples/char_lm.py --strategy ddp --devices 2     # two processes (gloo on a CPU)",
         ],
-        strategy="auto", strategy_help="auto (DDP over the GPUs when there are 2 or more, else one device), single, dp or ddp",
+        strategy="auto", strategy_help="auto (DDP over the GPUs when there are 2 or more, else one device), single, dp, ddp or fsdp (sharded: each process holds a part of the model)",
         devices_default="auto", devices_help="'auto', a count such as 2, or GPU indices such as 0,1 (on a CPU: processes under ddp)",
         max_epochs=2, batch_size=64, batch_size_help="windows per step (per process under ddp)",
     )

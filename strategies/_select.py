@@ -10,6 +10,7 @@ from ._env import launched_env
 from .base import Strategy
 from .data_parallel import DataParallelStrategy
 from .ddp import DDPStrategy
+from .fsdp import FSDPStrategy
 from .single_device import SingleDeviceStrategy
 
 _NAMES = {
@@ -17,9 +18,10 @@ _NAMES = {
     "single": "single", "single_device": "single",
     "dp": "dp", "data_parallel": "dp",
     "ddp": "ddp",
+    "fsdp": "fsdp",
 }
-_VALID = "'auto', 'single' (or 'single_device'), 'dp' (or 'data_parallel'), 'ddp', or a Strategy instance"
-_CLASSES = {"single": SingleDeviceStrategy, "dp": DataParallelStrategy, "ddp": DDPStrategy}
+_VALID = "'auto', 'single' (or 'single_device'), 'dp' (or 'data_parallel'), 'ddp', 'fsdp', or a Strategy instance"
+_CLASSES = {"single": SingleDeviceStrategy, "dp": DataParallelStrategy, "ddp": DDPStrategy, "fsdp": FSDPStrategy}
 _DEVICES_HELP = "Use 'auto', a count such as 2, or a list of device indices such as [0, 1]."
 
 

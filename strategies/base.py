@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from trainer.checkpoint import plain_state_dict
+from trainer.checkpoint import load_plain_state_dict, optimizer_state_by_position, plain_state_dict
 from trainer.data import move_to_device, on_cpu
 
 
@@ -188,9 +188,27 @@ class Strategy:
         yield
 
     # --- checkpoints -------------------------------------------------------------------
+    # Every rank calls these (a sharding strategy gathers); what they return matters on rank 0.
     def module_state_dict(self) -> dict[str, torch.Tensor]:
         """The user's module's state dict, with no wrapper prefixes (``module.``, ``_orig_mod.``)."""
         return plain_state_dict(self.module.state_dict())
+
+    def load_module_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a full state dict with the bare model's keys (every rank holds all of it)."""
+        load_plain_state_dict(self.module, state)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimizer's state as the checkpoint holds it: torch's own form, keyed by position."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Load a state keyed by position, or by parameter name (as an fsdp checkpoint holds it)."""
+        optimizer.load_state_dict(optimizer_state_by_position(state, optimizer, self.module))
+
+    def evaluating(self) -> contextlib.AbstractContextManager:
+        """Held around an evaluation's batches (validation inside fit too), e.g. to gather
+        sharded parameters once instead of at every step."""
+        return _NO_SYNC
 
 
 def check_cuda_indices(arg: str, value: Any, indices: list[int], cpu_fix: str = "use devices=1 or 'auto'") -> None:

@@ -157,10 +157,13 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: b
 
 def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
-    load_model(trainer.strategy.module, ckpt)
-    opt = trainer._opt
-    _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer")
-    _load_states("scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers", "lr_scheduler")
+    load_model(trainer.strategy, ckpt)
+    opt, strategy = trainer._opt, trainer.strategy
+    _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer", strategy.load_optimizer_state_dict)
+    _load_states(
+        "scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers", "lr_scheduler",
+        lambda sched, state: sched.load_state_dict(state),
+    )
     trainer._precision.load_state_dict(ckpt.get("precision", {}))
     states = ckpt.get("callbacks", {})
     for cb in trainer.callbacks:
@@ -173,8 +176,10 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     trainer.callback_metrics.update(ckpt.get("metrics", {}))
 
 
-def load_model(module: torch.nn.Module, ckpt: dict[str, Any]) -> None:
-    """The model's ``on_load_checkpoint`` hook, then its weights, all keys matching."""
+def load_model(strategy: Any, ckpt: dict[str, Any]) -> None:
+    """The model's ``on_load_checkpoint`` hook, then its weights (through ``strategy``, which may
+    shard them), all keys matching."""
+    module = strategy.module
     if isinstance(module, TrainModule):  # first: the model may read or adapt what it saved
         module.on_load_checkpoint(ckpt)
     missing, unexpected = _key_mismatch(module, ckpt_io.plain_state_dict(ckpt["model"]))
@@ -184,7 +189,7 @@ def load_model(module: torch.nn.Module, ckpt: dict[str, Any]) -> None:
             f"unexpected keys {unexpected or 'none'}. Was it saved from another model?"
         )
     try:
-        ckpt_io.load_plain_state_dict(module, ckpt["model"])
+        strategy.load_module_state_dict(ckpt["model"])
     except RuntimeError as err:  # same keys, other shapes
         raise CheckpointError(f"The checkpoint does not fit {type(module).__name__}: {err}") from None
 
@@ -219,7 +224,7 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
             raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
         path = found
     ckpt = ckpt_io.load(path)
-    load_model(strategy.module, ckpt)
+    load_model(strategy, ckpt)
     state, before = trainer.state, (trainer.state.global_step, trainer.state.current_epoch)
     loop = ckpt.get("loop", {})
     state.global_step, state.current_epoch = loop.get("global_step", 0), loop.get("epoch", 0)
@@ -228,7 +233,9 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
     return before
 
 
-def _load_states(kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, old_key: str) -> None:
+def _load_states(
+    kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, old_key: str, load: Callable[[Any, Any], None]
+) -> None:
     """Load each optimizer's (or scheduler's) state; 0.1.0 files kept one under ``old_key``."""
     states = ckpt.get(key)
     if states is None:
@@ -239,7 +246,7 @@ def _load_states(kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, 
             f"{len(objects)} {kind}(s). Resume with the same optimizers and schedulers it was trained with."
         )
     for obj, state in zip(objects, states):
-        obj.load_state_dict(state)
+        load(obj, state)
 
 
 def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -266,7 +273,7 @@ def capture(trainer: Trainer) -> dict[str, Any]:
         "format": FORMAT,
         "version": __version__,
         "model": strategy.module_state_dict(),
-        "optimizer_states": [] if opt is None else [o.state_dict() for o in opt.optimizers],
+        "optimizer_states": [] if opt is None else [strategy.optimizer_state_dict(o) for o in opt.optimizers],
         "lr_schedulers": [] if opt is None else [s.scheduler.state_dict() for s in opt.schedulers],
         "precision": trainer._precision.state_dict(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},

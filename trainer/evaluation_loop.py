@@ -60,6 +60,8 @@ def evaluation_loop(
     pass_idx = takes_dataloader_idx(getattr(model, step_name))
     outer = MetricSink()  # what the start and end hooks log: one value per process
     previous_sink = set_sink(outer)
+    evaluating = strategy.evaluating()
+    evaluating.__enter__()
     try:
         hooks.call(f"on_{phase}_start", trainer, model)
         hooks.call(f"on_{phase}_epoch_start", trainer, model)
@@ -94,6 +96,7 @@ def evaluation_loop(
             trainer.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:
+        evaluating.__exit__(None, None, None)
         set_sink(previous_sink)
         for m, mode in zip(model.modules(), modes):
             m.training = mode

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .optim import clip
+
 if TYPE_CHECKING:
     from .module import TrainModule
     from .trainer import Trainer
@@ -175,12 +177,7 @@ def clip_gradients(
         params = optimizer.params()
     else:  # automatic optimization: the loop unscaled them already, in on_before_optimizer_step
         params = [p for group in optimizer.param_groups for p in group["params"]]
-    if algorithm == "norm":
-        norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
-    else:
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
-    trainer.grad_norm = norm
+    trainer.grad_norm = norm = clip(params, gradient_clip_val, algorithm)
     return norm
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 if TYPE_CHECKING:
@@ -190,6 +191,19 @@ def compile_options(value: Any) -> dict[str, Any] | None:
     )
 
 
+def clip(params: list[torch.nn.Parameter], value: float, algorithm: str) -> torch.Tensor:
+    """Clip the gradients by their global norm ('norm') or elementwise ('value'); returns the
+    global norm before clipping. Sharded (DTensor) gradients give their norm over all shards."""
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    if algorithm == "norm":
+        torch.nn.utils.clip_grads_with_norm_(params, value, norm)
+    else:
+        torch.nn.utils.clip_grad_value_(params, value)
+    return norm
+
+
 def automatic_step(trainer: Trainer, model: torch.nn.Module, publish: Callable[[], Any]) -> None:
     """Unscale, on_before_optimizer_step, clip, then step (or skip), zero_grad, and the per-step
     schedulers (``publish`` puts this step's values where a monitoring scheduler reads them).
@@ -201,11 +215,7 @@ def automatic_step(trainer: Trainer, model: torch.nn.Module, publish: Callable[[
         fn(trainer, model, optimizer)
     if trainer.gradient_clip_val is not None:
         params = [p for g in optimizer.param_groups for p in g["params"]]
-        if trainer.gradient_clip_algorithm == "norm":
-            trainer.grad_norm = torch.nn.utils.clip_grad_norm_(params, trainer.gradient_clip_val)
-        else:
-            trainer.grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-            torch.nn.utils.clip_grad_value_(params, trainer.gradient_clip_val)
+        trainer.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
     trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
     if trainer._step_skipped:
         precision.skip()

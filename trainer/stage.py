@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._hooks import Hooks
+from .checkpoint import load_plain_state_dict
 from ._resume import evaluate_checkpoint, resolve_path
 from ._run_dir import run_dir
 from .evaluation_loop import evaluation_loop
@@ -43,6 +44,8 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
     try:
         with deterministic_algorithms(trainer.deterministic):  # the caller's settings come back after
             output = _run(trainer, stage, model, data, ckpt_path)
+        # For the caller's model: gathered on every rank while the group is up (fsdp shards them).
+        weights = strategy.module_state_dict() if strategy.spawned else None
     finally:
         trainer.state.stage = "idle"
         strategy.teardown()
@@ -53,7 +56,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         return None
     return {
         "output": output,
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "model": {k: v.detach().cpu() for k, v in weights.items()},
         "state": vars(trainer.state),
         "callback_metrics": trainer.callback_metrics,
         "logged_metrics": trainer.logged_metrics,
@@ -66,7 +69,8 @@ def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
     """In the caller, after a spawned run: copy rank 0's results into ``model`` and ``trainer``."""
     if not trainer.strategy.spawned:
         return result
-    model.load_state_dict(result["model"])
+    on_meta = any(p.is_meta for p in model.parameters())  # built on the meta device: take the tensors
+    load_plain_state_dict(model, result["model"], assign=on_meta)  # plain keys, also into compiled submodules
     trainer.state = TrainerState(**result["state"])
     trainer.callback_metrics, trainer.logged_metrics = result["callback_metrics"], result["logged_metrics"]
     trainer.run_dir = result["run_dir"]

@@ -56,3 +56,11 @@ def test_on_a_gpu_in_mixed_precision(precision, script_env):
     ckpt = torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)
     assert ckpt["loop"]["global_step"] == 20
     assert all(v.device.type == "cpu" and v.dtype != torch.float16 for v in ckpt["model"].values())  # portable
+
+
+def test_fsdp_on_two_processes(script_env):
+    output = run_example("char_lm", *TINY, "--n-layers", "2", "--strategy", "fsdp", "--devices", "2", "--max-steps", "2", "--log-dir", "tb", env=script_env)
+    assert "Training with fsdp (gloo) on cpu" in output and "world size 2" in output
+    assert "--- sample from the checkpoint" in output  # the checkpoint loads into the bare model
+    ckpt = torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)
+    assert ckpt["loop"]["world_size"] == 2 and ckpt["strategy"] == "fsdp"

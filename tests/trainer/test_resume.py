@@ -195,6 +195,16 @@ def test_ddp_kill9_mid_epoch_then_on_epoch_boundary(tmp_path, script_env, refere
 
 
 @pytest.mark.slow
+def test_fsdp_kill9_mid_epoch_then_restart_is_bit_exact(tmp_path, script_env, reference):
+    args = ["--strategy", "fsdp", "--devices", "2", *DDP_EPOCHS]
+    ref = reference(args)
+    killed_at(args, "batch_end:7", tmp_path, script_env)  # step 6 is 2 batches into epoch 1
+    job = run(args, tmp_path, script_env)
+    assert resumed_from(job)[1:] == (1, 6)
+    assert_same_training(tmp_path, ref)  # the full state dict and the by-name optimizer state, every file
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, resumed_at",
     [

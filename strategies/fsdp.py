@@ -1,0 +1,227 @@
+"""Sharded data parallel on PyTorch's FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+Each process holds a 1/world_size shard of every parameter, its gradient and its optimizer
+state. A shard group's full parameters are all-gathered just before its forward (and again
+for backward), and its gradients are reduce-scattered right after its backward. Launching,
+data sharding and collectives are ddp's: this strategy is a ``DDPStrategy`` that shards the
+model instead of replicating it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from trainer.checkpoint import optimizer_state_by_name, plain_state_dict
+
+from .base import StepDispatcher
+from .ddp import DEFAULT_TIMEOUT, DDPStrategy
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered to CPU memory, one tensor at a time
+
+
+def _repeated_blocks(module: nn.Module) -> set[int]:
+    """The default shard groups: children of a ModuleList or Sequential whose class repeats there."""
+    found: set[int] = set()
+    for container in module.modules():
+        if isinstance(container, (nn.ModuleList, nn.Sequential)):
+            with_params = [c for c in container.children() if any(True for _ in c.parameters())]
+            classes = [type(c) for c in with_params]
+            found |= {id(c) for c in with_params if classes.count(type(c)) >= 2}
+    return found
+
+
+class FSDPStrategy(DDPStrategy):
+    """One process per device, each holding a shard of the model (FSDP2's ``fully_shard``).
+
+    - ``shard``: which submodules become shard groups (each all-gathered on its own, so only
+      one group's full parameters exist at a time): a list of module classes, e.g.
+      ``[TransformerBlock]``, or a function ``module -> bool``. The default shards a model's
+      repeated blocks: in each ``nn.ModuleList`` or ``nn.Sequential``, every child whose class
+      (holding parameters) occurs there at least twice. The root module is always sharded,
+      holding whatever no group took.
+    - ``reshard_after_forward``: free the gathered parameters after each group's forward
+      (less memory, one more all-gather in backward); False keeps them until backward.
+    - ``cpu_offload``: keep the parameter shards, gradients and optimizer state in CPU memory
+      (CUDA only): the most memory saved, at a large cost in speed.
+    - ``reduce_dtype``: the gradients' dtype in the reduce-scatter under ``precision="bf16-mixed"``
+      (default float32; ``torch.bfloat16`` halves the traffic at some cost in accuracy).
+
+    Checkpoints hold the full state dict, gathered to CPU memory on rank 0 one tensor at a
+    time, with the bare model's keys; the optimizer state is keyed by parameter name, so it
+    loads under any world size, and under ``ddp`` and ``single`` too.
+    """
+
+    name = "fsdp"
+
+    def __init__(
+        self,
+        shard: list[type[nn.Module]] | Callable[[nn.Module], bool] | None = None,
+        reshard_after_forward: bool = True,
+        cpu_offload: bool = False,
+        reduce_dtype: torch.dtype | None = None,
+        backend: str | None = None,
+        start_method: str = "spawn",
+        timeout: timedelta | float = DEFAULT_TIMEOUT,
+        device_ids: list[int] | None = None,
+    ) -> None:
+        super().__init__(backend=backend, start_method=start_method, timeout=timeout, device_ids=device_ids)
+        if shard is not None and not callable(shard) and not (
+            isinstance(shard, (list, tuple)) and all(isinstance(c, type) and issubclass(c, nn.Module) for c in shard)
+        ):
+            raise TypeError(
+                f"FSDPStrategy(shard={shard!r}) must be a list of module classes, e.g. shard=[TransformerBlock], "
+                "or a function that takes a module and returns True for those to shard on their own."
+            )
+        for arg, value in (("reshard_after_forward", reshard_after_forward), ("cpu_offload", cpu_offload)):
+            if not isinstance(value, bool):
+                raise TypeError(f"FSDPStrategy({arg}={value!r}) must be True or False.")
+        if reduce_dtype is not None and not (isinstance(reduce_dtype, torch.dtype) and reduce_dtype.is_floating_point):
+            raise TypeError(f"FSDPStrategy(reduce_dtype={reduce_dtype!r}) must be a floating torch.dtype, e.g. torch.float32.")
+        self.shard = tuple(shard) if isinstance(shard, (list, tuple)) else shard
+        self.reshard_after_forward = reshard_after_forward
+        self.cpu_offload = cpu_offload
+        self.reduce_dtype = reduce_dtype
+        self.mesh: DeviceMesh | None = None
+        self._root: Any = None  # the sharded StepDispatcher around the user's module
+
+    def describe(self) -> str:
+        return "fsdp" + super().describe()[3:]
+
+    # --- the model ---------------------------------------------------------------------
+    def setup_module(self, module: nn.Module) -> None:
+        if self.sync_batchnorm:
+            raise ValueError("sync_batchnorm=True is not supported with strategy='fsdp'. Leave it off, or use strategy='ddp'.")
+        if self.precision.precision == "16-mixed":
+            raise ValueError(
+                "precision='16-mixed' with strategy='fsdp': float16 gradients need a sharded gradient scaler, which "
+                "this strategy does not have. Use precision='bf16-mixed' (no scaler needed) or '32'."
+            )
+        if self.cpu_offload and self.root_device.type != "cuda":
+            raise ValueError("FSDPStrategy(cpu_offload=True) moves shards from GPU to CPU memory; on a CPU run leave it off.")
+        on_meta = any(t.is_meta for t in [*module.parameters(), *module.buffers()])
+        self.module = module if on_meta else module.to(self.root_device)
+        # An explicit mesh of this process group's ranks: the device type decides the backend
+        # (cuda with NCCL, cpu with gloo); an implicit one can pick gloo for GPU tensors.
+        self.mesh = init_device_mesh(self.root_device.type, (self.world_size,))
+        if not on_meta:  # as DDP's constructor does: every rank starts from rank 0's weights
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor.data, src=0)
+        options: dict[str, Any] = dict(mesh=self.mesh, reshard_after_forward=self.reshard_after_forward)
+        if self.precision.dtype is not None:  # bf16-mixed: FSDP casts the parameters, no autocast
+            options["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=self.precision.dtype, reduce_dtype=self.reduce_dtype or torch.float32
+            )
+        options["offload_policy"] = CPUOffloadPolicy() if self.cpu_offload else OffloadPolicy()
+        # Children before parents: a group holds the parameters its shard groups did not take.
+        listed = set() if self.shard is not None else _repeated_blocks(module)
+        if not getattr(module, "automatic_optimization", True):
+            # Manual optimization runs backward inside training_step. Inside a sharded root's
+            # forward, FSDP would not see those backward passes; so each top-level child becomes
+            # a root of its own, whose forward the step calls, and the step runs unwrapped.
+            own = [name for name, _ in module.named_parameters(recurse=False)]
+            if own:
+                raise ValueError(
+                    f"strategy='fsdp' with manual optimization shards {type(module).__name__}'s submodules, and "
+                    f"{own[:3]} belong to the module itself. Move them into a submodule (e.g. an nn.ParameterDict)."
+                )
+            listed |= {id(c) for c in module.children() if any(True for _ in c.parameters())}
+        for sub in reversed(list(module.modules())):
+            if sub is not module and self._shards(sub, listed):
+                fully_shard(sub, **options)
+        if getattr(module, "automatic_optimization", True):
+            self._root = fully_shard(StepDispatcher(module), **options)
+        if on_meta:
+            self._materialize(module)
+
+    def _shards(self, sub: nn.Module, listed: set[int]) -> bool:
+        if id(sub) in listed or self.shard is None:
+            return id(sub) in listed
+        if isinstance(self.shard, tuple):
+            return isinstance(sub, self.shard)
+        return bool(self.shard(sub))
+
+    def _materialize(self, module: nn.Module) -> None:
+        """A model built on the meta device: allocate the shards here, then let each submodule's
+        ``reset_parameters()`` initialise its own (on every rank, each drawing its shard)."""
+        device = torch.device("cpu") if self.cpu_offload else self.root_device
+        module.to_empty(device=device)
+        with torch.no_grad():
+            for sub in module.modules():
+                if callable(getattr(sub, "reset_parameters", None)):
+                    sub.reset_parameters()
+        still = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+        if still:
+            raise ValueError(f"The model was built on the meta device and {still[:3]} stayed there: give their modules a reset_parameters().")
+
+    def teardown(self) -> None:
+        self._root, self.mesh = None, None
+        super().teardown()
+
+    # --- steps -------------------------------------------------------------------------
+    def run_step(self, step_name: str, batch: Any, batch_idx: int, *args: Any) -> Any:
+        # Every step goes through the sharded root, whose forward gathers the parameters. The
+        # mixed-precision policy casts them, so no autocast region is needed.
+        if self._root is None:  # manual optimization: the step itself calls the sharded submodules
+            return getattr(self.module, step_name)(self.batch_to_device(batch), batch_idx, *args)
+        return self._root(step_name, self.batch_to_device(batch), batch_idx, *args)
+
+    @contextlib.contextmanager
+    def no_backward_sync(self) -> Iterator[None]:
+        # Accumulation micro-steps keep their unsharded gradients; the reduce-scatter waits for the last.
+        for group in self._groups():
+            group.set_requires_gradient_sync(False, recurse=False)
+        try:
+            yield
+        finally:
+            for group in self._groups():
+                group.set_requires_gradient_sync(True, recurse=False)
+
+    def _groups(self) -> list[FSDPModule]:
+        top = self._root if self._root is not None else self.module
+        return [m for m in top.modules() if isinstance(m, FSDPModule)]
+
+    def sync_gradients(self, params: list[nn.Parameter]) -> None:
+        """Manual optimization: each backward already reduce-scattered its gradients."""
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        # Gather every group once and keep it gathered: evaluation steps then need no
+        # collective, so ranks whose shards hold different numbers of batches cannot hang.
+        groups = self._groups()
+        for group in groups:
+            group.set_reshard_after_forward(False, recurse=False)
+            group.unshard()
+        try:
+            yield
+        finally:
+            for group in groups:
+                group.reshard()
+                group.set_reshard_after_forward(self.reshard_after_forward, recurse=False)
+
+    def compile(self, options: dict[str, Any]) -> None:
+        self.module.compile(**options)  # per torch's FSDP2 advice: compile inside the shard groups
+
+    # --- checkpoints -------------------------------------------------------------------
+    def module_state_dict(self) -> dict[str, torch.Tensor]:
+        return plain_state_dict(get_model_state_dict(self.module, options=_FULL))
+
+    def load_module_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        set_model_state_dict(self.module, plain_state_dict(state), options=StateDictOptions(full_state_dict=True))
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return get_optimizer_state_dict(self.module, optimizer, options=_FULL)
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        by_name = optimizer_state_by_name(state, optimizer, self.module)  # a ddp or single run's checkpoint too
+        set_optimizer_state_dict(self.module, optimizer, by_name, options=StateDictOptions(full_state_dict=True))

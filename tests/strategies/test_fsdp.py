@@ -1,0 +1,158 @@
+"""strategy="fsdp": FSDP2 on 2 CPU processes (gloo) against one device with the doubled batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from strategies import FSDPStrategy
+from tests._models import Classifier, TinyGAN, gan_loader, loader, quiet
+from tests.conftest import requires_cuda
+from trainer import Trainer
+
+
+def _close(a: nn.Module, b: nn.Module) -> None:
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def _pair(**kw):
+    torch.manual_seed(0)
+    sharded, single = Classifier(**kw), Classifier(**kw)
+    single.load_state_dict(sharded.state_dict())
+    return sharded, single
+
+
+@pytest.mark.parametrize("options", [{}, dict(accumulate_grad_batches=2, gradient_clip_val=0.3)], ids=["plain", "accumulate-clip"])
+def test_fsdp_on_two_processes_trains_to_the_weights_of_one_device_with_the_doubled_batch(options):
+    # SGD, whose step scales with the gradient: a reduce-scatter that sums instead of averaging
+    # (pytorch#162338, gloo) doubles every step and fails this. The clip bites on some steps only.
+    sharded, single = _pair(lr=0.5)
+    strategy = FSDPStrategy(shard=[nn.Linear])  # three shard groups: both Linear layers and the root
+    Trainer(strategy=strategy, devices=2, max_epochs=2, **quiet(**options)).fit(sharded, loader(n=96, batch_size=8))
+    Trainer(max_epochs=2, **quiet(**options)).fit(single, loader(n=96, batch_size=16))
+    _close(sharded, single)
+
+
+def test_its_checkpoint_is_the_bare_models_and_resumes_under_single_and_fsdp(tmp_path):
+    sharded, single = _pair(optimizer="adam", lr=0.01)
+    first = Trainer(strategy="fsdp", devices=2, max_epochs=1, log_dir=tmp_path / "fsdp", enable_progress_bar=False)
+    first.fit(sharded, loader(n=64, batch_size=8))
+    path = first.checkpoint_callback.last_model_path
+    ckpt = torch.load(path, weights_only=True)
+    bare = Classifier()
+    bare.load_state_dict(ckpt["model"])  # plain keys, full tensors, on the CPU
+    assert all(v.device.type == "cpu" for v in ckpt["model"].values())
+    (adam,) = ckpt["optimizer_states"]
+    assert set(adam["state"]) == {n for n, _ in bare.named_parameters()}  # by name: any world size
+
+    # The fsdp checkpoint goes on under single (doubled batch), and a single run's checkpoint
+    # goes on under fsdp: both land where two epochs on one device do.
+    def adam():
+        return Classifier(optimizer="adam", lr=0.01)
+
+    on_single = adam()
+    Trainer(max_epochs=2, **quiet()).fit(on_single, loader(n=64, batch_size=16), ckpt_path=path)
+    first_on_single = Trainer(max_epochs=1, log_dir=tmp_path / "single", enable_progress_bar=False)
+    first_on_single.fit(single, loader(n=64, batch_size=16))
+    on_fsdp = adam()
+    Trainer(strategy="fsdp", devices=2, max_epochs=2, **quiet()).fit(
+        on_fsdp, loader(n=64, batch_size=8), ckpt_path=first_on_single.checkpoint_callback.last_model_path
+    )
+    straight = adam()
+    straight.load_state_dict(_pair()[0].state_dict())
+    Trainer(max_epochs=2, **quiet()).fit(straight, loader(n=64, batch_size=16))
+    _close(on_single, straight)
+    _close(on_fsdp, straight)
+
+
+def test_validate_test_and_predict_run_sharded_with_uneven_shards():
+    model = Classifier()
+    data = loader(n=33, batch_size=4)  # 17 and 16 samples: 5 batches on rank 0, 4 on rank 1
+    expected = Trainer(**quiet()).test(model, data)
+    trainer = Trainer(strategy="fsdp", devices=2, **quiet())
+    got = trainer.test(model, data)
+    assert got.keys() == expected.keys()
+    for k in expected:
+        assert got[k] == pytest.approx(expected[k], rel=1e-5)
+    assert torch.equal(torch.cat(trainer.predict(model, data)), torch.cat(Trainer(**quiet()).predict(model, data)))
+
+
+def test_a_gan_stepped_by_hand_under_fsdp_matches_one_device():
+    torch.manual_seed(0)
+    sharded, single = TinyGAN(clip=0.05), TinyGAN(clip=0.05)
+    single.load_state_dict(sharded.state_dict())
+    Trainer(strategy="fsdp", devices=2, max_epochs=2, **quiet()).fit(sharded, gan_loader(batch_size=8))
+    Trainer(max_epochs=2, **quiet()).fit(single, gan_loader(batch_size=16))
+    _close(sharded, single)
+
+
+class OnMeta(Classifier):
+    """Built on the meta device: no memory until each rank allocates its shard."""
+
+    def __init__(self):
+        with torch.device("meta"):
+            super().__init__()
+
+
+def test_a_model_built_on_the_meta_device_is_materialised_shard_by_shard(tmp_path):
+    model = OnMeta()
+    assert all(p.is_meta for p in model.parameters())
+    trainer = Trainer(strategy="fsdp", devices=2, max_epochs=1, log_dir=tmp_path, enable_progress_bar=False)
+    trainer.fit(model, loader())
+    assert not any(p.is_meta for p in model.parameters())  # the caller's model got the trained weights
+    assert all(torch.isfinite(p).all() and p.abs().sum() > 0 for p in model.parameters())
+    assert 0 < trainer.callback_metrics["train_loss"] < 5
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: FSDPStrategy(shard="Linear"), TypeError, r"shard='Linear'\) must be a list of module classes"),
+        (lambda: FSDPStrategy(reduce_dtype="bf16"), TypeError, r"reduce_dtype='bf16'\) must be a floating torch.dtype"),
+        (lambda: Trainer(strategy=FSDPStrategy(cpu_offload=True), devices=2, max_epochs=1, **quiet()).fit(Classifier(), loader()),
+         Exception, r"cpu_offload=True\) moves shards from GPU to CPU memory"),
+    ],
+)
+def test_bad_options_say_what_to_pass(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_bf16_mixed_computes_in_bf16_and_keeps_float32_weights():
+    sharded, single = _pair()
+    Trainer(strategy="fsdp", devices=2, max_epochs=2, precision="bf16-mixed", **quiet()).fit(sharded, loader(n=96, batch_size=8))
+    Trainer(max_epochs=2, **quiet()).fit(single, loader(n=96, batch_size=16))
+    assert all(v.dtype == torch.float32 for v in sharded.state_dict().values())  # the sharded masters stay fp32
+    gaps = [(a - b).abs().max().item() for a, b in zip(sharded.state_dict().values(), single.state_dict().values())]
+    assert 0 < max(gaps) < 1e-2  # bf16 steps: close to float32's, not equal
+
+
+def test_the_default_rule_shards_repeated_blocks_and_nothing_else():
+    from strategies.fsdp import _repeated_blocks
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn, self.mlp = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 4)
+            self.blocks = nn.Sequential(Block(), Block(), Block())
+            self.extra = nn.ModuleList([nn.LayerNorm(4), nn.Linear(4, 4)])  # no class repeats here
+            self.head = nn.Linear(4, 10)
+
+    net = Net()
+    assert _repeated_blocks(net) == {id(b) for b in net.blocks}
+
+
+@requires_cuda(2)
+@pytest.mark.parametrize("options", [dict(), dict(cpu_offload=True)], ids=["nccl", "cpu-offload"])
+def test_fsdp_on_two_gpus_matches_one_gpu_with_the_doubled_batch(options):
+    sharded, single = _pair(lr=0.5)
+    Trainer(strategy=FSDPStrategy(**options), devices=2, max_epochs=2, **quiet()).fit(sharded, loader(n=96, batch_size=8))
+    Trainer(strategy="single", devices=[0], max_epochs=2, **quiet()).fit(single, loader(n=96, batch_size=16))
+    _close(sharded, single)
