@@ -116,7 +116,7 @@ class DDPStrategy(Strategy):
 
     def describe(self) -> str:
         where = ", ".join(f"cuda:{i}" for i in self.device_ids) if self.device_ids else "cpu"
-        return f"ddp ({self._backend()}) on {where}"
+        return f"{self.name} ({self._backend()}) on {where}"
 
     def _backend(self, device_ids: list[int] | None = None) -> str:
         return self.backend or ("nccl" if (device_ids or self.device_ids) else "gloo")

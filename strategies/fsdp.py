@@ -95,9 +95,6 @@ class FSDPStrategy(DDPStrategy):
         self.mesh: DeviceMesh | None = None
         self._root: Any = None  # the sharded StepDispatcher around the user's module
 
-    def describe(self) -> str:
-        return "fsdp" + super().describe()[3:]
-
     # --- the model ---------------------------------------------------------------------
     def setup_module(self, module: nn.Module) -> None:
         if self.sync_batchnorm:
@@ -145,11 +142,11 @@ class FSDPStrategy(DDPStrategy):
             self._materialize(module)
 
     def _shards(self, sub: nn.Module, listed: set[int]) -> bool:
-        if id(sub) in listed or self.shard is None:
-            return id(sub) in listed
-        if isinstance(self.shard, tuple):
-            return isinstance(sub, self.shard)
-        return bool(self.shard(sub))
+        if id(sub) in listed:
+            return True
+        if self.shard is None:
+            return False
+        return isinstance(sub, self.shard) if isinstance(self.shard, tuple) else bool(self.shard(sub))
 
     def _materialize(self, module: nn.Module) -> None:
         """A model built on the meta device: allocate the shards here, then let each submodule's

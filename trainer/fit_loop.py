@@ -51,6 +51,9 @@ class FitLoop:
                     unscale, on_before_optimizer_step, clip, optimizer step, zero_grad
                     scheduler step (interval="step")
                     every log_every_n_steps steps: NaN/Inf loss check, on_train_log
+                (manual optimization: training_step runs its own backward passes and steps,
+                and the loop none of the above from on_before_backward; a batch in which an
+                optimizer stepped counts one step, then the log cadence as above)
                 validation loop if val_check_interval is due
                 on_train_batch_end                # the step boundary: step checkpoints
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
