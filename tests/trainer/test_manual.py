@@ -201,3 +201,48 @@ def test_a_gan_under_ddp_matches_one_device_with_the_doubled_batch(clip):
     for (name, a), b in zip(spread.state_dict().items(), single.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
     assert trainer.global_step == 2 * len(gan_loader(batch_size=16))
+
+
+class _WithLBFGS(TrainModule):
+    """An optimizer that needs a closure: LBFGS re-evaluates the loss inside step()."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.net = nn.Linear(8, 2)
+
+    def loss(self, batch):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+
+        def closure():
+            opt.zero_grad()
+            loss = self.loss(batch)
+            self.manual_backward(loss)
+            return loss
+
+        return opt.step(closure)
+
+    def configure_optimizers(self):
+        return torch.optim.LBFGS(self.parameters(), lr=0.5, max_iter=4)
+
+
+def test_an_optimizer_that_steps_with_a_closure_matches_a_hand_written_loop():
+    torch.manual_seed(0)
+    model, by_hand = _WithLBFGS(), _WithLBFGS()
+    by_hand.load_state_dict(model.state_dict())
+    trainer = Trainer(max_epochs=1, **quiet())
+    trainer.fit(model, loader(n=64, batch_size=16))
+    opt = by_hand.configure_optimizers()
+    for batch in loader(n=64, batch_size=16):
+        def closure(batch=batch):
+            opt.zero_grad()
+            loss = by_hand.loss(batch)
+            loss.backward()
+            return loss
+        opt.step(closure)
+    _assert_same_weights(model, by_hand)
+    assert trainer.global_step == 4
