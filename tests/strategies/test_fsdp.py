@@ -88,6 +88,13 @@ def test_a_gan_stepped_by_hand_under_fsdp_matches_one_device():
     _close(sharded, single)
 
 
+def test_compile_under_fsdp_trains_to_the_same_weights():
+    sharded, single = _pair()
+    Trainer(strategy="fsdp", devices=2, max_epochs=2, compile=dict(backend="eager"), **quiet()).fit(sharded, loader(n=96, batch_size=8))
+    Trainer(max_epochs=2, **quiet()).fit(single, loader(n=96, batch_size=16))
+    _close(sharded, single)
+
+
 class OnMeta(Classifier):
     """Built on the meta device: no memory until each rank allocates its shard."""
 
