@@ -185,6 +185,11 @@ class ModelCheckpoint(Callback):
 
     def _write(self, trainer: Trainer, path: str, dropped: str | None = None, link_last: bool = False) -> None:
         """Take the state now (every rank: it is a collective) and have rank 0 write it in the background."""
+        if trainer.strategy.sharded_checkpoints:  # a folder that every rank writes into, now
+            trainer.save_checkpoint(path)
+            if trainer.is_global_zero:
+                _rotate(path, dropped, link_last)
+            return
         checkpoint = trainer.checkpoint_state(copy=True)
         if checkpoint is not None:
             self._writer.submit(_write_files, checkpoint, path, dropped, link_last)
@@ -291,12 +296,25 @@ def _write_files(checkpoint: dict[str, Any], path: str, dropped: str | None, lin
     """On the writer thread: the new file, then (it being complete on disk) the old top-k
     file's deletion, then ``last.ckpt`` pointed at the new file."""
     ckpt_io.save_atomic(checkpoint, path)
-    if dropped is not None and os.path.exists(dropped):
-        os.remove(dropped)
+    _rotate(path, dropped, link_last)
+
+
+def _rotate(path: str, dropped: str | None, link_last: bool) -> None:
+    """With ``path`` complete on disk: delete the file (or sharded folder) that left the top k,
+    then point ``last.ckpt`` at ``path``."""
+    if dropped is not None:
+        ckpt_io.remove(dropped)
     if link_last:
         directory = os.path.dirname(path)
         # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own thread.
         last, tmp = os.path.join(directory, LAST), os.path.join(directory, f".tmp-{LAST}-{uuid.uuid4().hex}")
+        if os.path.isdir(path):  # a sharded checkpoint: a relative link to its folder, swapped in
+            os.symlink(os.path.basename(path), tmp)
+            if os.path.isdir(last) and not os.path.islink(last):  # a folder write_last left
+                ckpt_io.replace_folder(tmp, last)
+            else:
+                os.replace(tmp, last)
+            return
         try:  # a hard link swapped in atomically
             os.link(path, tmp)
         except OSError:  # no hard links on this filesystem: copy
@@ -326,6 +344,6 @@ def _remove_unfinished_saves(dirpath: str) -> None:
     for name in os.listdir(dirpath):
         if name.startswith(".tmp-"):
             try:
-                os.remove(os.path.join(dirpath, name))
+                ckpt_io.remove(os.path.join(dirpath, name))
             except OSError:
                 pass

@@ -205,6 +205,20 @@ class Strategy:
         """Load a state keyed by position, or by parameter name (as an fsdp checkpoint holds it)."""
         optimizer.load_state_dict(optimizer_state_by_position(state, optimizer, self.module))
 
+    #: True when checkpoints are folders that every rank writes its shards into
+    #: (``save_sharded_checkpoint``), instead of one file that global rank 0 writes.
+    sharded_checkpoints = False
+
+    def save_sharded_checkpoint(self, meta: dict[str, Any] | None, path: str, optimizers: list[Any]) -> None:
+        raise NotImplementedError(f"strategy={self.name!r} writes one checkpoint file; it has no sharded format.")
+
+    def load_sharded_checkpoint(self, path: str, optimizers: list[Any]) -> None:
+        raise ValueError(
+            f"ckpt_path={path!r} is a sharded checkpoint (a folder written by FSDPStrategy(checkpoint='sharded')), "
+            f"which strategy={self.name!r} cannot read. Resume or evaluate it under strategy='fsdp' (any number of "
+            "processes), or save full checkpoints (the default) to move between strategies."
+        )
+
     def evaluating(self) -> contextlib.AbstractContextManager:
         """Held around an evaluation's batches (validation inside fit too), e.g. to gather
         sharded parameters once instead of at every step."""

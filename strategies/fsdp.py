@@ -10,11 +10,14 @@ model instead of replicating it.
 from __future__ import annotations
 
 import contextlib
+import os
+import uuid
 from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
@@ -22,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from trainer.checkpoint import optimizer_state_by_name, plain_state_dict
+from trainer.checkpoint import SHARDED_META, optimizer_state_by_name, plain_state_dict, replace_folder, save_atomic
 
 from .base import StepDispatcher
 from .ddp import DEFAULT_TIMEOUT, DDPStrategy
@@ -59,7 +62,9 @@ class FSDPStrategy(DDPStrategy):
 
     Checkpoints hold the full state dict, gathered to CPU memory on rank 0 one tensor at a
     time, with the bare model's keys; the optimizer state is keyed by parameter name, so it
-    loads under any world size, and under ``ddp`` and ``single`` too.
+    loads under any world size, and under ``ddp`` and ``single`` too. ``checkpoint="sharded"``
+    writes a folder instead, each rank its own shards (``torch.distributed.checkpoint``), for
+    a state too large for one process's memory.
     """
 
     name = "fsdp"
@@ -70,6 +75,7 @@ class FSDPStrategy(DDPStrategy):
         reshard_after_forward: bool = True,
         cpu_offload: bool = False,
         reduce_dtype: torch.dtype | None = None,
+        checkpoint: str = "full",
         backend: str | None = None,
         start_method: str = "spawn",
         timeout: timedelta | float = DEFAULT_TIMEOUT,
@@ -88,6 +94,12 @@ class FSDPStrategy(DDPStrategy):
                 raise TypeError(f"FSDPStrategy({arg}={value!r}) must be True or False.")
         if reduce_dtype is not None and not (isinstance(reduce_dtype, torch.dtype) and reduce_dtype.is_floating_point):
             raise TypeError(f"FSDPStrategy(reduce_dtype={reduce_dtype!r}) must be a floating torch.dtype, e.g. torch.float32.")
+        if checkpoint not in ("full", "sharded"):
+            raise ValueError(
+                f"FSDPStrategy(checkpoint={checkpoint!r}): 'full' (one file with the full state, the default) or "
+                "'sharded' (one folder, each rank writing its shards: for states too large for one process's memory)."
+            )
+        self.sharded_checkpoints = checkpoint == "sharded"
         self.shard = tuple(shard) if isinstance(shard, (list, tuple)) else shard
         self.reshard_after_forward = reshard_after_forward
         self.cpu_offload = cpu_offload
@@ -218,6 +230,32 @@ class FSDPStrategy(DDPStrategy):
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         return get_optimizer_state_dict(self.module, optimizer, options=_FULL)
+
+    def save_sharded_checkpoint(self, meta: dict[str, Any] | None, path: str, optimizers: list[Any]) -> None:
+        """Every rank writes its shards into a hidden temp folder, global rank 0 adds the rest
+        (``meta.pt``), then renames the folder into place: ``path`` is the old checkpoint or the
+        complete new one, never a half-written folder."""
+        directory, name = os.path.split(os.path.abspath(path))
+        tmp = self.broadcast_object(os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex}") if self.is_global_zero else None)
+        dcp.save(self._sharded_state(optimizers), checkpoint_id=tmp)
+        if self.is_global_zero:
+            save_atomic(meta, os.path.join(tmp, SHARDED_META))
+            replace_folder(tmp, path)
+        self.barrier()
+
+    def load_sharded_checkpoint(self, path: str, optimizers: list[Any]) -> None:
+        """Read this rank's shards of a sharded checkpoint (written under any number of processes)."""
+        state = self._sharded_state(optimizers)
+        dcp.load(state, checkpoint_id=path)
+        set_model_state_dict(self.module, state["model"])
+        for optimizer, optimizer_state in zip(optimizers, state.get("optimizer_states", [])):
+            set_optimizer_state_dict(self.module, optimizer, optimizer_state)
+
+    def _sharded_state(self, optimizers: list[Any]) -> dict[str, Any]:
+        state: dict[str, Any] = {"model": get_model_state_dict(self.module)}
+        if optimizers:  # evaluation reads the model only
+            state["optimizer_states"] = [get_optimizer_state_dict(self.module, o) for o in optimizers]
+        return state
 
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         by_name = optimizer_state_by_name(state, optimizer, self.module)  # a ddp or single run's checkpoint too

@@ -202,6 +202,8 @@ def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
             "ckpt_path='best' is for validate, test and predict. To go on training, resume with "
             "ckpt_path='last' or a path (e.g. trainer.checkpoint_callback.best_model_path)."
         )
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "meta.pt")):
+        return  # a sharded checkpoint (FSDPStrategy(checkpoint="sharded")): a folder
     if os.path.isdir(path):
         raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or {choices}.")
     if not os.path.isfile(path):

@@ -157,9 +157,14 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: b
 
 def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
-    load_model(trainer.strategy, ckpt)
     opt, strategy = trainer._opt, trainer.strategy
-    _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer", strategy.load_optimizer_state_dict)
+    if "sharded" in ckpt:  # a folder: every rank reads its shards of the model and the optimizers
+        if isinstance(strategy.module, TrainModule):
+            strategy.module.on_load_checkpoint(ckpt)
+        strategy.load_sharded_checkpoint(ckpt["sharded"], opt.optimizers)
+    else:
+        load_model(trainer.strategy, ckpt)
+        _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer", strategy.load_optimizer_state_dict)
     _load_states(
         "scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers", "lr_scheduler",
         lambda sched, state: sched.load_state_dict(state),
@@ -224,7 +229,10 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
             raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
         path = found
     ckpt = ckpt_io.load(path)
-    load_model(strategy, ckpt)
+    if "sharded" in ckpt:
+        strategy.load_sharded_checkpoint(ckpt["sharded"], [])
+    else:
+        load_model(strategy, ckpt)
     state, before = trainer.state, (trainer.state.global_step, trainer.state.current_epoch)
     loop = ckpt.get("loop", {})
     state.global_step, state.current_epoch = loop.get("global_step", 0), loop.get("epoch", 0)
@@ -254,8 +262,10 @@ def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[
     return sorted(own - set(state)), sorted(set(state) - own)
 
 
-def capture(trainer: Trainer) -> dict[str, Any]:
-    """The full state. Every rank must call it (RNG states are gathered to all ranks)."""
+def capture(trainer: Trainer, tensors: bool = True) -> dict[str, Any]:
+    """The full state. Every rank must call it (RNG states are gathered to all ranks).
+    ``tensors=False`` leaves out the model and the optimizers (a sharded checkpoint's strategy
+    writes those itself)."""
     strategy, state, opt = trainer.strategy, trainer.state, trainer._opt
     if trainer._epoch_complete:
         epoch, batch = state.current_epoch + 1, 0
@@ -269,11 +279,14 @@ def capture(trainer: Trainer) -> dict[str, Any]:
     sink = trainer._train_sink if batch > 0 else None
     train_metrics = strategy.gather_objects(None if sink is None else sink.state_dict())
     module = trainer.module
+    weights = {
+        "model": strategy.module_state_dict(),
+        "optimizer_states": [] if opt is None else [strategy.optimizer_state_dict(o) for o in opt.optimizers],
+    } if tensors else {}
     return {
         "format": FORMAT,
         "version": __version__,
-        "model": strategy.module_state_dict(),
-        "optimizer_states": [] if opt is None else [strategy.optimizer_state_dict(o) for o in opt.optimizers],
+        **weights,
         "lr_schedulers": [] if opt is None else [s.scheduler.state_dict() for s in opt.schedulers],
         "precision": trainer._precision.state_dict(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},

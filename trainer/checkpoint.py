@@ -7,7 +7,9 @@ import io
 import os
 import pickle
 import random
+import shutil
 import tempfile
+import warnings
 import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
@@ -211,6 +213,19 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False)
     check that a file is complete and safe.
     """
     path = os.fspath(path)
+    if is_sharded(path):  # a folder: its meta file here, its tensors through torch.distributed.checkpoint
+        ckpt = _load_file(os.path.join(path, SHARDED_META), map_location, mmap)
+        if not isinstance(ckpt, dict) or "loop" not in ckpt:
+            raise CheckpointError(f"{path!r} is not a trainer checkpoint: its {SHARDED_META} holds no training state.")
+        ckpt["sharded"] = path
+        return ckpt
+    ckpt = _load_file(path, map_location, mmap)
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise CheckpointError(f"{path!r} is not a trainer checkpoint: it has no 'model' entry.")
+    return ckpt
+
+
+def _load_file(path: str, map_location: Any, mmap: bool) -> Any:
     if not os.path.isfile(path):
         raise CheckpointError(f"ckpt_path={path!r} does not exist (or is not a file).")
     require_archive(path, repr(path))  # also what lets torch.load map it
@@ -228,9 +243,16 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False)
             f"{path!r} is not a readable checkpoint (truncated, corrupt, or another kind of file): "
             f"{type(err).__name__}: {err}"
         ) from None
-    if not isinstance(ckpt, dict) or "model" not in ckpt:
-        raise CheckpointError(f"{path!r} is not a trainer checkpoint: it has no 'model' entry.")
     return ckpt
+
+
+#: In a sharded checkpoint folder (``FSDPStrategy(checkpoint="sharded")``): everything but the
+#: model's and the optimizers' tensors, which ``torch.distributed.checkpoint`` wrote beside it.
+SHARDED_META = "meta.pt"
+
+
+def is_sharded(path: str | os.PathLike) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, SHARDED_META))
 
 
 def _unpickler_reason(err: Exception) -> str:
@@ -398,3 +420,35 @@ def _param_names(optimizer: torch.optim.Optimizer, module: torch.nn.Module) -> l
     if unnamed:
         raise ValueError(f"The optimizer holds parameters that are not the model's (shapes {unnamed[:3]}).")
     return [by_id[id(p)] for p in params]
+
+
+def replace_folder(new: str, path: str) -> None:
+    """Put the complete folder ``new`` at ``path``. What was there (a folder, a link or a file) is
+    first renamed aside and deleted after: a crash in between leaves no ``path``, never a half one."""
+    old = None
+    if os.path.lexists(path):
+        old = os.path.join(os.path.dirname(path), f".tmp-old-{os.path.basename(path)}-{os.getpid()}")
+        os.replace(path, old)
+    os.replace(new, path)
+    if old is not None:
+        remove(old)
+
+
+def remove(path: str) -> None:
+    """Delete a checkpoint: a file, a link, or a sharded checkpoint's folder."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def load_sharded_model(path: str, template: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The model of a sharded checkpoint folder, whole, in this one process (no process group):
+    ``template`` (the bare model's state dict) gives the keys, shapes and dtypes to read into."""
+    import torch.distributed.checkpoint as dcp  # only for sharded folders
+
+    state = {"model": {k: torch.empty_like(v, device="cpu") for k, v in template.items()}}
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=path, no_dist=True)
+    return state["model"]

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .checkpoint import load as load_checkpoint
-from .checkpoint import load_plain_state_dict
+from .checkpoint import load_plain_state_dict, load_sharded_model, plain_state_dict
 from .manual import clip_gradients, manual_backward, toggle_optimizer, untoggle_optimizer
 from .metrics import log_metric
 
@@ -177,6 +177,8 @@ class TrainModule(nn.Module):
                 f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
             ) from None
         model.on_load_checkpoint(ckpt)
+        if "sharded" in ckpt:  # a folder of shards (fsdp): read whole into this one process
+            ckpt["model"] = load_sharded_model(ckpt["sharded"], plain_state_dict(model.state_dict()))
         load_plain_state_dict(model, ckpt["model"], strict=strict)  # into compiled submodules too
         return model.eval()
 

@@ -343,6 +343,13 @@ class Trainer:
                    "save_checkpoint inside fit, from a callback." if after_spawn else
                    "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
             )
+        if self._strategy.sharded_checkpoints:  # one folder, each rank writing its shards, now
+            meta = capture(self, tensors=False)
+            if self.is_global_zero:
+                for cb in self._hooks.on_save_checkpoint:
+                    cb(self, self._module, meta)
+            self._strategy.save_sharded_checkpoint(meta if self.is_global_zero else None, os.fspath(path), self._opt.optimizers)
+            return
         # CPU copies: a file written on a GPU loads with plain torch.load on a machine without one.
         checkpoint = self.checkpoint_state(copy=True)
         if checkpoint is not None:

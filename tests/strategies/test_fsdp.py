@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -67,6 +69,44 @@ def test_its_checkpoint_is_the_bare_models_and_resumes_under_single_and_fsdp(tmp
     _close(on_fsdp, straight)
 
 
+def test_sharded_checkpoints_are_whole_folders_and_resume_bit_exact(tmp_path):
+    def sharded():
+        return FSDPStrategy(checkpoint="sharded", shard=[nn.Linear])
+
+    def trainer(folder, epochs):
+        return Trainer(
+            strategy=sharded(), devices=2, max_epochs=epochs, seed=7, log_dir=tmp_path / folder, enable_progress_bar=False
+        )
+
+    straight, stopped = _pair(dropout=0.2)
+    trainer("straight", 3).fit(straight, loader(n=64, batch_size=8, shuffle=True))
+    first = trainer("run", 1)
+    first.fit(stopped, loader(n=64, batch_size=8, shuffle=True))
+    last = Path(first.checkpoint_callback.last_model_path)
+    assert last.name == "last.ckpt" and last.is_dir()  # a link to the epoch's folder
+    assert (last / "meta.pt").is_file() and (last / ".metadata").is_file()  # the meta, and DCP's own files
+    (last.parent / ".tmp-epoch=9-step=99.ckpt-crashed").mkdir()  # a save a kill cut short: never a checkpoint
+
+    resumed = Classifier(dropout=0.2)
+    again = trainer("run", 3)
+    again.fit(resumed, loader(n=64, batch_size=8, shuffle=True), ckpt_path="last")
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    folder = Path(again.checkpoint_callback.last_model_path).parent
+    # save_top_k=1: the older epochs' folders were deleted; no temp folder is left.
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=2-step=12.ckpt", "last.ckpt"]
+    # Another world size reads it too (torch.distributed.checkpoint reshards on load).
+    on_one = Classifier(dropout=0.2)
+    Trainer(strategy=sharded(), devices=1, **quiet()).validate(on_one, loader(n=16), ckpt_path=str(folder / "last.ckpt"))
+    for (name, a), b in zip(straight.state_dict().items(), on_one.state_dict().values()):
+        assert torch.equal(a, b), name
+    # And one process with no process group, for inference: load_from_checkpoint reads the shards whole.
+    for (name, a), b in zip(straight.state_dict().items(), Classifier.load_from_checkpoint(folder / "last.ckpt").state_dict().values()):
+        assert torch.equal(a, b), name
+    with pytest.raises(ValueError, match=r"is a sharded checkpoint .* under strategy='fsdp'"):
+        Trainer(max_epochs=4, **quiet()).fit(Classifier(), loader(), ckpt_path=str(folder / "last.ckpt"))
+
+
 def test_validate_test_and_predict_run_sharded_with_uneven_shards():
     model = Classifier()
     data = loader(n=33, batch_size=4)  # 17 and 16 samples: 5 batches on rank 0, 4 on rank 1
@@ -118,6 +158,7 @@ def test_a_model_built_on_the_meta_device_is_materialised_shard_by_shard(tmp_pat
     [
         (lambda: FSDPStrategy(shard="Linear"), TypeError, r"shard='Linear'\) must be a list of module classes"),
         (lambda: FSDPStrategy(reduce_dtype="bf16"), TypeError, r"reduce_dtype='bf16'\) must be a floating torch.dtype"),
+        (lambda: FSDPStrategy(checkpoint="folder"), ValueError, r"checkpoint='folder'\): 'full' .* or 'sharded'"),
         (lambda: Trainer(strategy=FSDPStrategy(cpu_offload=True), devices=2, max_epochs=1, **quiet()).fit(Classifier(), loader()),
          Exception, r"cpu_offload=True\) moves shards from GPU to CPU memory"),
     ],
