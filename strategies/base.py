@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from trainer.checkpoint import load_plain_state_dict, optimizer_state_by_position, plain_state_dict
+from trainer.state_dicts import load_plain_state_dict, optimizer_state_by_position, plain_state_dict
 from trainer.data import move_to_device, on_cpu
 
 

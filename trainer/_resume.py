@@ -25,6 +25,7 @@ from .checkpoint import CheckpointError
 from .data import SkipBatches, rebuild_loader
 from .fetch import batches
 from .module import TrainModule
+from .state_dicts import plain_state_dict
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -187,7 +188,7 @@ def load_model(strategy: Any, ckpt: dict[str, Any]) -> None:
     module = strategy.module
     if isinstance(module, TrainModule):  # first: the model may read or adapt what it saved
         module.on_load_checkpoint(ckpt)
-    missing, unexpected = _key_mismatch(module, ckpt_io.plain_state_dict(ckpt["model"]))
+    missing, unexpected = _key_mismatch(module, plain_state_dict(ckpt["model"]))
     if missing or unexpected:
         raise CheckpointError(
             f"The checkpoint does not fit {type(module).__name__}: missing keys {missing or 'none'}, "
@@ -258,7 +259,7 @@ def _load_states(
 
 
 def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[str], list[str]]:
-    own = set(ckpt_io.plain_state_dict(module.state_dict()))
+    own = set(plain_state_dict(module.state_dict()))
     return sorted(own - set(state)), sorted(set(state) - own)
 
 

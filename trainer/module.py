@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .checkpoint import load as load_checkpoint
-from .checkpoint import load_plain_state_dict, load_sharded_model, plain_state_dict
+from .state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
 from .manual import clip_gradients, manual_backward, toggle_optimizer, untoggle_optimizer
 from .metrics import log_metric
 

@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._hooks import Hooks
-from .checkpoint import load_plain_state_dict
+from .state_dicts import load_plain_state_dict
 from ._resume import evaluate_checkpoint, resolve_path
 from ._run_dir import run_dir
 from .evaluation_loop import evaluation_loop
