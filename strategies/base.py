@@ -220,8 +220,8 @@ class Strategy:
         )
 
     def evaluating(self) -> contextlib.AbstractContextManager:
-        """Held around an evaluation's batches (validation inside fit too), e.g. to gather
-        sharded parameters once instead of at every step."""
+        """Held around each evaluation loader's batches (validation inside fit too), e.g. to
+        gather sharded parameters once instead of at every step."""
         return _NO_SYNC
 
 

@@ -168,14 +168,18 @@ class DDPStrategy(Strategy):
             # (sync_gradients). What DDP's constructor does, done here: start from rank 0's state.
             self._ddp = None
             self._buffers = any(True for _ in self.module.buffers())
-            for tensor in [*self.module.parameters(), *self.module.buffers()]:
-                dist.broadcast(tensor.data, src=0)
+            self._start_from_rank_zero(self.module)
             return
         self._ddp = DistributedDataParallel(
             StepDispatcher(self.module),
             device_ids=[self.root_device.index] if self.root_device.type == "cuda" else None,
             find_unused_parameters=self.find_unused_parameters,
         )
+
+    def _start_from_rank_zero(self, module: torch.nn.Module) -> None:
+        """What DDP's constructor does: every rank takes global rank 0's parameters and buffers."""
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
 
     @property
     def ddp_module(self) -> DistributedDataParallel:
@@ -260,16 +264,10 @@ class DDPStrategy(Strategy):
         for p in live:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        buckets: dict[tuple[torch.dtype, torch.device], list[tuple[int, list[torch.Tensor]]]] = {}
-        for p in live:
-            per_type = buckets.setdefault((p.grad.dtype, p.grad.device), [(0, [])])
-            size, grads = per_type[-1]
-            if size >= _BUCKET_BYTES:
-                size, grads = 0, []
-                per_type.append((size, grads))
-            grads.append(p.grad)
-            per_type[-1] = (size + p.grad.numel() * p.grad.element_size(), grads)
-        for grads in (grads for per_type in buckets.values() for _, grads in per_type):
+        by_type: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+        for p in live:  # one flat buffer needs one dtype and device
+            by_type.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
+        for grads in (bucket for same in by_type.values() for bucket in _buckets(same, _BUCKET_BYTES)):
             flat = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat)
             flat /= self.world_size
@@ -351,6 +349,19 @@ class DDPStrategy(Strategy):
 _stores: dict[tuple[str, str, int], dist.Store] = {}
 _BUCKET_BYTES = 25 * 2**20
 _groups_started = itertools.count()
+
+
+def _buckets(tensors: list[torch.Tensor], limit: int) -> Iterator[list[torch.Tensor]]:
+    """``tensors`` in order, in runs of at least ``limit`` bytes (the last one shorter)."""
+    bucket, size = [], 0
+    for t in tensors:
+        bucket.append(t)
+        size += t.numel() * t.element_size()
+        if size >= limit:
+            yield bucket
+            bucket, size = [], 0
+    if bucket:
+        yield bucket
 
 
 def _group_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:

@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
@@ -124,9 +123,8 @@ class FSDPStrategy(DDPStrategy):
         # An explicit mesh of this process group's ranks: the device type decides the backend
         # (cuda with NCCL, cpu with gloo); an implicit one can pick gloo for GPU tensors.
         self.mesh = init_device_mesh(self.root_device.type, (self.world_size,))
-        if not on_meta:  # as DDP's constructor does: every rank starts from rank 0's weights
-            for tensor in [*module.parameters(), *module.buffers()]:
-                dist.broadcast(tensor.data, src=0)
+        if not on_meta:
+            self._start_from_rank_zero(module)
         options: dict[str, Any] = dict(mesh=self.mesh, reshard_after_forward=self.reshard_after_forward)
         if self.precision.dtype is not None:  # bf16-mixed: FSDP casts the parameters, no autocast
             options["mp_policy"] = MixedPrecisionPolicy(
@@ -135,7 +133,8 @@ class FSDPStrategy(DDPStrategy):
         options["offload_policy"] = CPUOffloadPolicy() if self.cpu_offload else OffloadPolicy()
         # Children before parents: a group holds the parameters its shard groups did not take.
         listed = set() if self.shard is not None else _repeated_blocks(module)
-        if not getattr(module, "automatic_optimization", True):
+        manual = not getattr(module, "automatic_optimization", True)
+        if manual:
             # Manual optimization runs backward inside training_step. Inside a sharded root's
             # forward, FSDP would not see those backward passes; so each top-level child becomes
             # a root of its own, whose forward the step calls, and the step runs unwrapped.
@@ -149,7 +148,7 @@ class FSDPStrategy(DDPStrategy):
         for sub in reversed(list(module.modules())):
             if sub is not module and self._shards(sub, listed):
                 fully_shard(sub, **options)
-        if getattr(module, "automatic_optimization", True):
+        if not manual:
             self._root = fully_shard(StepDispatcher(module), **options)
         if on_meta:
             self._materialize(module)

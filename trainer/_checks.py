@@ -209,3 +209,23 @@ def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
     if not os.path.isfile(path):
         raise ValueError(f"ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
     require_archive(path, f"ckpt_path={path!r}")
+
+
+def compile_options(value: Any) -> dict[str, Any] | None:
+    """``Trainer(compile=...)``: False, True, or ``torch.compile``'s keyword arguments as a dict."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        return {}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        unknown = set(value) - {"fullgraph", "dynamic", "backend", "mode", "options", "disable"}
+        if unknown:
+            raise ValueError(
+                f"compile={value!r}: unknown keys {sorted(unknown)}. torch.compile takes fullgraph, dynamic, "
+                "backend, mode, options and disable."
+            )
+        return dict(value)
+    raise TypeError(
+        f"compile={value!r} must be True, False, or torch.compile's keyword arguments as a dict, "
+        "e.g. compile=dict(mode='max-autotune')."
+    )

@@ -159,12 +159,8 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: b
 def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
     opt, strategy = trainer._opt, trainer.strategy
-    if "sharded" in ckpt:  # a folder: every rank reads its shards of the model and the optimizers
-        if isinstance(strategy.module, TrainModule):
-            strategy.module.on_load_checkpoint(ckpt)
-        strategy.load_sharded_checkpoint(ckpt["sharded"], opt.optimizers)
-    else:
-        load_model(trainer.strategy, ckpt)
+    load_model(strategy, ckpt, opt.optimizers)
+    if "sharded" not in ckpt:  # a sharded folder's optimizer states were read with the weights
         _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer", strategy.load_optimizer_state_dict)
     _load_states(
         "scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers", "lr_scheduler",
@@ -182,12 +178,16 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     trainer.callback_metrics.update(ckpt.get("metrics", {}))
 
 
-def load_model(strategy: Any, ckpt: dict[str, Any]) -> None:
+def load_model(strategy: Any, ckpt: dict[str, Any], optimizers: list[Any] = ()) -> None:
     """The model's ``on_load_checkpoint`` hook, then its weights (through ``strategy``, which may
-    shard them), all keys matching."""
+    shard them), all keys matching. From a sharded folder every rank reads its shards, and the
+    ``optimizers``' states with them."""
     module = strategy.module
     if isinstance(module, TrainModule):  # first: the model may read or adapt what it saved
         module.on_load_checkpoint(ckpt)
+    if "sharded" in ckpt:
+        strategy.load_sharded_checkpoint(ckpt["sharded"], list(optimizers))
+        return
     missing, unexpected = _key_mismatch(module, plain_state_dict(ckpt["model"]))
     if missing or unexpected:
         raise CheckpointError(
@@ -230,10 +230,7 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
             raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
         path = found
     ckpt = ckpt_io.load(path)
-    if "sharded" in ckpt:
-        strategy.load_sharded_checkpoint(ckpt["sharded"], [])
-    else:
-        load_model(strategy, ckpt)
+    load_model(strategy, ckpt)
     state, before = trainer.state, (trainer.state.global_step, trainer.state.current_epoch)
     loop = ckpt.get("loop", {})
     state.global_step, state.current_epoch = loop.get("global_step", 0), loop.get("epoch", 0)

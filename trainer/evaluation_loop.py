@@ -60,8 +60,6 @@ def evaluation_loop(
     pass_idx = takes_dataloader_idx(getattr(model, step_name))
     outer = MetricSink()  # what the start and end hooks log: one value per process
     previous_sink = set_sink(outer)
-    evaluating = strategy.evaluating()
-    evaluating.__enter__()
     try:
         hooks.call(f"on_{phase}_start", trainer, model)
         hooks.call(f"on_{phase}_epoch_start", trainer, model)
@@ -71,7 +69,7 @@ def evaluation_loop(
             set_sink(sink)
             step_args = (i,) if pass_idx else ()
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
-            with torch.no_grad():
+            with torch.no_grad(), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
                 it = batches(loader, trainer.batched_fetching)
@@ -96,7 +94,6 @@ def evaluation_loop(
             trainer.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:
-        evaluating.__exit__(None, None, None)
         set_sink(previous_sink)
         for m, mode in zip(model.modules(), modes):
             m.training = mode

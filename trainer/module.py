@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from .checkpoint import load as load_checkpoint
-from .state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
 from .manual import clip_gradients, manual_backward, toggle_optimizer, untoggle_optimizer
 from .metrics import log_metric
+from .state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
 
 if TYPE_CHECKING:
     from .trainer import Trainer

@@ -171,26 +171,6 @@ def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:
     return setup
 
 
-def compile_options(value: Any) -> dict[str, Any] | None:
-    """``Trainer(compile=...)``: False, True, or ``torch.compile``'s keyword arguments as a dict."""
-    if value is False or value is None:
-        return None
-    if value is True:
-        return {}
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        unknown = set(value) - {"fullgraph", "dynamic", "backend", "mode", "options", "disable"}
-        if unknown:
-            raise ValueError(
-                f"compile={value!r}: unknown keys {sorted(unknown)}. torch.compile takes fullgraph, dynamic, "
-                "backend, mode, options and disable."
-            )
-        return dict(value)
-    raise TypeError(
-        f"compile={value!r} must be True, False, or torch.compile's keyword arguments as a dict, "
-        "e.g. compile=dict(mode='max-autotune')."
-    )
-
-
 def clip(params: list[torch.nn.Parameter], value: float, algorithm: str) -> torch.Tensor:
     """Clip the gradients by their global norm ('norm') or elementwise ('value'); returns the
     global norm before clipping. Sharded (DTensor) gradients give their norm over all shards."""

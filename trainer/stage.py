@@ -12,7 +12,6 @@ import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._hooks import Hooks
-from .state_dicts import load_plain_state_dict
 from ._resume import evaluate_checkpoint, resolve_path
 from ._run_dir import run_dir
 from .evaluation_loop import evaluation_loop
@@ -21,6 +20,7 @@ from .loaders import Loaders, check_train_loader, overfit_loaders, prepare, stag
 from .precision import Precision
 from .seed import deterministic_algorithms, seed_everything
 from .state import TrainerState
+from .state_dicts import load_plain_state_dict
 
 log = logging.getLogger("trainer")
 

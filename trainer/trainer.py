@@ -20,7 +20,8 @@ from strategies import Strategy, select_strategy
 
 from . import checkpoint as ckpt_io
 from ._checks import (
-    check_ckpt_path, check_model, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
+    check_ckpt_path, check_model, compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int,
+    positive_number,
 )
 from ._hooks import Hooks, check_callbacks
 from ._resume import best_checkpoint, capture
@@ -28,7 +29,7 @@ from ._signals import StopSignals
 from .metrics import MetricSink
 from .module import TrainModule
 from .manual import ManualOptimization
-from .optim import OptimizerSetup, compile_options
+from .optim import OptimizerSetup
 from .precision import Precision, check_precision_available, normalize_precision
 from .loaders import DataModule, check_loaders, check_sources, check_train_loader
 from .stage import StageData, absorb, run_stage
