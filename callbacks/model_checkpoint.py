@@ -12,6 +12,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from trainer import checkpoint as ckpt_io
+from trainer.background_save import BackgroundWriter, freeze
 from trainer._checks import flag, one_of, positive_int
 
 from ._schedule import fit_validates
@@ -75,7 +76,7 @@ class ModelCheckpoint(Callback):
         self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
         self._monitor_due = False  # validation (or, without it, an epoch end) has run: the monitor must exist
         self._warned_early = False
-        self._writer = ckpt_io.BackgroundWriter()  # global rank 0 writes; the others never submit
+        self._writer = BackgroundWriter()  # global rank 0 writes; the others never submit
 
     @property
     def state_key(self) -> str:
@@ -190,9 +191,9 @@ class ModelCheckpoint(Callback):
             if trainer.is_global_zero:
                 _rotate(path, dropped, link_last)
             return
-        checkpoint = trainer.checkpoint_state(copy=True)
+        checkpoint = trainer.checkpoint_state()
         if checkpoint is not None:
-            self._writer.submit(_write_files, checkpoint, path, dropped, link_last)
+            self._writer.submit(_write_files, freeze(checkpoint), path, dropped, link_last)
 
     def _free_name(self, name: str) -> str:
         """``name``, or ``name-v1.ckpt``, ... if a kept checkpoint already has it: a save never
@@ -292,7 +293,7 @@ class ModelCheckpoint(Callback):
             self.dirpath = state_dict.get("dirpath")
 
 
-def _write_files(checkpoint: dict[str, Any], path: str, dropped: str | None, link_last: bool) -> None:
+def _write_files(checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, dropped: str | None, link_last: bool) -> None:
     """On the writer thread: the new file, then (it being complete on disk) the old top-k
     file's deletion, then ``last.ckpt`` pointed at the new file."""
     ckpt_io.save_atomic(checkpoint, path)

@@ -10,21 +10,20 @@ import random
 import shutil
 import tempfile
 import zipfile
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from .data import apply_to_tensors
 
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, unreadable, unsafe, or does not fit the model."""
 
 
-def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``obj`` so that ``path`` is either the old file or the complete new one, and
-    only ever a file that ``torch.load(weights_only=True)`` reads back.
+def save_atomic(obj: dict[str, Any] | Encoded, path: str | os.PathLike) -> None:
+    """Write ``obj`` (or the bytes ``freeze`` made of it) so that ``path`` is either the old
+    file or the complete new one, and only ever a file that ``torch.load(weights_only=True)``
+    reads back.
 
     temp file in the same directory -> flush -> fsync -> check it loads (anything but plain
     tensors and containers is loaded back) -> os.replace -> fsync the directory.
@@ -36,10 +35,13 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.path.basename(path)}-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            if isinstance(obj, Encoded):
+                f.write(obj.data)
+            else:
+                torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        if not _plainly_loadable(obj):  # e.g. a numpy number in a callback's state: load it back to be sure
+        if not isinstance(obj, Encoded) and not _plainly_loadable(obj):  # e.g. a numpy number in a callback's state: load it back to be sure
             _check_loads(tmp, obj, path)
         os.replace(tmp, path)
     except BaseException as err:
@@ -64,89 +66,13 @@ def save_atomic(obj: dict[str, Any], path: str | os.PathLike) -> None:
         os.close(dir_fd)
 
 
-def snapshot(obj: Any) -> Any:
-    """``obj`` with every tensor copied to the CPU, so that training can go on changing the
-    originals while the copy is written. Tensors that share memory (tied weights, a view of
-    a weight) still do.
+class Encoded:
+    """A checkpoint already serialized by ``torch.save``: ``save_atomic`` writes its bytes."""
 
-    A tensor that is the whole of its memory, as parameters and optimizer states are, is
-    copied with one ``clone()``: copying its storage and viewing into the copy, which the
-    other tensors need, costs about 7x more, and an epoch-end checkpoint of a small model
-    paid that on the training thread (benchmarks/epoch_cost.py).
-    """
-    copies: dict[tuple[torch.device, int], torch.UntypedStorage] = {}
+    __slots__ = ("data",)
 
-    def copy(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        key = (storage.device, storage.data_ptr())
-        copied = copies.get(key)
-        if copied is None:
-            if t.is_cpu and t.storage_offset() == 0 and t.is_contiguous() and t.numel() * t.element_size() == storage.nbytes():
-                clone = t.detach().clone()
-                copies[key] = clone.untyped_storage()
-                return clone
-            copied = copies[key] = storage.clone() if storage.device.type == "cpu" else storage.cpu()
-        return torch.empty(0, dtype=t.dtype).set_(copied, t.storage_offset(), t.size(), t.stride())
-
-    tensor, plain = torch.Tensor, (str, int, float, bool, type(None))
-
-    def walk(x: Any) -> Any:  # the usual containers by exact type; anything else the general way
-        kind = type(x)
-        if kind is dict or kind is collections.OrderedDict:  # a state_dict is an OrderedDict
-            return kind((k, walk(v)) for k, v in x.items())
-        if kind is list:
-            return [walk(v) for v in x]
-        if kind is tuple:
-            return tuple(walk(v) for v in x)
-        if kind is tensor or kind is torch.nn.Parameter:
-            return copy(x)
-        return x if kind in plain else apply_to_tensors(x, copy)
-
-    return walk(obj)
-
-
-class BackgroundWriter:
-    """Runs checkpoint writes on a thread of their own, one at a time, in order.
-
-    ``submit`` first waits for the write before it, so at most one snapshot waits in memory,
-    and a write that failed (a full disk) raises its error there, at the next save, or at
-    ``wait()``. Each write is still atomic (``save_atomic``): a file is complete or absent.
-    """
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: Future | None = None
-
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        self.wait()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
-        self._pending = self._pool.submit(fn, *args)
-
-    def wait(self) -> None:
-        """Block until the last write is on disk; raise its error if it failed."""
-        error = self.error()
-        if error is not None:
-            raise error
-
-    def error(self) -> BaseException | None:
-        """Block until the last write is on disk; return its error if it failed (once)."""
-        pending, self._pending = self._pending, None
-        return None if pending is None else pending.exception()
-
-    def close(self) -> None:
-        try:
-            self.wait()
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown()
-                self._pool = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}  # a copy (e.g. in a spawned DDP worker) starts with no thread and nothing pending
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
 
 
 _PLAIN_LEAVES = (type(None), bool, int, float, str, bytes, torch.dtype, torch.device, torch.Size)
@@ -157,14 +83,30 @@ def _plainly_loadable(value: Any) -> bool:
     """True if ``value`` holds only what ``torch.load(weights_only=True)`` always reads back:
     tensors, plain numbers and strings, dtypes, and dicts, lists and tuples of them. A walk,
     about 20x cheaper than loading the file back, which is left for anything else."""
+    return _plain_size(value) is not None
+
+
+def _plain_size(value: Any, cpu_only: bool = False) -> int | None:
+    """The bytes of the tensors' storages in ``value`` if it is plainly loadable (and, with
+    ``cpu_only``, all its tensors are on the CPU), else None."""
     kind = type(value)
-    if kind in _PLAIN_LEAVES or kind in _PLAIN_TENSORS:
-        return True
+    if kind in _PLAIN_TENSORS:
+        return None if cpu_only and not value.is_cpu else value.untyped_storage().nbytes()
+    if kind in _PLAIN_LEAVES:
+        return 0
     if kind is dict or kind is collections.OrderedDict:
-        return all(type(k) in _PLAIN_LEAVES for k in value) and all(_plainly_loadable(v) for v in value.values())
-    if kind is list or kind is tuple:
-        return all(_plainly_loadable(v) for v in value)
-    return False
+        if not all(type(k) in _PLAIN_LEAVES for k in value):
+            return None
+        value = value.values()
+    elif kind is not list and kind is not tuple:
+        return None
+    total = 0
+    for v in value:
+        size = _plain_size(v, cpu_only)
+        if size is None:
+            return None
+        total += size
+    return total
 
 
 def _check_loads(tmp: str, obj: dict[str, Any], path: str) -> None:

@@ -25,6 +25,7 @@ from ._checks import (
 )
 from ._hooks import Hooks, check_callbacks
 from ._resume import best_checkpoint, capture
+from .background_save import snapshot
 from ._signals import StopSignals
 from .metrics import MetricSink
 from .module import TrainModule
@@ -367,7 +368,7 @@ class Trainer:
             return None
         for cb in self._hooks.on_save_checkpoint:
             cb(self, self._module, checkpoint)
-        return ckpt_io.snapshot(checkpoint) if copy else checkpoint
+        return snapshot(checkpoint) if copy else checkpoint
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

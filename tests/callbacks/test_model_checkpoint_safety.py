@@ -4,7 +4,6 @@ that cannot be written, and file names or loaded states that would point at othe
 from __future__ import annotations
 
 import errno
-import io
 import os
 import signal
 import subprocess
@@ -14,7 +13,6 @@ import time
 import zipfile
 
 import pytest
-import torch
 
 from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, loader
@@ -37,7 +35,7 @@ def _ckpt_names(folder) -> list[str]:
 # --- killed while rotating top-k ----------------------------------------------------------------
 KILL_SCRIPT = textwrap.dedent(
     """
-    import io, os, sys, time
+    import os, stat, sys, time
 
     import torch
 
@@ -46,31 +44,30 @@ KILL_SCRIPT = textwrap.dedent(
     from trainer import Trainer, checkpoint
 
     phase, folder, marker = sys.argv[1:]
-    real_save, saves = torch.save, []
+    real_fsync, saves = os.fsync, []
 
     def hold(note):
         open(marker, "w").write(note)
         time.sleep(600)  # the test kills us here
 
-    def half_written_save(obj, f, *args, **kwargs):  # save_atomic passes its open temp file
+    def half_written(fd):  # save_atomic fsyncs its temp file once written: keep half of the third
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # the folder's fsync
+            return real_fsync(fd)
         saves.append(1)
         if len(saves) < 3:
-            return real_save(obj, f, *args, **kwargs)
-        buffer = io.BytesIO()
-        real_save(obj, buffer)
-        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
-        f.flush()
+            return real_fsync(fd)
+        os.ftruncate(fd, os.fstat(fd).st_size // 2)
         hold("mid-write")
 
     real_save_atomic = checkpoint.save_atomic
 
     def save_then_hold(obj, path):  # the new file is complete; the one it replaces is not deleted yet
         real_save_atomic(obj, path)
-        if obj["loop"]["global_step"] >= 3:
+        if torch.load(path, weights_only=True)["loop"]["global_step"] >= 3:
             hold("written, old one not yet deleted")
 
     if phase == "mid-write":
-        torch.save = half_written_save
+        os.fsync = half_written
     else:
         checkpoint.save_atomic = save_then_hold
     checkpoints = ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=1)
@@ -120,20 +117,18 @@ def test_a_kill_during_rotation_leaves_a_readable_checkpoint_to_resume_from(phas
 
 # --- a full disk, a folder that cannot be written ----------------------------------------------
 def test_a_full_disk_raises_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    real_save = torch.save
-    calls = []
+    folder, real_fsync, calls = tmp_path / "ckpts", os.fsync, []
 
-    def disk_fills_on_the_third_save(obj, f, *args, **kwargs):
+    def disk_fills_on_the_third_save(fd):  # save_atomic fsyncs each temp file it has written
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith(str(folder)) or not os.path.isfile(f"/proc/self/fd/{fd}"):
+            return real_fsync(fd)
         calls.append(1)
         if len(calls) < 3:
-            return real_save(obj, f, *args, **kwargs)
-        buffer = io.BytesIO()
-        real_save(obj, buffer)
-        f.write(buffer.getvalue()[:100])  # part of it got out, then the disk was full
+            return real_fsync(fd)
+        os.ftruncate(fd, 100)  # part of it got out, then the disk was full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(torch, "save", disk_fills_on_the_third_save)
-    folder = tmp_path / "ckpts"
+    monkeypatch.setattr(os, "fsync", disk_fills_on_the_third_save)
     trainer = _trainer(folder, max_steps=10)
     with pytest.raises(OSError) as info:
         trainer.fit(Classifier(), loader(64, 4))
@@ -213,24 +208,23 @@ def test_a_user_checkpoint_callback_replaces_the_built_in_one(tmp_path):
 
 DDP_DISK_FULL = textwrap.dedent(
     """
-    import errno, io, os, sys
-
-    import torch
+    import errno, os, sys
 
     from callbacks import ModelCheckpoint
     from tests._models import Classifier, loader
     from trainer import Trainer
 
-    real_save, saves = torch.save, []
+    real_fsync, saves = os.fsync, []
 
-    def disk_full_at_step_3(obj, f, *args, **kwargs):  # runs in rank 0's writer thread
-        if torch.distributed.is_initialized() and not isinstance(f, io.BytesIO):  # a checkpoint file
+    def disk_full_at_step_3(fd):  # runs in rank 0's writer thread, on each checkpoint's temp file
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        if name.startswith(".tmp-") and ".ckpt" in name:
             saves.append(1)
             if len(saves) == 3:  # the save of step 3
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_save(obj, f, *args, **kwargs)
+        return real_fsync(fd)
 
-    torch.save = disk_full_at_step_3  # module level: the spawned ranks re-import this file
+    os.fsync = disk_full_at_step_3  # module level: the spawned ranks re-import this file
 
     if __name__ == "__main__":
         ckpt = ModelCheckpoint(dirpath=sys.argv[1], every_n_train_steps=1, every_n_epochs=None)

@@ -1,0 +1,123 @@
+"""Checkpoints written while training goes on: a consistent copy of the state taken at the
+save (``snapshot``, or the bytes themselves for a small one: ``freeze``), then one writer
+thread that puts it on disk (``BackgroundWriter``)."""
+
+from __future__ import annotations
+
+import collections
+import io
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+import torch
+
+from .checkpoint import Encoded, _plain_size
+from .data import apply_to_tensors
+
+
+def snapshot(obj: Any) -> Any:
+    """``obj`` with every tensor copied to the CPU, so that training can go on changing the
+    originals while the copy is written. Tensors that share memory (tied weights, a view of
+    a weight) still do.
+
+    A tensor that is the whole of its memory, as parameters and optimizer states are, is
+    copied with one ``clone()``: copying its storage and viewing into the copy, which the
+    other tensors need, costs about 7x more, and an epoch-end checkpoint of a small model
+    paid that on the training thread (benchmarks/epoch_cost.py).
+    """
+    copies: dict[tuple[torch.device, int], torch.UntypedStorage] = {}
+
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        key = (storage.device, storage.data_ptr())
+        copied = copies.get(key)
+        if copied is None:
+            if t.is_cpu and t.storage_offset() == 0 and t.is_contiguous() and t.numel() * t.element_size() == storage.nbytes():
+                clone = t.detach().clone()
+                copies[key] = clone.untyped_storage()
+                return clone
+            copied = copies[key] = storage.clone() if storage.device.type == "cpu" else storage.cpu()
+        return torch.empty(0, dtype=t.dtype).set_(copied, t.storage_offset(), t.size(), t.stride())
+
+    tensor, plain = torch.Tensor, (str, int, float, bool, type(None))
+
+    def walk(x: Any) -> Any:  # the usual containers by exact type; anything else the general way
+        kind = type(x)
+        if kind is dict or kind is collections.OrderedDict:  # a state_dict is an OrderedDict
+            return kind((k, walk(v)) for k, v in x.items())
+        if kind is list:
+            return [walk(v) for v in x]
+        if kind is tuple:
+            return tuple(walk(v) for v in x)
+        if kind is tensor or kind is torch.nn.Parameter:
+            return copy(x)
+        return x if kind in plain else apply_to_tensors(x, copy)
+
+    return walk(obj)
+
+
+# Up to this many bytes of tensors, ``freeze`` serializes a checkpoint on the training thread.
+SERIALIZE_INLINE_MAX = 16 << 20
+
+
+def freeze(obj: dict[str, Any]) -> dict[str, Any] | Encoded:
+    """``obj`` as it is now, for ``save_atomic`` to write while training changes the live
+    tensors: serialized now if it is small, plain and on the CPU; else a ``snapshot``.
+
+    A background write of a small checkpoint is mostly pickling, which holds the GIL: the
+    writer thread and the training thread then hand the GIL back and forth, and training
+    loses more than the pickling time. Serialized here (no copy first: the bytes are the
+    copy), what is left for the writer (write, fsync, rename) waits outside the GIL
+    (benchmarks/epoch_cost.py). A large checkpoint is copied instead, so that its bytes
+    never sit in memory beside the copies of its tensors.
+    """
+    size = _plain_size(obj, cpu_only=True)
+    if size is None or size > SERIALIZE_INLINE_MAX:  # not plain: save_atomic loads the file back to check
+        return snapshot(obj)
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return Encoded(buffer.getbuffer())
+
+
+class BackgroundWriter:
+    """Runs checkpoint writes on a thread of their own, one at a time, in order.
+
+    ``submit`` first waits for the write before it, so at most one snapshot waits in memory,
+    and a write that failed (a full disk) raises its error there, at the next save, or at
+    ``wait()``. Each write is still atomic (``save_atomic``): a file is complete or absent.
+    """
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self.wait()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        self._pending = self._pool.submit(fn, *args)
+
+    def wait(self) -> None:
+        """Block until the last write is on disk; raise its error if it failed."""
+        error = self.error()
+        if error is not None:
+            raise error
+
+    def error(self) -> BaseException | None:
+        """Block until the last write is on disk; return its error if it failed (once)."""
+        pending, self._pending = self._pending, None
+        return None if pending is None else pending.exception()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # a copy (e.g. in a spawned DDP worker) starts with no thread and nothing pending
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()
