@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from trainer._checks import positive_number
 
@@ -49,7 +49,8 @@ class TensorBoardLogger(Callback):
         self.writer: SummaryWriter | None = None
         self._clock: tuple[float, int, int] | None = None  # (time, step, samples) at the last write
         self._paused_at: float | None = None
-        self._pending: list[tuple[int, float, tuple[Any, ...]]] = []  # (step, wall time, _scalars' arguments)
+        # Events not yet given to the writer: (step, wall time, what builds the scalars, its arguments).
+        self._pending: list[tuple[int, float, Callable[..., Any], tuple[Any, ...]]] = []
         self._handed_off = 0.0  # perf_counter at the last hand-off
         self._flushed = 0.0  # perf_counter at the last flush of epoch or validation values
 
@@ -109,7 +110,7 @@ class TensorBoardLogger(Callback):
         lrs = [[float(g["lr"]) for g in opt.param_groups] for opt in trainer.optimizers]
         grad_norm = None if trainer.grad_norm is None else float(trainer.grad_norm)
         # The scalars list is built at the hand-off, off the training steps.
-        self._pending.append((step, time.time(), (metrics, lrs, grad_norm, trainer.state.current_epoch, rates)))
+        self._pending.append((step, time.time(), self._scalars, (metrics, lrs, grad_norm, trainer.state.current_epoch, rates)))
         if now - self._handed_off >= _HAND_OFF_S:
             self._hand_off()
 
@@ -129,39 +130,37 @@ class TensorBoardLogger(Callback):
         return scalars
 
     def _hand_off(self) -> None:
-        """Give the pending training scalars to the writer: one event per logged step."""
+        """Give the pending events to the writer: one per logged step, epoch end or evaluation."""
         self._handed_off = time.perf_counter()
         if self.writer is not None and self._pending:
             from tensorboard.compat.proto.summary_pb2 import Summary
 
-            for step, walltime, parts in self._pending:
-                values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in self._scalars(*parts)]
-                self.writer.file_writer.add_summary(Summary(value=values), step, walltime)
+            for step, walltime, build, args in self._pending:
+                values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in build(*args)]
+                if values:
+                    self.writer.file_writer.add_summary(Summary(value=values), step, walltime)
         self._pending.clear()
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._hand_off()
         if self.writer is None:
             return
         self._add({f"{name}_epoch": value for name, value in trainer.train_epoch_metrics.items()}, trainer.global_step)
         self._flush_if_due()
 
     def _add(self, scalars: dict[str, float], step: int) -> None:
-        """One event with ``scalars``: SummaryWriter.add_scalar builds one per value, at
-        about 100 us each, which short epochs pay at every epoch's end."""
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        if scalars:
-            values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in scalars.items()]
-            self.writer.file_writer.add_summary(Summary(value=values), step)
+        """One event with ``scalars``, pending (SummaryWriter.add_scalar would build one per
+        value, at about 100 us each, which short epochs pay at every epoch's end)."""
+        self._pending.append((step, time.time(), tuple, (tuple(scalars.items()),)))
 
     def _flush_if_due(self) -> None:
-        """Flush at most once a second: an epoch end or a validation shows in TensorBoard at
-        once, and epochs of a few milliseconds do not each pay for a flush (the writer's own
-        thread flushes every ``flush_secs`` too)."""
+        """Hand off and flush at most once a second: an epoch end or a validation shows in
+        TensorBoard at once, and epochs of a few milliseconds neither each wake the writer's
+        thread (which takes the GIL from training) nor each pay for a flush. What waits goes
+        at the next due one, at the next training hand-off, or when the stage ends."""
         now = time.perf_counter()
         if now - self._flushed >= _FLUSH_GAP_S:
             self._flushed = now
+            self._hand_off()
             self.writer.flush()
 
     # --- validation and test -----------------------------------------------------------
@@ -180,7 +179,6 @@ class TensorBoardLogger(Callback):
         self._write_eval(trainer)
 
     def _write_eval(self, trainer: Trainer) -> None:
-        self._hand_off()
         if self.writer is None:
             return
         # After fit, global_step is where training ended: a later validate/test lands at the
