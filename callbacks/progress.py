@@ -142,8 +142,8 @@ class ProgressBar(Callback):
         if self._bar is not None:
             if reason is not None:
                 self._bar.set_description(f"Epoch {epoch} (stopped: {reason})", refresh=False)
-            self._bar.update(done - self._bar.n)
-            self._bar.set_postfix(shown, refresh=True)
+            self._bar.n = done  # (not update(), which may draw: close draws the final line, once)
+            self._bar.set_postfix(shown, refresh=False)
             self._bar.close()
             self._bar = None
             return

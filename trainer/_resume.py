@@ -272,7 +272,10 @@ def capture(trainer: Trainer, tensors: bool = True) -> dict[str, Any]:
     local_rng = ckpt_io.rng_state()
     local_rng["loader"] = ckpt_io.generator_states(trainer._epoch_loader)  # a DataLoader(generator=g)
     rng = strategy.gather_objects(local_rng)
-    epoch_start = strategy.gather_objects(trainer._epoch_start)
+    start = trainer._epoch_start
+    if batch == 0 and start:  # the next epoch draws from "rng"; only a DistributedSampler's seed carries over
+        start = {"sampler": start["sampler"]} if "sampler" in start else None
+    epoch_start = strategy.gather_objects(start)
     # Mid-epoch, the epoch's logged values so far (per rank): the resumed epoch's means need them.
     sink = trainer._train_sink if batch > 0 else None
     train_metrics = strategy.gather_objects(None if sink is None else sink.state_dict())
