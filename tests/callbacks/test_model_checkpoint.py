@@ -275,6 +275,23 @@ def test_a_snapshot_is_a_copy_that_keeps_tied_tensors_tied():
     assert copy["model"]["bias"].untyped_storage().data_ptr() == copy["model"]["embed"].untyped_storage().data_ptr()
 
 
+def test_a_small_checkpoint_is_serialized_when_taken_and_a_large_or_unusual_one_is_copied(monkeypatch):
+    weight = torch.randn(4, 3)
+    before, state = weight.clone(), {"model": {"w": weight}, "loop": {"global_step": 3}}
+    frozen = background_save.freeze(state)
+    weight.add_(1.0)  # training goes on
+    assert isinstance(frozen, checkpoint.Encoded)  # the bytes are the copy
+    loaded = torch.load(io.BytesIO(frozen.data), weights_only=True)
+    assert torch.equal(loaded["model"]["w"], before) and loaded["loop"] == {"global_step": 3}
+    # Not plainly loadable (save_atomic loads such a file back to check it), or too large to hold as bytes too:
+    for odd in ({"model": {"w": weight}, "extra": {1, 2}}, state):
+        if odd is state:
+            monkeypatch.setattr(background_save, "SERIALIZE_INLINE_MAX", weight.nbytes - 1)
+        copy = background_save.freeze(odd)
+        assert type(copy) is dict and torch.equal(copy["model"]["w"], weight)
+        assert copy["model"]["w"].data_ptr() != weight.data_ptr()
+
+
 class AddsLiveTensor(Callback):
     """Puts a live tensor into each checkpoint, as an EMA callback would, then changes it."""
 

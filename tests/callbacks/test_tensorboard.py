@@ -17,7 +17,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2, metadata
 
-from callbacks import ModelCheckpoint
+from callbacks import Callback, ModelCheckpoint, TensorBoardLogger
 from strategies._spawn import free_port
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -246,6 +246,33 @@ def test_a_live_tensorboard_server_lists_the_run_and_its_hparams(tmp_path, scrip
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+class CountsHandOffs(Callback):
+    """Records the epoch of each event given to the writer (whose thread then wakes) while training runs."""
+
+    def on_train_start(self, trainer, module):
+        writer = next(cb for cb in trainer.callbacks if isinstance(cb, TensorBoardLogger)).writer.file_writer
+        real, self.epochs, self.started = writer.add_summary, [], time.perf_counter()
+
+        def spy(*args, **kwargs):
+            self.epochs.append(trainer.current_epoch)
+            return real(*args, **kwargs)
+
+        writer.add_summary = spy
+
+    def on_train_end(self, trainer, module):
+        self.during, self.took = list(self.epochs), time.perf_counter() - self.started
+
+
+def test_short_epochs_hand_their_values_to_the_writer_at_most_once_a_second_and_all_arrive():
+    counter = CountsHandOffs()
+    trainer, _ = _fit(max_epochs=6, log_every_n_steps=50, callbacks=[counter])
+    # Epochs of milliseconds: one epoch end wakes the writer, the rest wait (a flush is due once a second).
+    assert len(set(counter.during)) <= 1 + int(counter.took), (counter.during, counter.took)
+    acc = _read(trainer.run_dir)
+    assert [step for step, _ in _series(acc, "train_loss_epoch")] == [4, 8, 12, 16, 20, 24]
+    assert [step for step, _ in _series(acc, "val_loss")] == [4, 8, 12, 16, 20, 24]
 
 
 def test_flush_secs_is_checked():

@@ -66,6 +66,7 @@ def test_checkpoint_holds_the_full_training_state():
     assert set(rng) >= {"python", "torch", "loader"} and rng["torch"].dtype == torch.uint8
     (start,) = mid_epoch["epoch_start"]  # the RNG just before this epoch's iter(loader)
     assert start["torch"].dtype == torch.uint8 and not torch.equal(start["torch"], rng["torch"])
+    assert epoch_end["epoch_start"] == [None]  # the next epoch starts from "rng": nothing else to keep
     assert epoch_end["version"] == trainer_pkg.__version__
     assert epoch_end["hparams"] == {"features": 8, "hidden": 12, "classes": 2, "dropout": 0.2, "lr": 0.1, "optimizer": "sgd"}
     assert epoch_end["trainer"]["max_epochs"] == 2 and epoch_end["trainer"]["strategy"] == "single"
