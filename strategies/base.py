@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
 from trainer.state_dicts import load_plain_state_dict, optimizer_state_by_position, plain_state_dict
 from trainer.data import move_to_device, on_cpu
+from trainer.device_copy import copied_ahead
 
 
 class StepDispatcher(nn.Module):
@@ -102,6 +103,15 @@ class Strategy:
 
     def batch_to_device(self, batch: Any) -> Any:
         return move_to_device(batch, self.root_device)
+
+    def device_batches(self, batches: Iterable[Any]) -> Iterable[Any]:
+        """What the loop iterates for one pass over a loader. On a CUDA device, each batch's
+        copy there starts on a side stream as soon as it is fetched, beside the GPU's work on
+        the step before (trainer/device_copy.py); then ``batch_to_device`` has nothing left
+        to move. A strategy with a ``batch_to_device`` of its own gets its batches as they are."""
+        if self.root_device.type != "cuda" or type(self).batch_to_device is not Strategy.batch_to_device:
+            return batches
+        return copied_ahead(batches, self.root_device)
 
     # --- steps -------------------------------------------------------------------------
     def run_step(self, step_name: str, batch: Any, batch_idx: int, *args: Any) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import warnings
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 from torch.nn.parallel import replicate
@@ -210,6 +210,10 @@ class DataParallelStrategy(Strategy):
             )
         super().setup_module(module)
         self._dispatcher = StepDispatcher(self.module)
+
+    def device_batches(self, batches: Iterable[Any]) -> Iterable[Any]:
+        # Several GPUs: each batch is split on the CPU, then each part copied to its GPU.
+        return super().device_batches(batches) if self.num_devices < 2 else batches
 
     def run_step(self, step_name: str, batch: Any, batch_idx: int, *args: Any) -> Any:
         if self.num_devices < 2:

@@ -72,8 +72,9 @@ def evaluation_loop(
             with torch.no_grad(), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
-                it = batches(loader, trainer.batched_fetching)
-                for batch_idx, batch in enumerate(it if n == math.inf or n == length else itertools.islice(it, int(n))):
+                it = batches(loader, trainer._fetching)
+                it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
+                for batch_idx, batch in enumerate(it):
                     sink.batch_size = batch_size(batch)
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)

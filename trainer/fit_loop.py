@@ -218,6 +218,7 @@ class FitLoop:
         sized = loader_length(loader) is not None
         if strategy.world_size > 1 and not sized:
             epoch_batches = in_lockstep(epoch_batches, strategy)
+        epoch_batches = strategy.device_batches(epoch_batches)  # on a GPU: copied there ahead
         batch_idx = state.batch_in_epoch - 1
         group, completes = 1, True  # without accumulation every batch is a whole group
         try:
