@@ -23,7 +23,7 @@ from . import __version__
 from . import checkpoint as ckpt_io
 from .checkpoint import CheckpointError
 from .data import SkipBatches, rebuild_loader
-from .fetch import batches
+from .fetch import Fetching, batches
 from .module import TrainModule
 from .state_dicts import plain_state_dict
 
@@ -88,11 +88,11 @@ class Resume:
         trainer._epoch_loader = loader  # checkpoints record its generators
         if not self.pending:
             trainer._epoch_start = ckpt_io.epoch_start_state(loader)
-            return batches(loader, trainer.batched_fetching)
+            return batches(loader, trainer._fetching)
         self.pending = False
         if self.rng is None:  # another world size: no exact RNG to put back
             trainer._epoch_start = ckpt_io.epoch_start_state(loader)
-            return _skip(loader, self.batch, fetch=trainer.batched_fetching)
+            return _skip(loader, self.batch, fetch=trainer._fetching)
         rng = self.rng
 
         def put_back_rng() -> None:
@@ -102,13 +102,13 @@ class Resume:
         if self.batch == 0:
             put_back_rng()
             trainer._epoch_start = ckpt_io.epoch_start_state(loader)
-            return batches(loader, trainer.batched_fetching)
+            return batches(loader, trainer._fetching)
         if self.train_metrics is not None and trainer._train_sink is not None:
             trainer._train_sink.load_state_dict(self.train_metrics, trainer.strategy.root_device)
         # Re-create the interrupted epoch's order, skip what it consumed, then continue its RNG.
         ckpt_io.set_epoch_start_state(loader, self.epoch_start)
         trainer._epoch_start = self.epoch_start
-        return _skip(loader, self.batch, after=put_back_rng, fetch=trainer.batched_fetching)
+        return _skip(loader, self.batch, after=put_back_rng, fetch=trainer._fetching)
 
     def _restore_sampler_seed(self, loader: Any) -> None:
         """A DistributedSampler shuffles by seed + epoch: use the checkpoint's seed, whatever this run set."""
@@ -130,7 +130,7 @@ def _batch_position(loop: dict[str, Any], world_size: int) -> int:
     return loop["batch_in_epoch"] * saved_world // world_size
 
 
-def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: bool = True) -> Iterator[Any]:
+def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: bool | Fetching = True) -> Iterator[Any]:
     """``iter(loader)`` without its first ``n`` batches, skipped at the batch sampler so that
     their data is never loaded. ``after`` runs once the sampler has drawn its order."""
     if n == 0:

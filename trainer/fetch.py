@@ -20,6 +20,7 @@ else is iterated as it is.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Iterator
 
 import torch
@@ -29,18 +30,50 @@ from torch.utils.data._utils.pin_memory import pin_memory
 Fetch = Callable[[list[int]], Any]
 
 
-def batches(loader: Any, enabled: bool = True) -> Iterator[Any]:
+class Fetching:
+    """How a stage fetches its batches: batched where it applies and, with a ``device``
+    (``Trainer(data_on_device=True)`` on a GPU), from copies of each ``TensorDataset``'s
+    tensors kept on that device for the stage, indexed there: no copy per batch at all."""
+
+    def __init__(self, batched: bool = True, device: torch.device | None = None) -> None:
+        self.batched, self.device = batched, device
+        self._copies: dict[int, tuple[Any, list[torch.Tensor]]] = {}  # id(dataset) -> (dataset, its tensors there)
+        self._warned: set[int] = set()
+
+    def on_device(self, owner: Any, tensors: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
+        """``tensors()`` on the device, copied once per stage for ``owner``."""
+        entry = self._copies.get(id(owner))
+        if entry is None or entry[0] is not owner:
+            entry = self._copies[id(owner)] = (owner, [t.to(self.device) for t in tensors()])
+        return entry[1]
+
+    def not_on_device(self, loader: Any) -> None:
+        dataset = getattr(loader, "dataset", loader)
+        if id(dataset) not in self._warned:
+            self._warned.add(id(dataset))
+            warnings.warn(
+                f"Trainer(data_on_device=True) keeps a TensorDataset (or a Subset of one) on {self.device} when "
+                "its DataLoader has num_workers=0 and the default collate_fn; this loader's "
+                f"{type(dataset).__name__} does not qualify, so its batches are fetched as they are and copied.",
+                stacklevel=2,
+            )
+
+
+def batches(loader: Any, fetch: bool | Fetching = True) -> Iterator[Any]:
     """``iter(loader)``, fetching each batch in one call where :func:`batch_fetcher` can."""
-    fetch = batch_fetcher(loader) if enabled else None
+    fetching = fetch if isinstance(fetch, Fetching) else Fetching(bool(fetch))
+    fetcher = batch_fetcher(loader, fetching) if fetching.batched else None
+    if fetching.device is not None and (fetcher is None or not getattr(fetcher, "on_device", False)):
+        fetching.not_on_device(loader)
     it = iter(loader)
-    if fetch is None or not hasattr(it, "_next_index"):
+    if fetcher is None or not hasattr(it, "_next_index"):
         return it
-    return _fetched(it, fetch)
+    return _fetched(it, fetcher)
 
 
 def _fetched(it: Any, fetch: Fetch) -> Iterator[Any]:
     next_index = it._next_index  # the loader's batch sampler, as its own iterator draws from it
-    pin = getattr(it, "_pin_memory", False)
+    pin = getattr(it, "_pin_memory", False) and not getattr(fetch, "on_device", False)
     while True:
         try:
             indices = next_index()
@@ -50,7 +83,7 @@ def _fetched(it: Any, fetch: Fetch) -> Iterator[Any]:
         yield pin_memory(batch, it._pin_memory_device) if pin else batch
 
 
-def batch_fetcher(loader: Any) -> Fetch | None:
+def batch_fetcher(loader: Any, fetching: Fetching | None = None) -> Fetch | None:
     """A function from a batch's indices to the batch, equal to what ``loader`` would
     yield for them; None where the loader must be iterated as it is."""
     if type(loader) is not DataLoader or loader.num_workers != 0 or loader.batch_sampler is None:
@@ -58,28 +91,55 @@ def batch_fetcher(loader: Any) -> Fetch | None:
     if loader.collate_fn is not default_collate:
         return None
     dataset = loader.dataset
-    by_tensor = _tensor_fetcher(dataset)
+    device = None if fetching is None else fetching.device
+    by_tensor = _tensor_fetcher(dataset, fetching if device is not None else None)
     if by_tensor is not None:
-        return lambda indices: by_tensor(torch.as_tensor(indices, dtype=torch.int64))
+        if device is None:
+            return lambda indices: by_tensor(torch.as_tensor(indices, dtype=torch.int64))
+        n = len(dataset)
+
+        def on_device(indices: list[int]) -> list[torch.Tensor]:
+            return by_tensor(_valid_index(torch.as_tensor(indices, dtype=torch.int64), n).to(device, non_blocking=True))
+
+        on_device.on_device = True  # type: ignore[attr-defined]
+        return on_device
     getitems = getattr(dataset, "__getitems__", None)
     if callable(getitems):
         return lambda indices: default_collate(getitems(indices))
     return None
 
 
-def _tensor_fetcher(dataset: Any) -> Callable[[torch.Tensor], list[torch.Tensor]] | None:
+def _tensor_fetcher(dataset: Any, fetching: Fetching | None = None) -> Callable[[torch.Tensor], list[torch.Tensor]] | None:
     """For a TensorDataset, or a Subset of one, that keeps torch's indexing: the batch as
-    default_collate gives it (a list, one stacked tensor per field) from an index tensor."""
+    default_collate gives it (a list, one stacked tensor per field) from an index tensor
+    (on ``fetching``'s device, if it has one, and then with no negative index)."""
     if isinstance(dataset, TensorDataset) and _keeps(dataset, TensorDataset, "__getitem__", "__getitems__"):
-        tensors = dataset.tensors
+        tensors = dataset.tensors if fetching is None else fetching.on_device(dataset, lambda: list(dataset.tensors))
         return lambda idx: [_rows(t, idx) for t in tensors]
     if isinstance(dataset, Subset) and _keeps(dataset, Subset, "__getitem__", "__getitems__"):
-        inner = _tensor_fetcher(dataset.dataset)
+        inner = _tensor_fetcher(dataset.dataset, fetching)
         if inner is None:
             return None
-        mapping = torch.as_tensor(dataset.indices, dtype=torch.int64)
+        if fetching is None:
+            mapping = torch.as_tensor(dataset.indices, dtype=torch.int64)
+        else:
+            n = len(dataset.dataset)
+            (mapping,) = fetching.on_device(dataset, lambda: [_valid_index(torch.as_tensor(dataset.indices, dtype=torch.int64), n)])
         return lambda idx: inner(_rows(mapping, idx))
     return None
+
+
+def _valid_index(idx: torch.Tensor, n: int) -> torch.Tensor:
+    """``idx`` checked against a dataset of ``n`` and with negative indices counted from the
+    end, as indexing does: on a GPU an index out of range would be a device-side assert,
+    which ends the process, not an IndexError."""
+    if idx.numel():
+        lo, hi = idx.min().item(), idx.max().item()
+        if lo < -n or hi >= n:
+            raise IndexError(f"index {hi if hi >= n else lo} is out of range for a dataset of {n} samples")
+        if lo < 0:
+            idx = idx.remainder(n)
+    return idx
 
 
 def _rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

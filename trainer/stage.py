@@ -15,6 +15,7 @@ from ._hooks import Hooks
 from ._resume import evaluate_checkpoint, resolve_path
 from ._run_dir import run_dir
 from .evaluation_loop import evaluation_loop
+from .fetch import Fetching
 from .fit_loop import FitLoop
 from .loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
 from .precision import Precision
@@ -106,6 +107,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     if datamodule is not None:
         datamodule.setup(stage)
     hooks.call("setup", trainer, model, stage)
+    on_device = trainer.data_on_device and strategy.root_device.type != "cpu"
+    trainer._fetching = Fetching(trainer.batched_fetching, strategy.root_device if on_device else None)
     counters = None
     try:
         if stage == "fit":
@@ -140,6 +143,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             fn(trainer, model, err)
         raise
     finally:
+        trainer._fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
         if counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
             trainer.state.global_step, trainer.state.current_epoch = counters
         hooks.call("teardown", trainer, model, stage)

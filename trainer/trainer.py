@@ -27,6 +27,7 @@ from ._hooks import Hooks, check_callbacks
 from ._resume import best_checkpoint, capture
 from .background_save import snapshot
 from ._signals import StopSignals
+from .fetch import Fetching
 from .metrics import MetricSink
 from .module import TrainModule
 from .manual import ManualOptimization
@@ -76,6 +77,7 @@ class Trainer:
         overfit_batches: int | float = 0,
         enable_model_summary: bool = True,
         batched_fetching: bool = True,
+        data_on_device: bool = False,
         compile: bool | dict[str, Any] = False,
     ) -> None:
         self.max_epochs = positive_int("max_epochs", max_epochs, allow_none=True)
@@ -114,6 +116,12 @@ class Trainer:
         self.num_sanity_val_steps = positive_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
         self.enable_model_summary = flag("enable_model_summary", enable_model_summary)
         self.batched_fetching = flag("batched_fetching", batched_fetching)  # trainer/fetch.py says when it applies
+        self.data_on_device = flag("data_on_device", data_on_device)
+        if self.data_on_device and not self.batched_fetching:
+            raise ValueError(
+                "data_on_device=True indexes each TensorDataset on the device, one call per batch, which is "
+                "batched fetching; it needs batched_fetching=True (the default)."
+            )
         self.compile = compile_options(compile)  # None, or torch.compile's keyword arguments
         self.overfit_batches = limit("overfit_batches", overfit_batches)
         if self.overfit_batches:  # train and validate on the same first batches, in order
@@ -142,6 +150,7 @@ class Trainer:
         # and at each epoch's end (TensorBoard's throughput reads it then).
         self.samples_seen = 0
         self.run_dir: str | None = None  # <log_dir>/<name>/version_<n>, set by the TensorBoard logger
+        self._fetching = Fetching(self.batched_fetching)  # a stage's, with data_on_device on its device
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
         self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None

@@ -3,14 +3,17 @@ draws; and every loader it does not apply to is iterated as it is."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset, default_collate, random_split
 
 from tests._models import Classifier, quiet
+from tests.conftest import requires_cuda
 from trainer import Trainer
 from trainer._resume import _skip
-from trainer.fetch import batch_fetcher, batches
+from trainer.fetch import Fetching, batch_fetcher, batches
 
 DATA = TensorDataset(torch.randn(50, 3, dtype=torch.float64), torch.randint(0, 5, (50,)))
 
@@ -148,3 +151,72 @@ def test_a_loader_with_its_own_generator_trains_as_a_hand_written_loop_over_epoc
             optimizer.zero_grad()
     Trainer(**quiet(max_epochs=3)).fit(model, make_loader())
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), by_hand.state_dict().values()))
+
+
+# --- Trainer(data_on_device=True): the dataset's tensors copied once, indexed on the device ----
+# The path runs on any device; the Trainer takes it only on a GPU. Here it is checked on the CPU.
+@pytest.mark.parametrize("make", [
+    lambda: DataLoader(DATA, batch_size=8, shuffle=True),
+    lambda: DataLoader(DATA, batch_size=4, sampler=[-1, 3, -50, 7, 0, -2]),
+    lambda: DataLoader(random_split(DATA, [30, 20], generator=torch.Generator().manual_seed(0))[1], batch_size=7, shuffle=True),
+    lambda: DataLoader(torch.utils.data.Subset(DATA, [-1, 4, -3, 2, 9]), batch_size=2),
+], ids=["random", "negative-indices", "random-split-subset", "subset-negative-indices"])
+def test_on_device_fetching_gives_the_loaders_own_batches_from_one_copy_per_stage(make):
+    fetching = Fetching(device=torch.device("cpu"))
+    torch.manual_seed(3)
+    reference = make()
+    expected = [list(reference) for _ in range(2)]
+    torch.manual_seed(3)
+    loader = make()
+    got, copies = [], []
+    for _ in range(2):  # two epochs of one stage: the tensors are copied at the first only
+        got.append(list(batches(loader, fetching)))
+        copies.append({key: [id(t) for t in tensors] for key, (_, tensors) in fetching._copies.items()})
+    assert copies[0] == copies[1]
+    for epoch, expected_epoch in zip(got, expected):
+        assert len(epoch) == len(expected_epoch)
+        for ours, theirs in zip(epoch, expected_epoch):
+            assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(ours, theirs))
+    assert len(fetching._copies) == len({id(loader.dataset), id(getattr(loader.dataset, "dataset", loader.dataset))})
+
+
+def test_on_device_fetching_refuses_an_index_out_of_range_with_an_index_error():
+    loader = DataLoader(DATA, batch_size=2, sampler=[0, 50])
+    with pytest.raises(IndexError, match="index 50 is out of range for a dataset of 50 samples"):
+        list(batches(loader, Fetching(device=torch.device("cpu"))))
+
+
+def test_a_loader_that_cannot_stay_on_the_device_is_used_as_it_is_with_one_warning():
+    loader = DataLoader(DATA, batch_size=8, collate_fn=lambda b: default_collate(b))
+    fetching = Fetching(device=torch.device("cpu"))
+    with pytest.warns(UserWarning, match=r"data_on_device=True\) .* TensorDataset does not qualify"):
+        first = list(batches(loader, fetching))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(batches(loader, fetching))) == len(first) == 7  # the next epoch: no second warning
+
+
+def test_data_on_device_needs_batched_fetching_and_on_the_cpu_changes_nothing():
+    with pytest.raises(ValueError, match=r"data_on_device=True .* needs batched_fetching=True"):
+        Trainer(data_on_device=True, batched_fetching=False)
+    torch.manual_seed(0)
+    a, b = Classifier(features=3, classes=5), Classifier(features=3, classes=5)
+    b.load_state_dict(a.state_dict())
+    for model, on_device in ((a, False), (b, True)):
+        model.double()
+        Trainer(**quiet(max_epochs=2, data_on_device=on_device)).fit(model, DataLoader(DATA, batch_size=8))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+@requires_cuda(1)
+def test_data_on_device_on_a_gpu_trains_as_copying_each_batch_does():
+    models = []
+    for on_device in (False, True):
+        torch.manual_seed(0)
+        model = Classifier(features=3, classes=5)
+        model.double()
+        Trainer(**quiet(max_epochs=2, devices=[0], data_on_device=on_device)).fit(
+            model, DataLoader(DATA, batch_size=8, shuffle=True), DataLoader(DATA, batch_size=16))
+        models.append(model)
+    for x, y in zip(models[0].state_dict().values(), models[1].state_dict().values()):
+        assert torch.allclose(x.cpu(), y.cpu(), rtol=1e-9, atol=1e-12)
