@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
 import shutil
 import tempfile
-import uuid
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -189,7 +189,7 @@ class ModelCheckpoint(Callback):
         if trainer.strategy.sharded_checkpoints:  # a folder that every rank writes into, now
             trainer.save_checkpoint(path)
             if trainer.is_global_zero:
-                _rotate(path, dropped, link_last)
+                _rotate(path, dropped, link_last, folder=True)
             return
         checkpoint = trainer.checkpoint_state()
         if checkpoint is not None:
@@ -300,16 +300,20 @@ def _write_files(checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, droppe
     _rotate(path, dropped, link_last)
 
 
-def _rotate(path: str, dropped: str | None, link_last: bool) -> None:
-    """With ``path`` complete on disk: delete the file (or sharded folder) that left the top k,
-    then point ``last.ckpt`` at ``path``."""
+def _rotate(path: str, dropped: str | None, link_last: bool, folder: bool = False) -> None:
+    """With ``path`` (a file, or with ``folder`` a sharded checkpoint's folder) complete on
+    disk: delete the file or folder that left the top k, then point ``last.ckpt`` at ``path``.
+    On the writer thread, each system call here hands the GIL back and forth with training:
+    there are as few as the job takes."""
     if dropped is not None:
         ckpt_io.remove(dropped)
     if link_last:
         directory = os.path.dirname(path)
-        # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own thread.
-        last, tmp = os.path.join(directory, LAST), os.path.join(directory, f".tmp-{LAST}-{uuid.uuid4().hex}")
-        if os.path.isdir(path):  # a sharded checkpoint: a relative link to its folder, swapped in
+        # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own
+        # thread (the counter), and other processes (the pid).
+        last = os.path.join(directory, LAST)
+        tmp = os.path.join(directory, f".tmp-{LAST}-{os.getpid()}-{next(_link_names)}")
+        if folder:  # a sharded checkpoint: a relative link to its folder, swapped in
             os.symlink(os.path.basename(path), tmp)
             if os.path.isdir(last) and not os.path.islink(last):  # a folder write_last left
                 ckpt_io.replace_folder(tmp, last)
@@ -318,9 +322,15 @@ def _rotate(path: str, dropped: str | None, link_last: bool) -> None:
             return
         try:  # a hard link swapped in atomically
             os.link(path, tmp)
+        except FileExistsError:  # left by a killed process that had our pid
+            os.unlink(tmp)
+            os.link(path, tmp)
         except OSError:  # no hard links on this filesystem: copy
             shutil.copyfile(path, tmp)
         os.replace(tmp, last)
+
+
+_link_names = itertools.count()
 
 
 class _Missing(dict):
