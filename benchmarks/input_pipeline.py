@@ -46,12 +46,8 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from _workloads import NullTerminal  # noqa: E402
-from callbacks import Callback  # noqa: E402
-from gpu import machine, sync  # noqa: E402
+from gpu import WARM, Clock, machine, sync  # noqa: E402
 from trainer import Trainer, TrainModule  # noqa: E402
-
-WARM = 5  # steps before the clock starts: allocator and kernel caches warm
-
 
 class MLP(TrainModule):
     def __init__(self, features: int, hidden: int) -> None:
@@ -111,19 +107,6 @@ def raw(cfg: Config, device: torch.device, pinned: bool) -> tuple[float, nn.Modu
                 break
     sync(device)
     return time.perf_counter() - started, model
-
-
-class Clock(Callback):
-    def __init__(self, device: torch.device) -> None:
-        self.device, self.started, self.stopped = device, None, None
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == WARM:
-            sync(self.device)
-            self.started = time.perf_counter()
-        if trainer.global_step == trainer.max_steps:
-            sync(self.device)
-            self.stopped = time.perf_counter()
 
 
 def ours(cfg: Config, device: torch.device, on_device: bool) -> tuple[float, nn.Module]:
