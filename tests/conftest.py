@@ -46,10 +46,14 @@ def repo_root() -> str:
 
 
 @pytest.fixture
-def script_env(repo_root) -> dict[str, str]:
-    """Environment for subprocesses that run scripts: this checkout's packages come first."""
+def script_env(repo_root, tmp_path) -> dict[str, str]:
+    """Environment for subprocesses that run scripts: this checkout's packages come first, and
+    their temporary files (a DDP launcher's work folder, which a test that kills it with -9
+    leaves behind) go under the test's own folder."""
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_ENV}
     env["PYTHONPATH"] = repo_root + os.pathsep + env.get("PYTHONPATH", "")
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp_path / "tmp")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
