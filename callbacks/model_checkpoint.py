@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import re
@@ -309,10 +308,8 @@ def _rotate(path: str, dropped: str | None, link_last: bool, folder: bool = Fals
         ckpt_io.remove(dropped)
     if link_last:
         directory = os.path.dirname(path)
-        # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own
-        # thread (the counter), and other processes (the pid).
-        last = os.path.join(directory, LAST)
-        tmp = os.path.join(directory, f".tmp-{LAST}-{os.getpid()}-{next(_link_names)}")
+        # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own thread.
+        last, tmp = os.path.join(directory, LAST), ckpt_io.temp_path(directory, f".tmp-{LAST}-")
         if folder:  # a sharded checkpoint: a relative link to its folder, swapped in
             os.symlink(os.path.basename(path), tmp)
             if os.path.isdir(last) and not os.path.islink(last):  # a folder write_last left
@@ -329,8 +326,6 @@ def _rotate(path: str, dropped: str | None, link_last: bool, folder: bool = Fals
             shutil.copyfile(path, tmp)
         os.replace(tmp, last)
 
-
-_link_names = itertools.count()
 
 
 class _Missing(dict):

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from .checkpoint import Encoded, _plain_size
+from .checkpoint import Encoded, plain_size
 from .data import apply_to_tensors
 
 
@@ -71,7 +71,7 @@ def freeze(obj: dict[str, Any]) -> dict[str, Any] | Encoded:
     (benchmarks/epoch_cost.py). A large checkpoint is copied instead, so that its bytes
     never sit in memory beside the copies of its tensors.
     """
-    size = _plain_size(obj, cpu_only=True)
+    size = plain_size(obj, cpu_only=True)
     if size is None or size > SERIALIZE_INLINE_MAX:  # not plain: save_atomic loads the file back to check
         return snapshot(obj)
     buffer = io.BytesIO()

@@ -74,6 +74,12 @@ def save_atomic(obj: dict[str, Any] | Encoded, path: str | os.PathLike) -> None:
 _temp_names = itertools.count()
 
 
+def temp_path(directory: str, prefix: str) -> str:
+    """``<directory>/<prefix><pid>-<n>``: a name no other thread (the counter) or process
+    (the pid) of ours uses; one left by a killed process with the same pid may exist."""
+    return os.path.join(directory, f"{prefix}{os.getpid()}-{next(_temp_names)}")
+
+
 def open_temp(directory: str, prefix: str) -> tuple[int, str]:
     """A new file ``<directory>/<prefix><pid>-<n>``, opened for writing (the folder made if
     missing): what ``tempfile.mkstemp`` does, in one system call where it makes three or
@@ -81,7 +87,7 @@ def open_temp(directory: str, prefix: str) -> tuple[int, str]:
     training (benchmarks/epoch_cost.py)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     for _ in range(1000):
-        name = os.path.join(directory, f"{prefix}{os.getpid()}-{next(_temp_names)}")
+        name = temp_path(directory, prefix)
         try:
             return os.open(name, flags, 0o600), name
         except FileExistsError:  # left by an earlier process with this pid
@@ -108,10 +114,10 @@ def _plainly_loadable(value: Any) -> bool:
     """True if ``value`` holds only what ``torch.load(weights_only=True)`` always reads back:
     tensors, plain numbers and strings, dtypes, and dicts, lists and tuples of them. A walk,
     about 20x cheaper than loading the file back, which is left for anything else."""
-    return _plain_size(value) is not None
+    return plain_size(value) is not None
 
 
-def _plain_size(value: Any, cpu_only: bool = False) -> int | None:
+def plain_size(value: Any, cpu_only: bool = False) -> int | None:
     """The bytes of the tensors' storages in ``value`` if it is plainly loadable (and, with
     ``cpu_only``, all its tensors are on the CPU), else None."""
     kind = type(value)
@@ -127,7 +133,7 @@ def _plain_size(value: Any, cpu_only: bool = False) -> int | None:
         return None
     total = 0
     for v in value:
-        size = _plain_size(v, cpu_only)
+        size = plain_size(v, cpu_only)
         if size is None:
             return None
         total += size

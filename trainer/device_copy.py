@@ -42,22 +42,7 @@ def copied_ahead(batches: Iterable[Any], device: torch.device) -> Iterator[Any]:
         return moved
 
     for batch in batches:
-        if not _has_cpu_tensor(batch):
-            yield batch
-            continue
         with torch.cuda.stream(copy_stream):
             moved = apply_to_tensors(batch, copy)
         compute.wait_stream(copy_stream)  # the step's kernels start once its batch has arrived
         yield moved
-
-
-def _has_cpu_tensor(batch: Any) -> bool:
-    found = False
-
-    def look(t: torch.Tensor) -> torch.Tensor:
-        nonlocal found
-        found = found or t.is_cpu
-        return t
-
-    apply_to_tensors(batch, look)
-    return found
