@@ -254,8 +254,8 @@ def report_dp_memory(device: torch.device) -> None:
         return loss.item()
 
     def ours(model: nn.Module) -> float:
-        from trainer.metrics import MetricSink, set_sink
-        from trainer.precision import Precision
+        from trainer.core.metrics import MetricSink, set_sink
+        from trainer.loops.precision import Precision
 
         strategy = DataParallelStrategy(device_ids=[0, 0])
         strategy.configure_devices("auto")

@@ -411,7 +411,7 @@ def checkpoint_stall(wl: Workload, log_dir: str, every: int, reps: int) -> tuple
     around it. So: reps of the Trainer with and without step checkpoints, interleaved; the
     mean step of each; the difference times ``every`` is the training time one save costs.
     """
-    from trainer import checkpoint as ckpt_io
+    from trainer.checkpoint import files as ckpt_io
 
     writes: list[float] = []
     real_save_atomic = ckpt_io.save_atomic

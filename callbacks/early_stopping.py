@@ -6,7 +6,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from trainer._checks import flag, one_of, positive_int, suggest
+from trainer.core.checks import flag, one_of, positive_int, suggest
 
 from ._schedule import fit_validates
 from .base import Callback

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from trainer._checks import suggest
+from trainer.core.checks import suggest
 
 from .base import HOOKS, Callback
 

@@ -10,9 +10,9 @@ import tempfile
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from trainer import checkpoint as ckpt_io
-from trainer.background_save import BackgroundWriter, freeze
-from trainer._checks import flag, one_of, positive_int
+from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint.background_save import BackgroundWriter, freeze
+from trainer.core.checks import flag, one_of, positive_int
 
 from ._schedule import fit_validates
 from .base import Callback

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
-from trainer._checks import positive_int
+from trainer.core.checks import positive_int
 
 from .base import Callback
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer._checks import one_of
+from trainer.core.checks import one_of
 
 from .base import Callback
 

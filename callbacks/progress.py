@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer._checks import positive_number
+from trainer.core.checks import positive_number
 
 from .base import Callback
 

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from trainer._checks import positive_number
+from trainer.core.checks import positive_number
 
 from .base import Callback
 

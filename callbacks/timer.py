@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from trainer._checks import one_of
+from trainer.core.checks import one_of
 
 from .base import Callback
 

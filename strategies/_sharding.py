@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, Sampler, SequentialSampler
 
-from trainer.seed import SEED_ENV
+from trainer.core.seed import SEED_ENV
 
 
 class ContiguousShard(Sampler):

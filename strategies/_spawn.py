@@ -23,8 +23,8 @@ from typing import Any, Callable
 import torch
 import torch.multiprocessing as mp
 
-from trainer._signals import Interrupted
-from trainer.seed import SEED_ENV
+from trainer.core.signals import Interrupted
+from trainer.core.seed import SEED_ENV
 
 # Seconds a failed run gives the surviving ranks to exit on their own before they are killed.
 SHUTDOWN_GRACE_S = 3.0

@@ -9,9 +9,9 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-from trainer.state_dicts import load_plain_state_dict, optimizer_state_by_position, plain_state_dict
-from trainer.data import move_to_device, on_cpu
-from trainer.device_copy import copied_ahead
+from trainer.checkpoint.state_dicts import load_plain_state_dict, optimizer_state_by_position, plain_state_dict
+from trainer.data.batches import move_to_device, on_cpu
+from trainer.data.device_copy import copied_ahead
 
 
 class StepDispatcher(nn.Module):
@@ -107,7 +107,7 @@ class Strategy:
     def device_batches(self, batches: Iterable[Any]) -> Iterable[Any]:
         """What the loop iterates for one pass over a loader. On a CUDA device, each batch's
         copy there starts on a side stream as soon as it is fetched, beside the GPU's work on
-        the step before (trainer/device_copy.py); then ``batch_to_device`` has nothing left
+        the step before (trainer/data/device_copy.py); then ``batch_to_device`` has nothing left
         to move. A strategy with a ``batch_to_device`` of its own gets its batches as they are."""
         if self.root_device.type != "cuda" or type(self).batch_to_device is not Strategy.batch_to_device:
             return batches

@@ -19,9 +19,9 @@ from typing import Any, Iterable
 import torch
 from torch.nn.parallel import replicate
 
-from trainer._checks import user_stacklevel
-from trainer.data import apply_to_tensors, move_to_device
-from trainer.metrics import MetricSink, current_sink, set_sink
+from trainer.core.checks import user_stacklevel
+from trainer.data.batches import apply_to_tensors, move_to_device
+from trainer.core.metrics import MetricSink, current_sink, set_sink
 
 from .base import StepDispatcher, Strategy, check_cuda_indices, check_given_ids, device_id_list
 

@@ -15,8 +15,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, Sampler
 
-from trainer._checks import suggest
-from trainer.data import apply_to_tensors, rebuild_loader
+from trainer.core.checks import suggest
+from trainer.data.batches import apply_to_tensors, rebuild_loader
 
 from ._env import launched_env
 from ._sharding import ContiguousShard, drops_last, sampler_seed, sampler_to_shard

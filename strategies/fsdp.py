@@ -24,8 +24,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from trainer.checkpoint import SHARDED_META, replace_folder, save_atomic
-from trainer.state_dicts import optimizer_state_by_name, plain_state_dict
+from trainer.checkpoint.files import SHARDED_META, replace_folder, save_atomic
+from trainer.checkpoint.state_dicts import optimizer_state_by_name, plain_state_dict
 
 from .base import StepDispatcher
 from .ddp import DEFAULT_TIMEOUT, DDPStrategy

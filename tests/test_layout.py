@@ -1,4 +1,4 @@
-"""The layout the README's "Layout" section describes: file sizes and the import direction."""
+"""The layout docs/layout.md describes: rooms by concern, file sizes, and imports that run one way."""
 
 from __future__ import annotations
 
@@ -11,64 +11,115 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("trainer", "callbacks", "strategies")
-# trainer.trainer and the loops sit on top of strategies and callbacks; everything else in
-# the trainer package is the core that strategies and callbacks build on.
-TOP = {"trainer/trainer.py", "trainer/stage.py", "trainer/fit_loop.py", "trainer/evaluation_loop.py", "trainer/_hooks.py"}
+# Bottom to top: a module may import (at module level) only from its own room or the ones below.
+# strategies and callbacks share a rank: they sit on core, data and checkpoint, under the loops.
+RANK = {
+    "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.checkpoint": 2,
+    "strategies": 3, "callbacks": 3, "trainer.loops": 4, "trainer.trainer": 5,
+}
 
 
 def _sources(package: str) -> list[str]:
-    folder = os.path.join(ROOT, package)
-    return sorted(f"{package}/{name}" for name in os.listdir(folder) if name.endswith(".py"))
+    found = []
+    for folder, _, names in os.walk(os.path.join(ROOT, package)):
+        found += [os.path.relpath(os.path.join(folder, n), ROOT) for n in names if n.endswith(".py")]
+    return sorted(p.replace(os.sep, "/") for p in found)
 
 
-def _imported(path: str) -> set[str]:
-    """Top-level package names a module imports (at run time: TYPE_CHECKING blocks left out)."""
+def _room(module: str) -> str | None:
+    for room in sorted(RANK, key=len, reverse=True):
+        if module == room or module.startswith(room + "."):
+            return room
+    return None
+
+
+def _module_level_imports(path: str) -> list[tuple[str, list[str]]]:
+    """(module, names) of each import that runs when the file is imported: TYPE_CHECKING blocks
+    and function bodies are left out."""
     tree = ast.parse(open(os.path.join(ROOT, path)).read())
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            node.body = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
+    found: list[tuple[str, list[str]]] = []
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.extend((a.name, []) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.append((node.module if node.level == 0 else "." + node.module, [a.name for a in node.names]))
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                visit(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body + node.orelse + node.finalbody)
+
+    visit(tree.body)
+    return found
 
 
-@pytest.mark.parametrize("path", [p for pkg in PACKAGES for p in _sources(pkg)])
+ALL = [p for pkg in PACKAGES for p in _sources(pkg)]
+
+
+@pytest.mark.parametrize("path", ALL)
 def test_no_package_file_is_over_400_lines(path):
     with open(os.path.join(ROOT, path)) as f:
         assert sum(1 for _ in f) <= 400, f"{path} is over 400 lines: split it by concept"
 
 
-@pytest.mark.parametrize("path", [p for p in _sources("trainer") if p not in TOP])
-def test_the_trainer_core_imports_neither_strategies_nor_callbacks(path):
-    assert not _imported(path) & {"strategies", "callbacks"}, path
+@pytest.mark.parametrize("package", ["trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "callbacks", "strategies"])
+def test_no_room_holds_more_than_12_modules_and_its_init_says_what_it_is_for(package):
+    folder = os.path.join(ROOT, package)
+    modules = [n for n in os.listdir(folder) if n.endswith(".py") and n != "__init__.py"]
+    assert len(modules) <= 12, f"{package} holds {len(modules)} modules: {sorted(modules)}"
+    tree = ast.parse(open(os.path.join(folder, "__init__.py")).read())
+    doc = ast.get_docstring(tree)
+    assert doc and doc.strip(), f"{package}/__init__.py should open with one line saying what the room is for"
 
 
-@pytest.mark.parametrize("path", _sources("strategies") + _sources("callbacks"))
-def test_strategies_and_callbacks_use_only_the_trainer_core(path):
-    """They may import trainer's core modules, never the Trainer on top of them."""
-    tree = ast.parse(open(os.path.join(ROOT, path)).read())
-    top_modules = {p[:-3].replace("/", ".") for p in TOP}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            assert node.module not in top_modules, f"{path} imports {node.module}"
-            if node.module == "trainer":
-                imported = {a.name for a in node.names}
-                assert "Trainer" not in imported or _under_type_checking(tree, node), f"{path} imports Trainer"
+@pytest.mark.parametrize("path", [p for p in ALL if not p.endswith("trainer/__init__.py")])
+def test_imports_run_one_way(path):
+    """No module imports a room above its own, and none imports the trainer package's __init__
+    (``from trainer import X``): that __init__ imports the rooms, so that would be a circle."""
+    own = _room(path[:-3].replace("/", ".").removesuffix(".__init__"))
+    assert own is not None, f"{path} is in no room of RANK"
+    for module, names in _module_level_imports(path):
+        if module.startswith("."):  # a sibling in the same package
+            assert not path.startswith("trainer/"), f"{path}: the trainer package imports absolutely (from trainer.core... import ...)"
+            continue
+        assert module != "trainer", f"{path} imports {names} from the trainer package's __init__"
+        room = _room(module)
+        if room is not None and room != own:
+            assert RANK[room] < RANK[own] or (own == "trainer.trainer"), f"{path} ({own}) imports {module} ({room}), a room above it"
 
 
-def _under_type_checking(tree: ast.AST, target: ast.AST) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) and target in ast.walk(node):
-            return True
-    return False
+def test_the_trainer_package_has_no_circle_through_its_init(script_env):
+    """Importing the package loads only the bottom rooms: no loop, strategy or callback."""
+    code = (
+        "import sys, trainer\n"
+        "above = sorted(m for m in sys.modules if m.startswith(('trainer.loops', 'trainer.trainer', 'strategies', 'callbacks')))\n"
+        "print(above)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
 
 
-@pytest.mark.parametrize("first", ["trainer", "strategies", "callbacks", "trainer.data", "strategies.ddp", "callbacks.model_checkpoint"])
+@pytest.mark.parametrize("first", ["trainer", "strategies", "callbacks", "trainer.data", "trainer.loops", "strategies.ddp", "callbacks.model_checkpoint"])
 def test_any_package_can_be_imported_first(first, script_env):
     code = f"import {first}; from trainer import Trainer; from strategies import DDPStrategy; from callbacks import ModelCheckpoint"
     done = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# The public names, pinned: `from trainer import ...`, `from callbacks import ...` and
+# `from strategies import ...` are what users write, whatever the rooms behind them.
+PUBLIC = {
+    "trainer": ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__", "seed_everything"],
+    "callbacks": ["Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "TensorBoardLogger", "Timer"],
+    "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_public_names_are_pinned(package):
+    module = __import__(package)
+    assert sorted(module.__all__) == sorted(PUBLIC[package])
+    for name in PUBLIC[package]:
+        assert getattr(module, name) is not None

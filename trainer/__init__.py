@@ -1,28 +1,29 @@
 """trainer: a small PyTorch training loop with pluggable strategies and exact resume.
 
-How the three packages depend on each other (imports run one way)::
+The rooms, bottom to top; each imports only the ones before it (imports run one way)::
 
-    trainer's core modules  <-  strategies, callbacks  <-  trainer.trainer and its loops
-    (module, data, metrics,     (a Strategy, the           (Trainer, stage, fit_loop,
-     checkpoint, seed, ...)      Callbacks)                  evaluation_loop, _hooks)
+    trainer.core        the module, the DataModule, the run state, metric logging, seeding, checks
+    trainer.data        loaders, batched fetching, device copies
+    trainer.checkpoint  checkpoint files, background saving, state dicts, resume, the run folder
+    strategies, callbacks   built on the three rooms above, never on the loops or the Trainer
+    trainer.loops       the order of events: fit, evaluation, a stage, hooks, optimization, precision
+    trainer.trainer     the Trainer: its options and its entry points
 
-The core modules import neither strategies nor callbacks. ``Trainer`` sits on top of both,
-so this package's ``__init__`` hands it out on first access (``__getattr__`` below) instead
-of importing it here: that is the one place that breaks the cycle the package layout would
-otherwise make, so that ``import strategies`` or ``import callbacks`` works first too.
+``Trainer`` sits on top of strategies and callbacks, so this ``__init__`` hands it out on first
+access (``__getattr__`` below, PEP 562) instead of importing it here: ``import strategies`` or
+``import callbacks`` first works too, and no module imports this ``__init__`` back.
 """
 
 import logging as _logging
 from typing import Any as _Any
 
-__version__ = "0.1.0"
-
-from .checkpoint import CheckpointError  # noqa: E402
-from ._signals import Interrupted  # noqa: E402
-from .loaders import DataModule  # noqa: E402
-from .module import TrainModule  # noqa: E402
-from .seed import seed_everything  # noqa: E402
-from .state import TrainerState  # noqa: E402
+from trainer._version import __version__
+from trainer.checkpoint.files import CheckpointError
+from trainer.core.datamodule import DataModule
+from trainer.core.module import TrainModule
+from trainer.core.seed import seed_everything
+from trainer.core.signals import Interrupted
+from trainer.core.state import TrainerState
 
 # Rank 0's one-line summaries (strategy, resume) show by default, like a progress bar does;
 # configure the "trainer" logger to change that.
@@ -38,8 +39,8 @@ __all__ = ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Train
 
 
 def __getattr__(name: str) -> _Any:
-    if name == "Trainer":  # imports strategies and callbacks, which import this package's core
-        from .trainer import Trainer
+    if name == "Trainer":  # imports strategies and callbacks, which import the rooms below
+        from trainer.trainer import Trainer
 
         return Trainer
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")

@@ -18,24 +18,24 @@ from torch import nn
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, TensorBoardLogger
 from strategies import Strategy, select_strategy
 
-from . import checkpoint as ckpt_io
-from ._checks import (
-    check_ckpt_path, check_model, compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int,
-    positive_number,
+from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint.background_save import snapshot
+from trainer.checkpoint.files import check_ckpt_path
+from trainer.checkpoint.resume import best_checkpoint, capture
+from trainer.core.checks import (
+    compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
 )
-from ._hooks import Hooks, check_callbacks
-from ._resume import best_checkpoint, capture
-from .background_save import snapshot
-from ._signals import StopSignals
-from .fetch import Fetching
-from .metrics import MetricSink
-from .module import TrainModule
-from .manual import ManualOptimization
-from .optim import OptimizerSetup
-from .precision import Precision, check_precision_available, normalize_precision
-from .loaders import DataModule, check_loaders, check_sources, check_train_loader
-from .stage import StageData, absorb, run_stage
-from .state import TrainerState
+from trainer.core.metrics import MetricSink
+from trainer.core.module import TrainModule, check_model
+from trainer.core.signals import StopSignals
+from trainer.core.state import TrainerState
+from trainer.data.fetch import Fetching
+from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
+from trainer.loops.hooks import Hooks, check_callbacks
+from trainer.loops.manual import ManualOptimization
+from trainer.loops.optim import OptimizerSetup
+from trainer.loops.precision import Precision, check_precision_available, normalize_precision
+from trainer.loops.stage import StageData, absorb, run_stage
 
 
 class Trainer:
@@ -115,7 +115,7 @@ class Trainer:
         self._optimizer_factory = optimizer
         self.num_sanity_val_steps = positive_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
         self.enable_model_summary = flag("enable_model_summary", enable_model_summary)
-        self.batched_fetching = flag("batched_fetching", batched_fetching)  # trainer/fetch.py says when it applies
+        self.batched_fetching = flag("batched_fetching", batched_fetching)  # trainer/data/fetch.py says when it applies
         self.data_on_device = flag("data_on_device", data_on_device)
         if self.data_on_device and not self.batched_fetching:
             raise ValueError(

@@ -12,7 +12,9 @@ import torch
 
 from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, loader, quiet
-from trainer import Trainer, background_save, checkpoint
+from trainer import Trainer
+from trainer.checkpoint import background_save
+from trainer.checkpoint import files as checkpoint
 
 # 32 samples in batches of 16: 2 optimizer steps per epoch.
 STEPS_PER_EPOCH = 2
@@ -215,7 +217,7 @@ def test_bad_arguments_are_refused_when_built(kwargs, message):
 
 
 def test_only_a_checkpoint_that_saves_by_steps_is_called_on_every_batch(tmp_path):
-    from trainer._hooks import Hooks
+    from trainer.loops.hooks import Hooks
 
     class Counting(ModelCheckpoint):  # a subclass's own batch hook always runs
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):

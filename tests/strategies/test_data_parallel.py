@@ -19,8 +19,8 @@ from strategies.data_parallel import combine_outputs, split_batch
 from tests._models import Classifier, dataset, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import Trainer
-from trainer.metrics import MetricSink, set_sink
-from trainer.precision import Precision
+from trainer.core.metrics import MetricSink, set_sink
+from trainer.loops.precision import Precision
 
 CPU = torch.device("cpu")
 Pair = namedtuple("Pair", "inputs targets")

@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import torch
 
-from .checkpoint import Encoded, plain_size
-from .data import apply_to_tensors
+from trainer.checkpoint.files import Encoded, plain_size
+from trainer.data.batches import apply_to_tensors
 
 
 def snapshot(obj: Any) -> Any:

@@ -360,3 +360,29 @@ def remove(path: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             raise
+
+
+def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
+    """A missing file, a folder or a non-checkpoint fails here, before any process starts.
+    Evaluation also takes "best", the checkpoint callback's best file."""
+    if ckpt_path is None:
+        return
+    words = ("best", "last") if evaluating else ("last",)
+    choices = " or ".join(repr(w) for w in words)
+    if not isinstance(ckpt_path, (str, os.PathLike)):
+        raise TypeError(f"ckpt_path={ckpt_path!r} must be a path to a checkpoint file, {choices}, or None.")
+    path = os.fspath(ckpt_path)
+    if path in words:
+        return
+    if path == "best":
+        raise ValueError(
+            "ckpt_path='best' is for validate, test and predict. To go on training, resume with "
+            "ckpt_path='last' or a path (e.g. trainer.checkpoint_callback.best_model_path)."
+        )
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "meta.pt")):
+        return  # a sharded checkpoint (FSDPStrategy(checkpoint="sharded")): a folder
+    if os.path.isdir(path):
+        raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or {choices}.")
+    if not os.path.isfile(path):
+        raise ValueError(f"ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
+    require_archive(path, f"ckpt_path={path!r}")

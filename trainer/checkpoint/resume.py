@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from . import __version__
-from . import checkpoint as ckpt_io
-from .checkpoint import CheckpointError
-from .data import SkipBatches, rebuild_loader
-from .fetch import Fetching, batches
-from .module import TrainModule
-from .state_dicts import plain_state_dict
+from trainer._version import __version__
+from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint.files import CheckpointError
+from trainer.data.batches import SkipBatches, rebuild_loader
+from trainer.data.fetch import Fetching, batches
+from trainer.core.module import TrainModule
+from trainer.checkpoint.state_dicts import plain_state_dict
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
 FORMAT = "steadytrainer/1"

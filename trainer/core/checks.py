@@ -7,16 +7,12 @@ import sys
 from typing import Any, Iterable
 
 import torch
-from torch import nn
-
-from .checkpoint import require_archive
-from .data import loader_length
-from .module import TrainModule
 
 
 # The folders of trainer, strategies and callbacks: a warning about an option points past them.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PACKAGES = tuple(
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
+    os.path.join(_ROOT, name) + os.sep
     for name in ("trainer", "strategies", "callbacks")
 )
 
@@ -129,32 +125,6 @@ def non_finite_loss(step: int, epoch: int) -> FloatingPointError:
     )
 
 
-def check_model(model: Any, needs_training_step: bool = True) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")
-    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
-        raise TypeError(
-            f"model is torch.compile({type(model._orig_mod).__name__}): its checkpoints would carry '_orig_mod.' "
-            "in every key. Pass the model itself and Trainer(compile=True) (or compile=dict(mode=...)): it is "
-            "then compiled in place, the way each strategy wants, and its state_dict keys stay the model's."
-        )
-    if needs_training_step and not callable(getattr(model, "training_step", None)):
-        raise TypeError(
-            f"{type(model).__name__} has no training_step. Subclass trainer.TrainModule and define "
-            "training_step(self, batch, batch_idx)."
-        )
-    if needs_training_step and isinstance(model, TrainModule) and type(model).training_step is TrainModule.training_step:
-        raise TypeError(f"{type(model).__name__} does not define training_step(self, batch, batch_idx).")
-
-
-def check_loader(name: str, loader: Any) -> None:
-    # A str is iterable too: its "batches" would be characters.
-    if not hasattr(loader, "__iter__") or isinstance(loader, (str, bytes, type)):
-        raise TypeError(f"{name}={loader!r:.80} is not iterable; pass a torch.utils.data.DataLoader.")
-    if loader_length(loader) == 0:
-        raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
-
-
 def _fraction_or_count(name: str, value: Any, of: str, minimum: int) -> int | float | None:
     """None, a float fraction in (0, 1], or an int count >= ``minimum``."""
     if value is None:
@@ -183,32 +153,6 @@ def fast_dev_run_batches(value: Any) -> int:
     raise (TypeError if not isinstance(value, int) else ValueError)(
         f"fast_dev_run={value!r} must be True (one batch of each loader), False, or a number of batches >= 1."
     )
-
-
-def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
-    """A missing file, a folder or a non-checkpoint fails here, before any process starts.
-    Evaluation also takes "best", the checkpoint callback's best file."""
-    if ckpt_path is None:
-        return
-    words = ("best", "last") if evaluating else ("last",)
-    choices = " or ".join(repr(w) for w in words)
-    if not isinstance(ckpt_path, (str, os.PathLike)):
-        raise TypeError(f"ckpt_path={ckpt_path!r} must be a path to a checkpoint file, {choices}, or None.")
-    path = os.fspath(ckpt_path)
-    if path in words:
-        return
-    if path == "best":
-        raise ValueError(
-            "ckpt_path='best' is for validate, test and predict. To go on training, resume with "
-            "ckpt_path='last' or a path (e.g. trainer.checkpoint_callback.best_model_path)."
-        )
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "meta.pt")):
-        return  # a sharded checkpoint (FSDPStrategy(checkpoint="sharded")): a folder
-    if os.path.isdir(path):
-        raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or {choices}.")
-    if not os.path.isfile(path):
-        raise ValueError(f"ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
-    require_archive(path, f"ckpt_path={path!r}")
 
 
 def compile_options(value: Any) -> dict[str, Any] | None:

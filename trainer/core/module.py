@@ -9,13 +9,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .checkpoint import load as load_checkpoint
-from .manual import clip_gradients, manual_backward, toggle_optimizer, untoggle_optimizer
-from .metrics import log_metric
-from .state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
+from trainer.core.metrics import log_metric
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from trainer.trainer import Trainer
 
 
 class TrainModule(nn.Module):
@@ -29,10 +26,10 @@ class TrainModule(nn.Module):
 
     ``automatic_optimization = False`` (set it in ``__init__``) hands the steps to
     ``training_step``: ``self.optimizers()``, ``self.manual_backward(loss)``, ``opt.step()``,
-    ``opt.zero_grad()`` (trainer/manual.py).
+    ``opt.zero_grad()`` (trainer/loops/manual.py).
     """
 
-    #: False: training_step runs backward and the optimizer steps itself (trainer/manual.py).
+    #: False: training_step runs backward and the optimizer steps itself (trainer/loops/manual.py).
     automatic_optimization = True
 
     def __init__(self) -> None:
@@ -65,7 +62,7 @@ class TrainModule(nn.Module):
         for name, value in values.items():
             log_metric(name, value, prog_bar=prog_bar, batch_size=batch_size)
 
-    # --- manual optimization (trainer/manual.py) ---------------------------------------
+    # --- manual optimization (trainer/loops/manual.py) ---------------------------------------
     def optimizers(self) -> Any:
         """The optimizers from configure_optimizers, in its order: one, or a list of several. Under
         manual optimization their ``step()`` also syncs gradients (ddp) and runs the scaler."""
@@ -82,6 +79,8 @@ class TrainModule(nn.Module):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward()`` for manual optimization: scaled under ``16-mixed``, outside
         autocast, between the ``on_before_backward``/``on_after_backward`` hooks."""
+        from trainer.loops.manual import manual_backward  # the loops sit above the module
+
         manual_backward(self, loss, *args, **kwargs)
 
     def clip_gradients(
@@ -89,14 +88,26 @@ class TrainModule(nn.Module):
     ) -> torch.Tensor | None:
         """Clip ``optimizer``'s gradients by global norm (default) or by value, after they were
         synced and unscaled; returns the norm before clipping (also ``trainer.grad_norm``)."""
+        from trainer.loops.manual import clip_gradients  # the loops sit above the module
+
         return clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
-        """Until ``untoggle_optimizer``: only ``optimizer``'s parameters require grad."""
-        toggle_optimizer(self, optimizer)
+        """Until ``untoggle_optimizer``, only ``optimizer``'s parameters require grad: a backward
+        then leaves the other networks' gradients alone (and costs less)."""
+        opt = getattr(optimizer, "optimizer", optimizer)
+        own = {id(p) for group in opt.param_groups for p in group["params"]}
+        saved = {}
+        for p in self.parameters():
+            saved[p] = p.requires_grad
+            if id(p) not in own:
+                p.requires_grad_(False)
+        self._toggled = saved
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
-        untoggle_optimizer(self, optimizer)
+        for p, requires_grad in getattr(self, "_toggled", {}).items():
+            p.requires_grad_(requires_grad)
+        self._toggled = {}
 
     # --- hooks: the Callback hooks without (trainer, module); each runs before the callbacks'.
     # One the model does not override costs nothing: the loop never calls it.
@@ -163,6 +174,9 @@ class TrainModule(nn.Module):
         """The model a checkpoint holds, in eval mode: built from the hyperparameters that
         ``save_hyperparameters()`` recorded (``overrides`` replace some), with its weights loaded
         with ``weights_only=True`` (no code in the file runs). ``map_location`` as ``torch.load``'s."""
+        from trainer.checkpoint.files import load as load_checkpoint  # checkpoint I/O sits above the module
+        from trainer.checkpoint.state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
+
         ckpt = load_checkpoint(path, map_location=map_location)
         hparams = {**ckpt.get("hparams", {}), **overrides}
         try:
@@ -205,3 +219,21 @@ class TrainModule(nn.Module):
         state = dict(state)
         state["_trainer"] = None
         return state
+
+
+def check_model(model: Any, needs_training_step: bool = True) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")
+    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+        raise TypeError(
+            f"model is torch.compile({type(model._orig_mod).__name__}): its checkpoints would carry '_orig_mod.' "
+            "in every key. Pass the model itself and Trainer(compile=True) (or compile=dict(mode=...)): it is "
+            "then compiled in place, the way each strategy wants, and its state_dict keys stay the model's."
+        )
+    if needs_training_step and not callable(getattr(model, "training_step", None)):
+        raise TypeError(
+            f"{type(model).__name__} has no training_step. Subclass trainer.TrainModule and define "
+            "training_step(self, batch, batch_idx)."
+        )
+    if needs_training_step and isinstance(model, TrainModule) and type(model).training_step is TrainModule.training_step:
+        raise TypeError(f"{type(model).__name__} does not define training_step(self, batch, batch_idx).")

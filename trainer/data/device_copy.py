@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from .data import apply_to_tensors
+from trainer.data.batches import apply_to_tensors
 
 
 def copied_ahead(batches: Iterable[Any], device: torch.device) -> Iterator[Any]:

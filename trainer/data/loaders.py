@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
-from ._checks import check_loader
-from .data import loader_length, rebuild_loader
-from .module import TrainModule
+from trainer.data.batches import loader_length, rebuild_loader
+from trainer.core.datamodule import DataModule
+from trainer.core.module import TrainModule
 
 if TYPE_CHECKING:
     from strategies import Strategy
@@ -28,27 +28,6 @@ log = logging.getLogger("trainer")
 LOADER_METHOD = {
     "train": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader",
 }
-
-
-class DataModule:
-    """The data of a project in one object: ``fit(model, datamodule=dm)``.
-
-    Define the loader methods you need. ``prepare_data`` runs once per machine (on its local
-    rank 0, the other processes wait), for downloads and other writes to disk; ``setup(stage)``
-    runs in every process, for what each one holds in memory (splits, tokenizers). Set
-    ``prepare_data_per_node = False`` when the machines share a file system, and global rank 0
-    alone prepares. Lightning's ``LightningDataModule``, with the same names.
-    """
-
-    prepare_data_per_node = True
-
-    def prepare_data(self) -> None: ...
-    def setup(self, stage: str) -> None: ...
-    def teardown(self, stage: str) -> None: ...
-    def train_dataloader(self) -> Any: ...
-    def val_dataloader(self) -> Any: ...
-    def test_dataloader(self) -> Any: ...
-    def predict_dataloader(self) -> Any: ...
 
 
 def defines(owner: Any, method: str) -> bool:
@@ -144,6 +123,14 @@ def check_train_loader(loader: Any) -> None:
             "loaders are for validation, test and predict."
         )
     check_loader("train_dataloaders", loader)
+
+
+def check_loader(name: str, loader: Any) -> None:
+    # A str is iterable too: its "batches" would be characters.
+    if not hasattr(loader, "__iter__") or isinstance(loader, (str, bytes, type)):
+        raise TypeError(f"{name}={loader!r:.80} is not iterable; pass a torch.utils.data.DataLoader.")
+    if loader_length(loader) == 0:
+        raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
 
 
 class Loaders:

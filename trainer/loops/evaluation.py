@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import checkpoint as ckpt_io
-from ._hooks import Hooks
-from .data import batch_size
-from .fetch import batches
-from .loaders import Loaders, takes_dataloader_idx
-from .metrics import MetricSink, set_sink
+from trainer.checkpoint import files as ckpt_io
+from trainer.loops.hooks import Hooks
+from trainer.data.batches import batch_size
+from trainer.data.fetch import batches
+from trainer.data.loaders import Loaders, takes_dataloader_idx
+from trainer.core.metrics import MetricSink, set_sink
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from trainer.trainer import Trainer
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
 

@@ -13,18 +13,18 @@ import torch
 
 from strategies.base import Strategy
 
-from ._checks import bad_loss, loss_of, non_finite_loss
-from ._resume import Resume
-from ._signals import Interrupted
-from .data import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
-from .evaluation_loop import evaluation_loop, limited, sanity_check, validation_every
-from .metrics import MetricSink, mean_over_processes, set_sink
-from .manual import ManualOptimization, check_manual
-from .optim import automatic_step, resolve_optimizers
+from trainer.core.checks import bad_loss, loss_of, non_finite_loss
+from trainer.checkpoint.resume import Resume
+from trainer.core.signals import Interrupted
+from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
+from trainer.loops.evaluation import evaluation_loop, limited, sanity_check, validation_every
+from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
+from trainer.loops.manual import ManualOptimization, check_manual
+from trainer.loops.optim import automatic_step, resolve_optimizers
 
 if TYPE_CHECKING:
-    from .module import TrainModule
-    from .trainer import Trainer
+    from trainer.core.module import TrainModule
+    from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
 _STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop requests (DDP)

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from callbacks.base import HOOKS, Callback
 
-from .module import TrainModule
+from trainer.core.module import TrainModule
 
 
 class Hooks:

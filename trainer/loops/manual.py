@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .optim import clip
+from trainer.loops.optim import clip
 
 if TYPE_CHECKING:
-    from .module import TrainModule
-    from .trainer import Trainer
+    from trainer.core.module import TrainModule
+    from trainer.trainer import Trainer
 
 
 class ManualOptimizer:
@@ -179,25 +179,6 @@ def clip_gradients(
         params = [p for group in optimizer.param_groups for p in group["params"]]
     trainer.grad_norm = norm = clip(params, gradient_clip_val, algorithm)
     return norm
-
-
-def toggle_optimizer(module: TrainModule, optimizer: Any) -> None:
-    """Only ``optimizer``'s parameters require grad until ``untoggle_optimizer``: a backward then
-    leaves the other networks' gradients alone (and costs less)."""
-    opt = getattr(optimizer, "optimizer", optimizer)
-    own = {id(p) for group in opt.param_groups for p in group["params"]}
-    saved = {}
-    for p in module.parameters():
-        saved[p] = p.requires_grad
-        if id(p) not in own:
-            p.requires_grad_(False)
-    module._toggled = saved
-
-
-def untoggle_optimizer(module: TrainModule, optimizer: Any) -> None:
-    for p, requires_grad in getattr(module, "_toggled", {}).items():
-        p.requires_grad_(requires_grad)
-    module._toggled = {}
 
 
 def check_manual(trainer: Trainer, module: TrainModule, count: int) -> None:

@@ -16,7 +16,7 @@ from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from trainer.trainer import Trainer
 
 _INTERVALS = ("epoch", "step")
 _SHAPES = (

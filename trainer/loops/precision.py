@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ._checks import suggest
+from trainer.core.checks import suggest
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 _ALIASES = {"32-true": "32", "bf16": "bf16-mixed", "16": "16-mixed"}

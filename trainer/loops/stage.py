@@ -11,23 +11,23 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._hooks import Hooks
-from ._resume import evaluate_checkpoint, resolve_path
-from ._run_dir import run_dir
-from .evaluation_loop import evaluation_loop
-from .fetch import Fetching
-from .fit_loop import FitLoop
-from .loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
-from .precision import Precision
-from .seed import deterministic_algorithms, seed_everything
-from .state import TrainerState
-from .state_dicts import load_plain_state_dict
+from trainer.loops.hooks import Hooks
+from trainer.checkpoint.resume import evaluate_checkpoint, resolve_path
+from trainer.checkpoint.run_dir import run_dir
+from trainer.loops.evaluation import evaluation_loop
+from trainer.data.fetch import Fetching
+from trainer.loops.fit import FitLoop
+from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
+from trainer.loops.precision import Precision
+from trainer.core.seed import deterministic_algorithms, seed_everything
+from trainer.core.state import TrainerState
+from trainer.checkpoint.state_dicts import load_plain_state_dict
 
 log = logging.getLogger("trainer")
 
 if TYPE_CHECKING:
-    from .module import TrainModule
-    from .trainer import Trainer
+    from trainer.core.module import TrainModule
+    from trainer.trainer import Trainer
 
 
 class StageData(NamedTuple):

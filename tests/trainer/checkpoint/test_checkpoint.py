@@ -21,8 +21,8 @@ from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import CheckpointError, Trainer
-from trainer.checkpoint import save_atomic
-from trainer.precision import Precision
+from trainer.checkpoint.files import save_atomic
+from trainer.loops.precision import Precision
 
 
 class Scheduled(Classifier):
@@ -249,7 +249,7 @@ def test_a_checkpoint_that_could_not_be_loaded_back_is_refused_when_saved():
 
 _SAVE_FOREVER = """
 import torch
-from trainer.checkpoint import save_atomic
+from trainer.checkpoint.files import save_atomic
 
 state = {"model": {"w": torch.randn(4_000_000)}}  # 16 MB: each save takes a while
 for step in range(10**6):

@@ -35,7 +35,7 @@ from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, dataset, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import Interrupted, Trainer, seed_everything
-from trainer._signals import StopSignals
+from trainer.core.signals import StopSignals
 
 SCRIPT = str(Path(__file__).with_name("_resume_script.py"))
 DDP = ["--strategy", "ddp", "--devices", "2"]

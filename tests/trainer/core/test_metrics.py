@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.metrics import _COLLAPSE_AT, MetricSink
+from trainer.core.metrics import _COLLAPSE_AT, MetricSink
 
 
 def test_epoch_mean_keeps_every_digit_when_a_name_mixes_dtypes():

@@ -1,4 +1,4 @@
-"""trainer/module.py: the model's own hooks, their order against the callbacks', and
+"""trainer/core/module.py: the model's own hooks, their order against the callbacks', and
 self.log / self.log_dict inside them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, loader, quiet
 from trainer import Trainer
-from trainer._hooks import Hooks
+from trainer.loops.hooks import Hooks
 
 
 class Noted(Classifier):

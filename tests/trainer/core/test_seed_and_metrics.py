@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer import seed_everything
-from trainer.metrics import MetricSink
+from trainer.core.metrics import MetricSink
 
 
 def test_seed_everything_makes_every_generator_repeat():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
-from trainer.data import SkipBatches, apply_to_tensors, batch_size, move_to_device, rebuild_loader, uniform_batches
+from trainer.data.batches import SkipBatches, apply_to_tensors, batch_size, move_to_device, rebuild_loader, uniform_batches
 
 
 @dataclass

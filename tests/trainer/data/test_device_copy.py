@@ -11,7 +11,7 @@ from strategies import DataParallelStrategy, SingleDeviceStrategy, Strategy
 from tests._models import Classifier, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import Trainer
-from trainer.device_copy import copied_ahead
+from trainer.data.device_copy import copied_ahead
 
 
 class OwnMove(SingleDeviceStrategy):

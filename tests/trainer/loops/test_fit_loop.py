@@ -1,4 +1,4 @@
-"""trainer/fit_loop.py: the order of an optimizer step, unsized loaders, and fit run twice."""
+"""trainer/loops/fit.py: the order of an optimizer step, unsized loaders, and fit run twice."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from callbacks import Callback
 from tests._models import Classifier, dataset, loader, quiet
 from strategies import SingleDeviceStrategy
 from trainer import Trainer, TrainModule
-from trainer.metrics import MetricSink, set_sink
-from trainer.precision import Precision
+from trainer.core.metrics import MetricSink, set_sink
+from trainer.loops.precision import Precision
 
 
 class Count(Callback):

@@ -1,0 +1,5 @@
+"""Checkpoints: atomic files, saving beside training, state dicts, exact resume and the run folder."""
+
+from trainer.checkpoint.files import CheckpointError, load, save_atomic
+
+__all__ = ["CheckpointError", "load", "save_atomic"]
