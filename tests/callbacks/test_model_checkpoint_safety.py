@@ -16,7 +16,8 @@ import pytest
 
 from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, loader
-from trainer import Trainer, checkpoint
+from trainer import Trainer
+from trainer.checkpoint import files as checkpoint
 
 
 def _trainer(dirpath, **options) -> Trainer:
@@ -41,7 +42,8 @@ KILL_SCRIPT = textwrap.dedent(
 
     from callbacks import ModelCheckpoint
     from tests._models import Classifier, loader
-    from trainer import Trainer, checkpoint
+    from trainer import Trainer
+    from trainer.checkpoint import files as checkpoint
 
     phase, folder, marker = sys.argv[1:]
     real_fsync, saves = os.fsync, []
