@@ -1,4 +1,4 @@
-"""The hook contract: which hooks run, how often, and in which order (trainer.fit_loop.FitLoop's docstring)."""
+"""The hook contract: which hooks run, how often, and in which order (trainer.loops.fit.FitLoop's docstring)."""
 
 from __future__ import annotations
 
