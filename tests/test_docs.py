@@ -141,6 +141,15 @@ def test_the_parser_finds_blocks_skips_and_bad_marks():
     assert len(problems) == 2 and "'too slow' is not allowed" in problems[0] and "no ```python block right after it" in problems[1]
 
 
+def test_a_page_shares_globals_across_blocks_and_a_failure_names_its_block(tmp_path):
+    blocks = [(3, "x = 41\nprint('first block ran')\n"), (8, "x += 1\nprint('x is', x)\n"), (12, "raise RuntimeError('boom')\n"), (15, "print('never')\n")]
+    returncode, output, _ = _run_page("docs/example.md", blocks, tmp_path)
+    assert returncode == 1
+    assert "first block ran" in output and "x is 42" in output and "never" not in output
+    assert "docs/example.md:12: the block that starts on line 12 failed" in output
+    assert 'File "docs/example.md:12", line 1' in output and "RuntimeError: boom" in output
+
+
 def test_every_docs_page_is_in_the_mkdocs_nav():
     with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
         nav = set(re.findall(r"([\w./-]+\.md)\b", f.read().split("\nnav:", 1)[1]))
