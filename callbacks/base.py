@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 class Callback:
     """Hooks into the loop. Each hook takes ``(trainer, module, ...)``.
 
-    The call order is the one in ``trainer.fit_loop.FitLoop``'s docstring. Callbacks run in the order
+    The call order is the one in ``trainer.loops.fit.FitLoop``'s docstring. Callbacks run in the order
     the user gave them, then the built-ins (progress bar, TensorBoard, checkpoints), with no
     reordering by type; a built-in the user passed configured replaces the default one. Only
     the hooks a callback overrides (in its class, or as an instance attribute, as

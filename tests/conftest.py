@@ -45,17 +45,22 @@ def repo_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def script_env(repo_root, tmp_path) -> dict[str, str]:
+def script_environment(repo_root: str, folder) -> dict[str, str]:
     """Environment for subprocesses that run scripts: this checkout's packages come first, and
     their temporary files (a DDP launcher's work folder, which a test that kills it with -9
-    leaves behind) go under the test's own folder."""
+    leaves behind) go under ``folder``, the test's own."""
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_ENV}
     env["PYTHONPATH"] = repo_root + os.pathsep + env.get("PYTHONPATH", "")
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    env["TMPDIR"] = str(tmp_path / "tmp")
+    (folder / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(folder / "tmp")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture
+def script_env(repo_root, tmp_path) -> dict[str, str]:
+    """:func:`script_environment` for the test's ``tmp_path``."""
+    return script_environment(repo_root, tmp_path)
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 """The Trainer: its options and its entry points.
 
 ``Trainer`` keeps the options (checked when it is built) and the four entry points. The work
-happens elsewhere, one file each: ``stage.py`` runs a stage in each process and hands a
-spawned run's results back, ``fit_loop.py`` is the training loop (its docstring is the order
-of events), and ``evaluation_loop.py`` runs validation, test and predict.
+happens in ``trainer/loops/``, one file each: ``stage.py`` runs a stage in each process and
+hands a spawned run's results back, ``fit.py`` is the training loop (its docstring is the
+order of events), and ``evaluation.py`` runs validation, test and predict.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from trainer.loops.stage import StageData, absorb, run_stage
 
 
 class Trainer:
-    """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a :class:`TrainModule`.
+    """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a ``TrainModule``.
 
     All options are keyword-only. ``fit`` needs ``max_epochs`` or ``max_steps`` (or both:
     whichever ends first). ``log_dir=None`` turns TensorBoard off.
@@ -280,7 +280,7 @@ class Trainer:
         self, model: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
         datamodule: DataModule | None = None, *, ckpt_path: str | os.PathLike | None = None,
     ) -> None:
-        """Train ``model``; the order of events is in :class:`trainer.fit_loop.FitLoop`.
+        """Train ``model``; the order of events is in ``trainer.loops.fit.FitLoop``.
 
         The data comes from the loaders given, a ``datamodule``, or the model's own
         ``train_dataloader()`` and ``val_dataloader()``. ``val_dataloaders`` may be several
