@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shutil
 import tempfile
 from typing import Any
@@ -92,3 +94,24 @@ def remove_unfinished_saves(dirpath: str) -> None:
                 ckpt_io.remove(os.path.join(dirpath, name))
             except OSError:
                 pass
+
+
+def file_name(template: str, auto_insert_metric_name: bool, values: dict[str, Any] | None = None) -> str:
+    """``template`` filled with ``values`` (``epoch``, ``step``, logged metrics); with
+    ``auto_insert_metric_name``, "{epoch}" becomes "epoch=3", as Lightning does, so that file
+    names say what the numbers are. Without ``values``: a check that the template formats."""
+    given = template
+    if auto_insert_metric_name:
+        template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", template)
+    try:
+        return template.format_map(_Missing({"epoch": 0, "step": 0} if values is None else values))
+    except (ValueError, TypeError, IndexError, AttributeError, KeyError) as err:
+        raise ValueError(
+            f"ModelCheckpoint(filename={given!r}) could not be formatted: {err}. Use names in braces "
+            "with an optional format, e.g. '{epoch}-{val_loss:.3f}'."
+        ) from None
+
+
+class _Missing(dict):
+    def __missing__(self, key: str) -> float:
+        return math.nan  # a metric not logged yet formats as "nan" rather than failing

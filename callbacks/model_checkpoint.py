@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import math
 import os
-import re
 import time
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -15,8 +14,8 @@ import torch
 from trainer.checkpoint.background_save import BackgroundWriter, freeze
 from trainer.core.checks import flag, one_of, positive_int
 
-from ._checkpoint_files import LAST, check_writable, remove_unfinished_saves, rotate, weights_only, write_files
-from ._schedule import fit_validates
+from ._checkpoint_files import LAST, check_writable, file_name, remove_unfinished_saves, rotate, weights_only, write_files
+from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
 if TYPE_CHECKING:
@@ -89,27 +88,9 @@ class ModelCheckpoint(Callback):
         self.save_last: bool | str = save_last or False
         self.save_weights_only = flag("ModelCheckpoint(save_weights_only)", save_weights_only)
         self.auto_insert_metric_name = flag("ModelCheckpoint(auto_insert_metric_name)", auto_insert_metric_name)
-        steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, minimum=0, allow_none=True)
-        epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, minimum=0, allow_none=True)
-        if train_time_interval is not None and (
-            not isinstance(train_time_interval, datetime.timedelta) or train_time_interval.total_seconds() < 0
-        ):
-            raise TypeError(
-                f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a datetime.timedelta >= 0, "
-                "e.g. timedelta(minutes=30), or None."
-            )
-        given = {"every_n_train_steps": steps, "train_time_interval": train_time_interval, "every_n_epochs": epochs}
-        on = [f"{name}={value!r}" for name, value in given.items() if value not in (None, 0)]
-        if len(on) > 1:
-            raise ValueError(
-                f"ModelCheckpoint({', '.join(on)}) sets {len(on)} triggers; pass at most one of every_n_train_steps, "
-                "train_time_interval and every_n_epochs (use one ModelCheckpoint per trigger to save on several)."
-            )
-        if all(value is None for value in given.values()):
-            epochs = 1  # Lightning's default: after each epoch's validation
-        self.every_n_train_steps = steps or None
-        self.train_time_interval = train_time_interval
-        self.every_n_epochs = epochs or None
+        self.every_n_train_steps, self.train_time_interval, self.every_n_epochs = triggers(
+            every_n_train_steps, train_time_interval, every_n_epochs
+        )
         if save_on_train_epoch_end is not None:
             save_on_train_epoch_end = flag("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end)
         self.save_on_train_epoch_end = save_on_train_epoch_end
@@ -174,17 +155,7 @@ class ModelCheckpoint(Callback):
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._step_seen = trainer.global_step
         self._last_time = time.monotonic()
-        self._at_epoch_end = self._saves_at_epoch_end(trainer)
-
-    def _saves_at_epoch_end(self, trainer: Trainer) -> bool:
-        """Lightning's rule: at the train epoch's end when validation runs once an epoch (or
-        never); after each validation when it runs several times an epoch or every n epochs."""
-        if self.save_on_train_epoch_end is not None:
-            return self.save_on_train_epoch_end
-        if not fit_validates(trainer):
-            return True
-        interval = trainer.val_check_interval
-        return trainer.check_val_every_n_epoch == 1 and (interval is None or (isinstance(interval, float) and interval == 1.0))
+        self._at_epoch_end = saves_at_epoch_end(trainer, self.save_on_train_epoch_end)
 
     def wants(self, hook: str) -> bool:
         # Saving only by epochs, nothing happens at batch ends: not called on every batch then.
@@ -207,18 +178,10 @@ class ModelCheckpoint(Callback):
                 self._last_time, due = now, True
         if not due or step == self._last_step_saved:
             return
-        if self.monitor is not None and (self.monitor not in trainer.callback_metrics or self._validation_next(trainer, batch_idx)):
+        if self.monitor is not None and (self._current(trainer) is None or validation_next(trainer, batch_idx)):
             self._waiting = True  # the next validation saves, with its value
             return
         self._save(trainer)
-
-    def _validation_next(self, trainer: Trainer, batch_idx: int) -> bool:
-        """Whether the epoch-end validation runs right after this batch (its value is the fresh one)."""
-        every = trainer.check_val_every_n_epoch
-        return (
-            batch_idx + 1 >= trainer.num_training_batches and every is not None
-            and (trainer.current_epoch + 1) % every == 0 and fit_validates(trainer)
-        )
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         if trainer.state.stage != "fit":
@@ -340,14 +303,22 @@ class ModelCheckpoint(Callback):
         validation, or, in a fit without validation, before the first epoch end)."""
         if self.monitor is None:
             return float(trainer.global_step)
-        if self.monitor in trainer.callback_metrics:
-            return float(trainer.callback_metrics[self.monitor])
+        value = self._current(trainer)
+        if value is not None:
+            return float(value)
         if self._monitor_due:
             raise ValueError(self._not_logged(trainer))
         if not self._warned_early:  # a checkpoint before the first validation
             self._warned_early = True
             warnings.warn(f"{self._not_logged(trainer)} Until it is, checkpoints only update {LAST}.", stacklevel=2)
         return None
+
+    def _current(self, trainer: Trainer) -> Any:
+        """The monitor's latest value, or None. A value training logs is published at each log
+        step: between two, this step's is published now (every rank takes this path alike)."""
+        if self.monitor not in trainer.callback_metrics and trainer._publish_step_metrics is not None:
+            trainer._publish_step_metrics()
+        return trainer.callback_metrics.get(self.monitor)
 
     def _better(self, a: float, b: float) -> bool:
         if math.isnan(a):
@@ -390,17 +361,7 @@ class ModelCheckpoint(Callback):
         return self._template(values).replace(os.sep, "_") + ".ckpt"
 
     def _template(self, values: dict[str, Any] | None = None) -> str:
-        # "{epoch}" -> "epoch=3", as Lightning does, so file names say what the numbers are.
-        template = self.filename
-        if self.auto_insert_metric_name:
-            template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", template)
-        try:
-            return template.format_map(_Missing({"epoch": 0, "step": 0} if values is None else values))
-        except (ValueError, TypeError, IndexError, AttributeError, KeyError) as err:
-            raise ValueError(
-                f"ModelCheckpoint(filename={self.filename!r}) could not be formatted: {err}. Use names in braces "
-                "with an optional format, e.g. '{epoch}-{val_loss:.3f}'."
-            ) from None
+        return file_name(self.filename, self.auto_insert_metric_name, values)
 
     # --- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -422,8 +383,3 @@ class ModelCheckpoint(Callback):
         self._last_step_saved = state_dict.get("last_step_saved", -1)
         if self.dirpath is None:
             self.dirpath = state_dict.get("dirpath")
-
-
-class _Missing(dict):
-    def __missing__(self, key: str) -> float:
-        return math.nan  # a metric not logged yet formats as "nan" rather than failing

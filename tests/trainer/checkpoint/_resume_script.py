@@ -156,7 +156,11 @@ def main(argv: list[str]) -> None:
     train = DataLoader(TensorDataset(x[:64], y[:64]), batch_size=8, shuffle=True)
     val = DataLoader(TensorDataset(x[64:], y[64:]), batch_size=16)
     # save_top_k=-1 keeps every file, so a test can compare each one with the uninterrupted run's.
-    callbacks: list[Callback] = [ModelCheckpoint(every_n_train_steps=args.every, save_top_k=-1)]
+    # One trigger per ModelCheckpoint (as in Lightning): every few steps, and every epoch's end.
+    callbacks: list[Callback] = [
+        ModelCheckpoint(every_n_train_steps=args.every, save_top_k=-1),
+        ModelCheckpoint(filename="{epoch}-{step}-end", every_n_epochs=1, save_top_k=-1),
+    ]
     if args.pause:
         callbacks.append(Pause(args.pause))  # after ModelCheckpoint: a pause at batch_end follows the save
     if args.signal_wait is not None:
