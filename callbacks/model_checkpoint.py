@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import time
@@ -21,32 +22,22 @@ from .base import Callback
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
 
+log = logging.getLogger("trainer")
+
 
 class ModelCheckpoint(Callback):
     """Save the training state when one trigger fires, keep the ``save_top_k`` best files by
     ``monitor`` (the most recent ones without a monitor; ``-1`` keeps all, ``0`` none), and
     with ``save_last`` keep ``last.ckpt`` as the newest state saved.
 
-    When (one trigger at most, as in Lightning):
-
-    - ``every_n_epochs`` (the default, 1, when no trigger is given): after every validation
-      of each n-th epoch, mid-epoch ones too (``val_check_interval``), and in a fit that never
-      validates at its epoch ends. ``save_on_train_epoch_end=True`` saves at epoch ends
-      instead, ``False`` only after validations; ``None`` picks the epoch end when validation
-      runs exactly once per epoch (or never), else after each validation.
-    - ``every_n_train_steps``: at every n-th optimizer step;
-    - ``train_time_interval`` (a ``datetime.timedelta``): at the first step boundary after it
-      has passed since the last save (rank 0's clock decides).
-
-    A save by step or time whose monitor is not logged yet (or is about to be, by the
-    epoch-end validation right after this step) waits for the next validation.
-
-    ``filename`` is a format string over ``epoch``, ``step`` and logged metrics, e.g.
-    ``"{epoch}-{step}-{val_loss:.3f}"`` (``epoch=3-step=120-val_loss=0.123.ckpt``; with
-    ``auto_insert_metric_name=False`` the names are not inserted). A name a kept file
-    already has gets ``-v1``, ``-v2``, ... ``save_weights_only`` files hold the weights and
-    the counters only: they evaluate (``test(ckpt_path=...)``), they do not resume.
-    ``save_last="link"`` makes ``last.ckpt`` a symbolic link to the newest kept file.
+    One trigger at most (Lightning's): ``every_n_epochs`` (1 when none is given) saves after
+    each validation of every n-th epoch, mid-epoch ones too, or at epoch ends (as
+    ``save_on_train_epoch_end`` says; by default when validation runs once an epoch or
+    never); ``every_n_train_steps`` at every n-th optimizer step; ``train_time_interval`` (a
+    ``timedelta``) at the first step after it passed. A step or time save whose monitor is
+    not logged yet waits for the next validation. ``filename`` formats ``epoch``, ``step``
+    and logged metrics (``"{epoch}-{step}-{val_loss:.3f}"``); ``save_weights_only`` files
+    evaluate but do not resume; ``save_last="link"`` makes ``last.ckpt`` a symbolic link (docs/checkpoint-saves.md).
 
     Training does not wait for the disk: a save copies the state to the CPU, and a thread
     writes it while the next steps run. The next save, the end of fit, and a stop by
@@ -70,14 +61,27 @@ class ModelCheckpoint(Callback):
         train_time_interval: datetime.timedelta | None = None,
         every_n_epochs: int | None = None,
         save_on_train_epoch_end: bool | None = None,
+        verbose: bool = False,
+        save_on_exception: bool = False,
+        enable_version_counter: bool = True,
     ) -> None:
+        if save_on_exception is not False or enable_version_counter is not True:
+            raise ValueError(
+                f"ModelCheckpoint(save_on_exception={save_on_exception!r}) is not supported: a stop by SIGTERM, SIGINT "
+                "or max_steps writes last.ckpt, and a failed run keeps its last save; resume with fit(ckpt_path='last')."
+                if save_on_exception is not False else
+                f"ModelCheckpoint(enable_version_counter={enable_version_counter!r}) is not supported: a save never "
+                "overwrites a file the top k keeps (a name taken gets -v1, -v2, ...)."
+            )
+        self.verbose = flag("ModelCheckpoint(verbose)", verbose)
         if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
             raise TypeError(f"ModelCheckpoint(dirpath={dirpath!r}) must be a path or None.")
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}) must be a format string such as '{{epoch}}-{{step}}'.")
         if monitor is not None and (not isinstance(monitor, str) or not monitor):
             raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a logged metric's name or None.")
-        self.dirpath_given = None if dirpath is None else os.fspath(dirpath)
+        # Absolute, as in Lightning: best_model_path and friends stay right if the process changes folder.
+        self.dirpath_given = None if dirpath is None else os.path.abspath(os.path.expanduser(os.fspath(dirpath)))
         self.dirpath: str | None = self.dirpath_given
         self.filename = filename or ("{epoch}-{step}" if monitor is None else "{epoch}-{step}-{" + monitor + ":.4g}")
         self.monitor = monitor
@@ -98,10 +102,11 @@ class ModelCheckpoint(Callback):
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
         self.best_model_path = ""
         self.last_model_path = ""
-        self._last_step_saved = -1  # the step of the newest state saved (a ranked file, or last.ckpt)
+        self._last_step_saved = -1  # the step of the latest save a trigger made (a ranked file, or last.ckpt)
+        self._newest_step = -1  # the step of the newest state on disk, write_last's included
         self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
         self._monitor_due = False  # validation (or, without it, an epoch end) has run: the monitor must exist
-        self._warned_early = False
+        self._warned_early = self._warned_group = False
         self._at_epoch_end = True  # whether epoch saves happen at the train epoch's end (on_train_start decides)
         self._waiting = False  # a save by step or time waits for the next validation's metrics
         self._after_epoch = False  # the epoch-end validation asked for a save, made once the epoch has ended
@@ -117,8 +122,7 @@ class ModelCheckpoint(Callback):
         })
 
     @property
-    def legacy_state_key(self) -> str:
-        """The key of checkpoints written before 0.2 (read when the new one is absent)."""
+    def legacy_state_key(self) -> str:  # older files' key, read when the new one is absent
         return f"ModelCheckpoint[monitor={self.monitor}]"
 
     @property
@@ -150,7 +154,7 @@ class ModelCheckpoint(Callback):
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
         self.best_k_models, self.best_model_path, self.last_model_path = {}, "", ""
-        self._last_step_saved = self._step_seen = -1
+        self._last_step_saved = self._step_seen = self._newest_step = -1
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._step_seen = trainer.global_step
@@ -192,8 +196,16 @@ class ModelCheckpoint(Callback):
             return
         if trainer._epoch_complete:  # the epoch-end validation: save after the epoch's end (hooks, scheduler)
             self._after_epoch = True
-        else:
-            self._save(trainer)
+            return
+        batch, group = trainer.state.batch_in_epoch, trainer.accumulate_grad_batches
+        if group > 1 and batch % group and batch < trainer.num_training_batches and not self._warned_group:
+            self._warned_group = True
+            warnings.warn(
+                f"Validation ran after batch {batch}, inside an accumulation group of accumulate_grad_batches={group}: "
+                "the checkpoint saved there lacks the group's gradients so far, so a run resumed from it is not "
+                "exact. Make val_check_interval a multiple of accumulate_grad_batches.", stacklevel=2,
+            )
+        self._save(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         validates = fit_validates(trainer)
@@ -210,7 +222,7 @@ class ModelCheckpoint(Callback):
 
     def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
         # last.ckpt holds the state fit ended with, also when its last steps triggered no save.
-        if self.save_last and trainer.global_step != self._last_step_saved and trainer.global_step > 0:
+        if self.save_last and trainer.global_step not in (self._last_step_saved, self._newest_step) and trainer.global_step > 0:
             self.write_last(trainer, module)
         self._wait_for_writer(trainer)  # fit returns with its files on disk, or with the write's error
 
@@ -238,11 +250,11 @@ class ModelCheckpoint(Callback):
         ends after steps no trigger saved). Every rank must call. A save at this very step
         already holds this state: its file is the answer, not a second write."""
         self._wait_for_writer(trainer)
-        if self._last_step_saved == trainer.global_step and self.last_model_path:
+        if trainer.global_step in (self._last_step_saved, self._newest_step) and self.last_model_path:
             return self.last_model_path
         path = os.path.join(self.dirpath, LAST)
         self.last_model_path = path
-        self._last_step_saved = trainer.global_step
+        self._newest_step = trainer.global_step  # a validation at this step may still rank a file
         trainer.save_checkpoint(path)
         return path
 
@@ -254,15 +266,17 @@ class ModelCheckpoint(Callback):
         last = os.path.join(self.dirpath, LAST)
         if score is None or not self._keeps(score):  # no file to rank: only last.ckpt moves on
             if self.save_last:
-                self._last_step_saved = trainer.global_step
+                self._last_step_saved = self._newest_step = trainer.global_step
                 self.last_model_path = last
                 self._write(trainer, last)
             return
-        self._last_step_saved = trainer.global_step
+        self._last_step_saved = self._newest_step = trainer.global_step
         path = os.path.join(self.dirpath, self._free_name(self._format(trainer)))
         # Book-keeping first, so that the file records itself among the top k: a run resumed
         # from it still knows every file it kept, and deletes the right ones later.
         dropped = self._add_top_k(path, score)
+        if self.verbose and trainer.is_global_zero:
+            log.info("Step %d: %s=%s, saving %s (best %s).", trainer.global_step, self.monitor or "step", score, path, self.best_model_score)
         self.last_model_path = last if self.save_last else path
         # Only a file in our own folder is deleted: a state loaded from elsewhere (another
         # callback's, a moved run) must not delete its files.

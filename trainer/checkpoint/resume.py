@@ -138,16 +138,20 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: b
         if after is not None:
             after()
         return it
-    if getattr(loader, "batch_sampler", None) is not None:
+    stream = isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset)
+    if getattr(loader, "batch_sampler", None) is not None and not stream:
         try:
             return batches(rebuild_loader(loader, batch_sampler=SkipBatches(loader.batch_sampler, n, after_skip=after)), fetch)
         except TypeError:  # a DataLoader subclass we cannot re-create
             pass
-    warnings.warn(
-        f"Resuming mid-epoch: cannot skip the {n} consumed batches at the sampler of this "
-        f"{type(loader).__name__}, so they are loaded and dropped. Use a plain torch DataLoader to avoid that.",
-        stacklevel=3,
-    )
+    if stream:  # its order is the dataset's own: the same batches come again, and are dropped
+        log.info("Resuming mid-epoch: drawing the %d consumed batches of the IterableDataset again, and dropping them.", n)
+    else:
+        warnings.warn(
+            f"Resuming mid-epoch: cannot skip the {n} consumed batches at the sampler of this "
+            f"{type(loader).__name__}, so they are loaded and dropped. Use a plain torch DataLoader to avoid that.",
+            stacklevel=3,
+        )
     it = iter(loader)
     for _ in range(n):
         next(it, None)
