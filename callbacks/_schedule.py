@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from trainer.core.checks import positive_int
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -23,3 +26,49 @@ def fit_validates(trainer: Trainer) -> bool:
         return True
     interval = trainer.val_check_interval
     return isinstance(interval, int) or (interval is not None and trainer.num_training_batches != math.inf)
+
+
+def triggers(
+    every_n_train_steps: Any, train_time_interval: Any, every_n_epochs: Any
+) -> tuple[int | None, datetime.timedelta | None, int | None]:
+    """ModelCheckpoint's one trigger, checked (None: off; 0 is off too, as in Lightning). With
+    none given, every epoch (``every_n_epochs=1``)."""
+    steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, minimum=0, allow_none=True)
+    epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, minimum=0, allow_none=True)
+    interval = train_time_interval
+    if interval is not None and (not isinstance(interval, datetime.timedelta) or interval.total_seconds() < 0):
+        raise TypeError(
+            f"ModelCheckpoint(train_time_interval={interval!r}) must be a datetime.timedelta >= 0, "
+            "e.g. timedelta(minutes=30), or None."
+        )
+    given = {"every_n_train_steps": steps, "train_time_interval": interval, "every_n_epochs": epochs}
+    on = [f"{name}={value!r}" for name, value in given.items() if value not in (None, 0)]
+    if len(on) > 1:
+        raise ValueError(
+            f"ModelCheckpoint({', '.join(on)}) sets {len(on)} triggers; pass at most one of every_n_train_steps, "
+            "train_time_interval and every_n_epochs (use one ModelCheckpoint per trigger to save on several)."
+        )
+    if all(value is None for value in given.values()):
+        epochs = 1  # Lightning's default: after each epoch's validation
+    return steps or None, interval, epochs or None
+
+
+def saves_at_epoch_end(trainer: Trainer, given: bool | None) -> bool:
+    """``save_on_train_epoch_end``: as given, else Lightning's rule: at the train epoch's end
+    when validation runs once an epoch (or never), else after each validation (several an
+    epoch, or every n epochs)."""
+    if given is not None:
+        return given
+    if not fit_validates(trainer):
+        return True
+    interval = trainer.val_check_interval
+    return trainer.check_val_every_n_epoch == 1 and (interval is None or (isinstance(interval, float) and interval == 1.0))
+
+
+def validation_next(trainer: Trainer, batch_idx: int) -> bool:
+    """Whether the epoch-end validation runs right after this batch (its value is the fresh one)."""
+    every = trainer.check_val_every_n_epoch
+    return (
+        batch_idx + 1 >= trainer.num_training_batches and every is not None
+        and (trainer.current_epoch + 1) % every == 0 and fit_validates(trainer)
+    )

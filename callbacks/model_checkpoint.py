@@ -2,37 +2,42 @@
 
 from __future__ import annotations
 
+import datetime
+import logging
 import math
 import os
-import re
-import shutil
-import tempfile
+import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from trainer.checkpoint import files as ckpt_io
+import torch
+
 from trainer.checkpoint.background_save import BackgroundWriter, freeze
 from trainer.core.checks import flag, one_of, positive_int
 
-from ._schedule import fit_validates
+from ._checkpoint_files import LAST, check_writable, file_name, remove_unfinished_saves, rotate, weights_only, write_files
+from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
 
-LAST = "last.ckpt"
+log = logging.getLogger("trainer")
 
 
 class ModelCheckpoint(Callback):
-    """Save the full training state every ``every_n_epochs`` epochs and/or every
-    ``every_n_train_steps`` optimizer steps.
+    """Save the training state when one trigger fires, keep the ``save_top_k`` best files by
+    ``monitor`` (the most recent ones without a monitor; ``-1`` keeps all, ``0`` none), and
+    with ``save_last`` keep ``last.ckpt`` as the newest state saved.
 
-    Keeps the ``save_top_k`` best files by ``monitor`` (the most recent ones without a
-    monitor; ``-1`` keeps all, ``0`` none) and, with ``save_last``, ``last.ckpt`` as the
-    newest. ``dirpath`` defaults to ``<run dir>/checkpoints``. ``filename`` is a format
-    string over ``epoch``, ``step`` and logged metrics, e.g. ``"{epoch}-{val_loss:.3f}"``.
-    Files are written atomically, and an old top-k file is deleted only after its
-    replacement is fully on disk.
+    One trigger at most (Lightning's): ``every_n_epochs`` (1 when none is given) saves after
+    each validation of every n-th epoch, mid-epoch ones too, or at epoch ends (as
+    ``save_on_train_epoch_end`` says; by default when validation runs once an epoch or
+    never); ``every_n_train_steps`` at every n-th optimizer step; ``train_time_interval`` (a
+    ``timedelta``) at the first step after it passed. A step or time save whose monitor is
+    not logged yet waits for the next validation. ``filename`` formats ``epoch``, ``step``
+    and logged metrics (``"{epoch}-{step}-{val_loss:.3f}"``); ``save_weights_only`` files
+    evaluate but do not resume; ``save_last="link"`` makes ``last.ckpt`` a symbolic link (docs/checkpoint-saves.md).
 
     Training does not wait for the disk: a save copies the state to the CPU, and a thread
     writes it while the next steps run. The next save, the end of fit, and a stop by
@@ -46,44 +51,89 @@ class ModelCheckpoint(Callback):
         dirpath: str | os.PathLike | None = None,
         filename: str | None = None,
         monitor: str | None = None,
-        mode: str = "min",
+        *,
+        save_last: bool | str | None = True,
         save_top_k: int = 1,
-        save_last: bool = True,
+        save_weights_only: bool = False,
+        mode: str = "min",
+        auto_insert_metric_name: bool = True,
         every_n_train_steps: int | None = None,
-        every_n_epochs: int | None = 1,
+        train_time_interval: datetime.timedelta | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool | None = None,
+        verbose: bool = False,
+        save_on_exception: bool = False,
+        enable_version_counter: bool = True,
     ) -> None:
+        if save_on_exception is not False or enable_version_counter is not True:
+            raise ValueError(
+                f"ModelCheckpoint(save_on_exception={save_on_exception!r}) is not supported: a stop by SIGTERM, SIGINT "
+                "or max_steps writes last.ckpt, and a failed run keeps its last save; resume with fit(ckpt_path='last')."
+                if save_on_exception is not False else
+                f"ModelCheckpoint(enable_version_counter={enable_version_counter!r}) is not supported: a save never "
+                "overwrites a file the top k keeps (a name taken gets -v1, -v2, ...)."
+            )
+        self.verbose = flag("ModelCheckpoint(verbose)", verbose)
         if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
             raise TypeError(f"ModelCheckpoint(dirpath={dirpath!r}) must be a path or None.")
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}) must be a format string such as '{{epoch}}-{{step}}'.")
         if monitor is not None and (not isinstance(monitor, str) or not monitor):
             raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a logged metric's name or None.")
-        self.dirpath_given = None if dirpath is None else os.fspath(dirpath)
+        # Absolute, as in Lightning: best_model_path and friends stay right if the process changes folder.
+        self.dirpath_given = None if dirpath is None else os.path.abspath(os.path.expanduser(os.fspath(dirpath)))
         self.dirpath: str | None = self.dirpath_given
         self.filename = filename or ("{epoch}-{step}" if monitor is None else "{epoch}-{step}-{" + monitor + ":.4g}")
         self.monitor = monitor
         self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"))
         self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1)
-        self.save_last = flag("ModelCheckpoint(save_last)", save_last)
-        self.every_n_train_steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, allow_none=True)
-        self.every_n_epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, allow_none=True)
+        if save_last not in (True, False, None, "link"):
+            raise TypeError(f"ModelCheckpoint(save_last={save_last!r}) must be True, False or 'link' (a symbolic link).")
+        self.save_last: bool | str = save_last or False
+        self.save_weights_only = flag("ModelCheckpoint(save_weights_only)", save_weights_only)
+        self.auto_insert_metric_name = flag("ModelCheckpoint(auto_insert_metric_name)", auto_insert_metric_name)
+        self.every_n_train_steps, self.train_time_interval, self.every_n_epochs = triggers(
+            every_n_train_steps, train_time_interval, every_n_epochs
+        )
+        if save_on_train_epoch_end is not None:
+            save_on_train_epoch_end = flag("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end)
+        self.save_on_train_epoch_end = save_on_train_epoch_end
         self._template()  # a bad filename fails now, not at the first save after an epoch of training
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
         self.best_model_path = ""
         self.last_model_path = ""
-        self._last_step_saved = -1
+        self._last_step_saved = -1  # the step of the latest save a trigger made (a ranked file, or last.ckpt)
+        self._newest_step = -1  # the step of the newest state on disk, write_last's included
         self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
         self._monitor_due = False  # validation (or, without it, an epoch end) has run: the monitor must exist
-        self._warned_early = False
+        self._warned_early = self._warned_group = False
+        self._at_epoch_end = True  # whether epoch saves happen at the train epoch's end (on_train_start decides)
+        self._waiting = False  # a save by step or time waits for the next validation's metrics
+        self._after_epoch = False  # the epoch-end validation asked for a save, made once the epoch has ended
+        self._last_time = 0.0  # train_time_interval: when the clock last started
         self._writer = BackgroundWriter()  # global rank 0 writes; the others never submit
 
     @property
     def state_key(self) -> str:
+        # Lightning's key: two ModelCheckpoints that differ in these keep their states apart.
+        return "ModelCheckpoint" + repr({
+            "monitor": self.monitor, "mode": self.mode, "every_n_train_steps": self.every_n_train_steps or 0,
+            "every_n_epochs": self.every_n_epochs or 0, "train_time_interval": self.train_time_interval,
+        })
+
+    @property
+    def legacy_state_key(self) -> str:  # older files' key, read when the new one is absent
         return f"ModelCheckpoint[monitor={self.monitor}]"
 
     @property
     def best_model_score(self) -> float | None:
         return self.best_k_models.get(self.best_model_path)
+
+    @property
+    def kth_best_model_path(self) -> str:
+        """The worst of the kept files, the next to go, once ``save_top_k`` are kept ("" before)."""
+        full = self.save_top_k == -1 or len(self.best_k_models) >= self.save_top_k
+        return self._worst() if self.best_k_models and full else ""
 
     # --- hooks -------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
@@ -92,43 +142,88 @@ class ModelCheckpoint(Callback):
         if self.dirpath_given is None:
             base = trainer.run_dir if trainer.run_dir is not None else os.getcwd()
             self.dirpath = os.path.join(base, "checkpoints")
+        if self.save_weights_only and trainer.strategy.sharded_checkpoints:
+            raise ValueError(
+                "ModelCheckpoint(save_weights_only=True) is not supported with a sharded checkpoint, whose folder "
+                "each rank writes. Use FSDPStrategy(checkpoint='full'), or save_weights_only=False."
+            )
         if trainer.is_global_zero:
-            _check_writable(self.dirpath)
-            _remove_unfinished_saves(self.dirpath)
-        self._monitor_due = False
+            check_writable(self.dirpath)
+            remove_unfinished_saves(self.dirpath)
+        self._monitor_due = self._waiting = self._after_epoch = False
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
         self.best_k_models, self.best_model_path, self.last_model_path = {}, "", ""
-        self._last_step_saved = self._step_seen = -1
+        self._last_step_saved = self._step_seen = self._newest_step = -1
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._step_seen = trainer.global_step
+        self._last_time = time.monotonic()
+        self._at_epoch_end = saves_at_epoch_end(trainer, self.save_on_train_epoch_end)
 
     def wants(self, hook: str) -> bool:
         # Saving only by epochs, nothing happens at batch ends: not called on every batch then.
-        return hook != "on_train_batch_end" or self.every_n_train_steps is not None or (
+        return hook != "on_train_batch_end" or self.every_n_train_steps is not None or self.train_time_interval is not None or (
             type(self).on_train_batch_end is not ModelCheckpoint.on_train_batch_end  # a subclass's own
         )
 
     def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.every_n_train_steps is None or trainer.global_step == self._step_seen:
-            return  # not saving by steps; or an accumulation micro-batch, not a state we could save
-        self._step_seen = trainer.global_step
-        if trainer.global_step % self.every_n_train_steps == 0 and trainer.global_step != self._last_step_saved:
-            self._save(trainer, module)
+        step = trainer.global_step
+        if step == self._step_seen:
+            return  # an accumulation micro-batch, not a state we could save
+        self._step_seen = step
+        due = self.every_n_train_steps is not None and step % self.every_n_train_steps == 0
+        if self.train_time_interval is not None:
+            now = time.monotonic()
+            late = now - self._last_time >= self.train_time_interval.total_seconds()
+            if trainer.world_size > 1:  # rank 0's clock decides for all: one save, on every rank
+                late = bool(trainer.strategy.all_reduce_sum(torch.tensor([float(late and trainer.is_global_zero)])).item())
+            if late:
+                self._last_time, due = now, True
+        if not due or step == self._last_step_saved:
+            return
+        if self.monitor is not None and (self._current(trainer) is None or validation_next(trainer, batch_idx)):
+            self._waiting = True  # the next validation saves, with its value
+            return
+        self._save(trainer)
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._monitor_due = True
+        if trainer.state.stage != "fit":
+            return  # trainer.validate() saves nothing
+        self._monitor_due = True  # from now on a save whose monitor is missing is an error that lists what was logged
+        epoch_due = not self._at_epoch_end and self._epoch_due(trainer)
+        if not (epoch_due or self._waiting) or trainer.global_step == self._last_step_saved:
+            return
+        if trainer._epoch_complete:  # the epoch-end validation: save after the epoch's end (hooks, scheduler)
+            self._after_epoch = True
+            return
+        batch, group = trainer.state.batch_in_epoch, trainer.accumulate_grad_batches
+        if group > 1 and batch % group and batch < trainer.num_training_batches and not self._warned_group:
+            self._warned_group = True
+            warnings.warn(
+                f"Validation ran after batch {batch}, inside an accumulation group of accumulate_grad_batches={group}: "
+                "the checkpoint saved there lacks the group's gradients so far, so a run resumed from it is not "
+                "exact. Make val_check_interval a multiple of accumulate_grad_batches.", stacklevel=2,
+            )
+        self._save(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        # With validation every n epochs, a validation metric is not due before the first one runs.
-        if not fit_validates(trainer):
+        validates = fit_validates(trainer)
+        if not validates:  # a monitored metric must come from training, and is due now
             self._monitor_due = True
+        due = self._after_epoch or (self._at_epoch_end and self._epoch_due(trainer)) or (self._waiting and not validates)
+        self._after_epoch = False
+        if due and trainer.global_step != self._last_step_saved:
+            self._save(trainer)
+
+    def _epoch_due(self, trainer: Trainer) -> bool:
         n = self.every_n_epochs
-        if n is not None and (trainer.current_epoch + 1) % n == 0 and trainer.global_step != self._last_step_saved:
-            self._save(trainer, module)
+        return n is not None and (trainer.current_epoch + 1) % n == 0
 
     def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # last.ckpt holds the state fit ended with, also when its last steps triggered no save.
+        if self.save_last and trainer.global_step not in (self._last_step_saved, self._newest_step) and trainer.global_step > 0:
+            self.write_last(trainer, module)
         self._wait_for_writer(trainer)  # fit returns with its files on disk, or with the write's error
 
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
@@ -151,48 +246,55 @@ class ModelCheckpoint(Callback):
             raise RuntimeError(f"Global rank 0 could not write a checkpoint, so every rank stops. {reason}")
 
     def write_last(self, trainer: Trainer, module: TrainModule) -> str:
-        """Write only ``last.ckpt``, now (when fit stops mid-epoch). Every rank must call. A save
-        at this very step already holds this state: its file is the answer, not a second write."""
+        """Write only ``last.ckpt``, now and with the full state (when fit stops mid-epoch, or
+        ends after steps no trigger saved). Every rank must call. A save at this very step
+        already holds this state: its file is the answer, not a second write."""
         self._wait_for_writer(trainer)
-        if self._last_step_saved == trainer.global_step and self.last_model_path:
+        if trainer.global_step in (self._last_step_saved, self._newest_step) and self.last_model_path:
             return self.last_model_path
         path = os.path.join(self.dirpath, LAST)
         self.last_model_path = path
+        self._newest_step = trainer.global_step  # a validation at this step may still rank a file
         trainer.save_checkpoint(path)
         return path
 
     # --- saving ------------------------------------------------------------------------
-    def _save(self, trainer: Trainer, module: TrainModule) -> None:
+    def _save(self, trainer: Trainer) -> None:
         self._wait_for_writer(trainer)  # the previous write's error surfaces before any book-keeping
+        self._waiting = False
         score = self._score(trainer)
         last = os.path.join(self.dirpath, LAST)
-        if score is not None:  # None: the monitor is not logged yet; this step's epoch end may still rank a file
-            self._last_step_saved = trainer.global_step
         if score is None or not self._keeps(score):  # no file to rank: only last.ckpt moves on
             if self.save_last:
+                self._last_step_saved = self._newest_step = trainer.global_step
                 self.last_model_path = last
                 self._write(trainer, last)
             return
+        self._last_step_saved = self._newest_step = trainer.global_step
         path = os.path.join(self.dirpath, self._free_name(self._format(trainer)))
         # Book-keeping first, so that the file records itself among the top k: a run resumed
         # from it still knows every file it kept, and deletes the right ones later.
         dropped = self._add_top_k(path, score)
+        if self.verbose and trainer.is_global_zero:
+            log.info("Step %d: %s=%s, saving %s (best %s).", trainer.global_step, self.monitor or "step", score, path, self.best_model_score)
         self.last_model_path = last if self.save_last else path
         # Only a file in our own folder is deleted: a state loaded from elsewhere (another
         # callback's, a moved run) must not delete its files.
         ours = dropped is not None and os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
-        self._write(trainer, path, dropped if ours and dropped != path else None, link_last=self.save_last)
+        self._write(trainer, path, dropped if ours and dropped != path else None, last=self.save_last)
 
-    def _write(self, trainer: Trainer, path: str, dropped: str | None = None, link_last: bool = False) -> None:
+    def _write(self, trainer: Trainer, path: str, dropped: str | None = None, last: bool | str = False) -> None:
         """Take the state now (every rank: it is a collective) and have rank 0 write it in the background."""
         if trainer.strategy.sharded_checkpoints:  # a folder that every rank writes into, now
             trainer.save_checkpoint(path)
             if trainer.is_global_zero:
-                _rotate(path, dropped, link_last, folder=True)
+                rotate(path, dropped, last, folder=True)
             return
         checkpoint = trainer.checkpoint_state()
         if checkpoint is not None:
-            self._writer.submit(_write_files, freeze(checkpoint), path, dropped, link_last)
+            if self.save_weights_only:
+                checkpoint = weights_only(checkpoint)
+            self._writer.submit(write_files, freeze(checkpoint), path, dropped, last)
 
     def _free_name(self, name: str) -> str:
         """``name``, or ``name-v1.ckpt``, ... if a kept checkpoint already has it: a save never
@@ -203,24 +305,34 @@ class ModelCheckpoint(Callback):
             name = f"{stem}-v{n}.ckpt"
         return name
 
+    def _not_logged(self, trainer: Trainer) -> str:
+        return (
+            f"ModelCheckpoint(monitor={self.monitor!r}) was never logged. Logged metrics: "
+            f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
+            "in validation_step (or training_step), or fix the name."
+        )
+
     def _score(self, trainer: Trainer) -> float | None:
         """The monitored value; None while it may still be logged (before the fit's first
         validation, or, in a fit without validation, before the first epoch end)."""
         if self.monitor is None:
             return float(trainer.global_step)
-        if self.monitor in trainer.callback_metrics:
-            return float(trainer.callback_metrics[self.monitor])
-        message = (
-            f"ModelCheckpoint(monitor={self.monitor!r}) was never logged. Logged metrics: "
-            f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
-            "in validation_step (or training_step), or fix the name."
-        )
+        value = self._current(trainer)
+        if value is not None:
+            return float(value)
         if self._monitor_due:
-            raise ValueError(message)
+            raise ValueError(self._not_logged(trainer))
         if not self._warned_early:  # a checkpoint before the first validation
             self._warned_early = True
-            warnings.warn(f"{message} Until it is, checkpoints only update {LAST}.", stacklevel=2)
+            warnings.warn(f"{self._not_logged(trainer)} Until it is, checkpoints only update {LAST}.", stacklevel=2)
         return None
+
+    def _current(self, trainer: Trainer) -> Any:
+        """The monitor's latest value, or None. A value training logs is published at each log
+        step: between two, this step's is published now (every rank takes this path alike)."""
+        if self.monitor not in trainer.callback_metrics and trainer._publish_step_metrics is not None:
+            trainer._publish_step_metrics()
+        return trainer.callback_metrics.get(self.monitor)
 
     def _better(self, a: float, b: float) -> bool:
         if math.isnan(a):
@@ -263,22 +375,17 @@ class ModelCheckpoint(Callback):
         return self._template(values).replace(os.sep, "_") + ".ckpt"
 
     def _template(self, values: dict[str, Any] | None = None) -> str:
-        # "{epoch}" -> "epoch=3", as Lightning does, so file names say what the numbers are.
-        template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", self.filename)
-        try:
-            return template.format_map(_Missing({"epoch": 0, "step": 0} if values is None else values))
-        except (ValueError, TypeError, IndexError, AttributeError) as err:
-            raise ValueError(
-                f"ModelCheckpoint(filename={self.filename!r}) could not be formatted: {err}. Use names in braces "
-                "with an optional format, e.g. '{epoch}-{val_loss:.3f}'."
-            ) from None
+        return file_name(self.filename, self.auto_insert_metric_name, values)
 
     # --- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
             "dirpath": self.dirpath,
+            "monitor": self.monitor,
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
+            "best_model_score": self.best_model_score,
+            "kth_best_model_path": self.kth_best_model_path,
             "last_model_path": self.last_model_path,
             "last_step_saved": self._last_step_saved,
         }
@@ -290,66 +397,3 @@ class ModelCheckpoint(Callback):
         self._last_step_saved = state_dict.get("last_step_saved", -1)
         if self.dirpath is None:
             self.dirpath = state_dict.get("dirpath")
-
-
-def _write_files(checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, dropped: str | None, link_last: bool) -> None:
-    """On the writer thread: the new file, then (it being complete on disk) the old top-k
-    file's deletion, then ``last.ckpt`` pointed at the new file."""
-    ckpt_io.save_atomic(checkpoint, path)
-    _rotate(path, dropped, link_last)
-
-
-def _rotate(path: str, dropped: str | None, link_last: bool, folder: bool = False) -> None:
-    """With ``path`` (a file, or with ``folder`` a sharded checkpoint's folder) complete on
-    disk: delete the file or folder that left the top k, then point ``last.ckpt`` at ``path``.
-    On the writer thread, each system call here hands the GIL back and forth with training:
-    there are as few as the job takes."""
-    if dropped is not None:
-        ckpt_io.remove(dropped)
-    if link_last:
-        directory = os.path.dirname(path)
-        # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own thread.
-        last, tmp = os.path.join(directory, LAST), ckpt_io.temp_path(directory, f".tmp-{LAST}-")
-        if folder:  # a sharded checkpoint: a relative link to its folder, swapped in
-            os.symlink(os.path.basename(path), tmp)
-            if os.path.isdir(last) and not os.path.islink(last):  # a folder write_last left
-                ckpt_io.replace_folder(tmp, last)
-            else:
-                os.replace(tmp, last)
-            return
-        try:  # a hard link swapped in atomically
-            os.link(path, tmp)
-        except FileExistsError:  # left by a killed process that had our pid
-            os.unlink(tmp)
-            os.link(path, tmp)
-        except OSError:  # no hard links on this filesystem: copy
-            shutil.copyfile(path, tmp)
-        os.replace(tmp, last)
-
-
-
-class _Missing(dict):
-    def __missing__(self, key: str) -> float:
-        return math.nan  # a metric not logged yet formats as "nan" rather than failing
-
-
-def _check_writable(dirpath: str) -> None:
-    try:
-        os.makedirs(dirpath, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=dirpath, prefix=".write-test-"):
-            pass
-    except OSError as err:
-        raise PermissionError(
-            f"ModelCheckpoint cannot write to dirpath={dirpath!r}: {err.strerror or err}. "
-            "Pick a writable folder with ModelCheckpoint(dirpath=...) or Trainer(log_dir=...)."
-        ) from None
-
-
-def _remove_unfinished_saves(dirpath: str) -> None:
-    """Temp files of saves a killed run never finished (the real files were never touched)."""
-    for name in os.listdir(dirpath):
-        if name.startswith(".tmp-"):
-            try:
-                ckpt_io.remove(os.path.join(dirpath, name))
-            except OSError:
-                pass

@@ -169,6 +169,9 @@ class Trainer:
         self._train_sink: MetricSink | None = None
         self._step_cache: tuple[int, dict[str, float]] = (-1, {})
         self._epoch_complete = False
+        # While fit runs: puts this step's training values (reduced across ranks) into callback_metrics
+        # now, not at the next log step; what a monitor that training logs reads between log steps.
+        self._publish_step_metrics: Callable[[], dict[str, float]] | None = None
         self._epoch_start: dict[str, Any] | None = None  # RNG that re-creates this epoch's order
         self._epoch_loader: Any = None  # the training loader; checkpoints record its generators
 

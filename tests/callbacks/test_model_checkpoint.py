@@ -125,34 +125,40 @@ def test_a_monitor_that_is_never_logged_is_an_error_listing_the_logged_metrics()
     assert "'train_loss'" in message and "'val_acc'" in message and "'val_loss'" in message
 
 
-def test_step_checkpoints_before_the_first_validation_only_update_last():
+def test_step_checkpoints_whose_monitor_is_not_logged_yet_wait_for_the_next_validation():
     cb = ModelCheckpoint(monitor="val_loss", every_n_train_steps=1, save_top_k=-1)
-    with pytest.warns(UserWarning, match="Until it is, checkpoints only update last.ckpt"):
-        fit(Classifier(), epochs=2, callbacks=[cb])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer = fit(Classifier(), epochs=2, callbacks=[cb])
 
-    # Step 1 came before any validation; from step 2 (epoch 0's end) on, val_loss ranks files.
+    # Step 1 came before any validation, and step 2 right before epoch 0's: both wait for it,
+    # which saves step 2 with the value it measured. Step 4 likewise waits for epoch 1's.
     assert [f.split("-val_loss")[0] for f in files()] == ["epoch=0-step=2", "epoch=1-step=3", "epoch=1-step=4", "last.ckpt"]
+    assert cb.best_k_models[os.path.abspath(f"checkpoints/{files()[2]}")] == trainer.callback_metrics["val_loss"]
 
 
 def test_a_validation_metric_is_monitored_from_the_first_validation_on():
-    # Validation runs after epochs 1 and 3 only: epoch 0's end has no val_metric yet.
-    with pytest.warns(UserWarning, match="Until it is, checkpoints only update last.ckpt"):
+    # Validation runs after epochs 1 and 3 only: epoch saves follow the validations.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         fit(Scored(SCORES), epochs=1, callbacks=[ModelCheckpoint(dirpath="one", monitor="val_metric")], check_val_every_n_epoch=2)
-    assert files("one") == ["last.ckpt"]  # nothing ranked before the first validation
+    assert files("one") == ["last.ckpt"]  # nothing ranked without a validation; last.ckpt: where fit ended
+    assert step_of("one/last.ckpt") == 2
 
     cb = ModelCheckpoint(dirpath="four", monitor="val_metric")
-    with pytest.warns(UserWarning, match="Until it is, checkpoints only update last.ckpt"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)
     assert files("four") == ["epoch=3-step=8-val_metric=0.5.ckpt", "last.ckpt"]
     assert cb.best_model_score == 0.5 and step_of("four/last.ckpt") == 8
 
 
-def test_a_typo_in_the_monitor_is_still_an_error_once_validation_has_run():
+def test_a_typo_in_the_monitor_is_an_error_after_the_first_validation():
     cb = ModelCheckpoint(monitor="val_metrc")
-    with pytest.raises(ValueError, match=r"monitor='val_metrc'\) was never logged") as err, pytest.warns(UserWarning):
-        fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)  # warns at epoch 0, raises at 1
-    assert "'val_metric'" in str(err.value)
-    assert files() == ["last.ckpt"] and step_of("checkpoints/last.ckpt") == 2  # epoch 0's, before validation
+    with pytest.raises(ValueError, match=r"monitor='val_metrc'\) was never logged") as err:
+        fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)  # raises at epoch 1's validation
+    assert "'val_metric'" in str(err.value) and "'train_loss'" in str(err.value)
+    assert files() == []  # no save came before it
 
 
 def test_without_any_validation_the_monitor_is_due_at_the_first_epoch_end():
@@ -207,7 +213,7 @@ def test_checkpoint_state_survives_a_resume():
     [
         (dict(mode="mni"), "mode"),
         (dict(save_top_k=-2), "save_top_k"),
-        (dict(every_n_train_steps=0), "every_n_train_steps"),
+        (dict(every_n_train_steps=-1), "every_n_train_steps"),
         (dict(monitor=""), "monitor"),
     ],
 )
@@ -349,7 +355,8 @@ def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, m
         saved = checkpoint.load(os.path.join("shared", name))
         assert saved["loop"]["global_step"] == STEPS_PER_EPOCH
     # Each file holds the state its own callback saved (by_loss saved first, before by_step ranked its file).
-    loss_file = checkpoint.load("shared/loss-epoch=0.ckpt")["callbacks"]["ModelCheckpoint[monitor=None]"]
+    keys = checkpoint.load("shared/loss-epoch=0.ckpt")["callbacks"]
+    loss_file = keys["ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, 'train_time_interval': None}"]
     assert loss_file["best_k_models"] == {}
     assert os.path.samefile("shared/last.ckpt", "shared/loss-epoch=0.ckpt") or os.path.samefile(
         "shared/last.ckpt", "shared/step-epoch=0.ckpt"

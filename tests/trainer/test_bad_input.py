@@ -85,7 +85,7 @@ NO_CUDA = not torch.cuda.is_available()
         # callbacks' own arguments
         (lambda: ModelCheckpoint(mode="mxa"), ValueError, ["mode", "'mxa'", "Did you mean 'max'"]),
         (lambda: ModelCheckpoint(save_top_k=-2), ValueError, ["save_top_k", "-2", ">= -1"]),
-        (lambda: ModelCheckpoint(every_n_epochs=0), ValueError, ["every_n_epochs", "0"]),
+        (lambda: ModelCheckpoint(every_n_epochs=-1), ValueError, ["every_n_epochs", "-1"]),
         (lambda: ModelCheckpoint(every_n_train_steps=1.5), TypeError, ["every_n_train_steps", "1.5"]),
         (lambda: ModelCheckpoint(filename="{epoch"), ValueError, ["filename='{epoch'", "{val_loss:.3f}"]),
         (lambda: ModelCheckpoint(monitor=3), TypeError, ["monitor=3"]),

@@ -153,6 +153,14 @@ def _problems(options: dict[str, Any], invalid: dict[str, tuple[str, ...]]) -> d
             problems["devices"] = ("devices",)  # the one-process launcher started 1, not 2
         elif strategy in ("single", "single_device", single_on_cpu):
             problems["devices"] = ("devices",)
+    interval, every = options.get("val_check_interval"), options.get("check_val_every_n_epoch", 1)
+    if isinstance(interval, int) and every is not None and options.get("limit_val_batches") != 0 and not invalid.keys() & {
+        "val_check_interval", "check_val_every_n_epoch", "limit_val_batches", "limit_train_batches"
+    }:
+        limit = options.get("limit_train_batches")
+        batches = 2 if limit is None else max(1, int(2 * limit)) if isinstance(limit, float) else min(2, limit)  # loader(8, 4)
+        if interval > batches:
+            problems["val_check_interval"] = ("val_check_interval",)  # more batches than an epoch has
     if options.get("max_epochs") is None and options.get("max_steps") is None and not invalid.keys() & {"max_epochs", "max_steps"}:
         problems["max_epochs"] = ("max_epochs", "max_steps")
     return problems

@@ -138,16 +138,20 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: b
         if after is not None:
             after()
         return it
-    if getattr(loader, "batch_sampler", None) is not None:
+    stream = isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset)
+    if getattr(loader, "batch_sampler", None) is not None and not stream:
         try:
             return batches(rebuild_loader(loader, batch_sampler=SkipBatches(loader.batch_sampler, n, after_skip=after)), fetch)
         except TypeError:  # a DataLoader subclass we cannot re-create
             pass
-    warnings.warn(
-        f"Resuming mid-epoch: cannot skip the {n} consumed batches at the sampler of this "
-        f"{type(loader).__name__}, so they are loaded and dropped. Use a plain torch DataLoader to avoid that.",
-        stacklevel=3,
-    )
+    if stream:  # its order is the dataset's own: the same batches come again, and are dropped
+        log.info("Resuming mid-epoch: drawing the %d consumed batches of the IterableDataset again, and dropping them.", n)
+    else:
+        warnings.warn(
+            f"Resuming mid-epoch: cannot skip the {n} consumed batches at the sampler of this "
+            f"{type(loader).__name__}, so they are loaded and dropped. Use a plain torch DataLoader to avoid that.",
+            stacklevel=3,
+        )
     it = iter(loader)
     for _ in range(n):
         next(it, None)
@@ -169,8 +173,9 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     trainer._precision.load_state_dict(ckpt.get("precision", {}))
     states = ckpt.get("callbacks", {})
     for cb in trainer.callbacks:
-        if cb.state_key in states:
-            cb.load_state_dict(states[cb.state_key])
+        key = cb.state_key if cb.state_key in states else getattr(cb, "legacy_state_key", None)  # an older file's key
+        if key in states:
+            cb.load_state_dict(states[key])
     loop = ckpt["loop"]
     trainer.state.global_step = loop["global_step"]
     trainer.state.current_epoch = loop["epoch"]
@@ -362,7 +367,7 @@ def _find_last(folder: str) -> str | None:
     """The newest checkpoint in ``folder`` that loads safely; a corrupt, truncated or refused
     newer file is skipped with a warning that names it."""
     # Temp files of unfinished saves start with "." and never match.
-    files = glob.glob(os.path.join(glob.escape(folder), "*.ckpt"))
+    files = [f for f in glob.glob(os.path.join(glob.escape(folder), "*.ckpt")) if os.path.exists(f)]  # no dangling link
     # Newest first; last.ckpt is a hard link to the newest top-k file, so it wins their tie.
     files.sort(key=lambda f: (os.stat(f).st_mtime_ns, os.path.basename(f) == LAST), reverse=True)
     for f in files:
@@ -377,6 +382,12 @@ def _find_last(folder: str) -> str | None:
 
 def _load_good(path: str, mmap: bool = False) -> dict[str, Any]:
     ckpt = ckpt_io.load(path, mmap=mmap)
+    if ckpt.get("weights_only"):
+        raise CheckpointError(
+            f"{path!r} holds the model's weights only (ModelCheckpoint(save_weights_only=True)), no optimizer or "
+            "loop state, so fit cannot resume from it. Evaluate it with test(ckpt_path=...), or resume from a "
+            "file saved with save_weights_only=False."
+        )
     if "loop" not in ckpt:
         raise CheckpointError(
             f"{path!r} holds model weights but no training state, so fit cannot resume from it. "

@@ -146,3 +146,24 @@ def validation_every(interval: int | float | None, num_batches: int | float) -> 
     if isinstance(interval, float):
         return 0 if num_batches == math.inf else max(1, int(num_batches * interval))
     return interval
+
+
+def check_val_interval(trainer: Trainer) -> None:
+    """``val_check_interval`` against the epoch's length, once fit knows it (Lightning's checks)."""
+    interval, batches = trainer.val_check_interval, trainer.num_training_batches
+    if trainer.limit_val_batches == 0:
+        return
+    if isinstance(interval, float) and interval != 1.0 and batches == math.inf:
+        raise ValueError(
+            f"val_check_interval={interval!r} is a fraction of an epoch, and the training loader has no length "
+            "(an IterableDataset or a stream), so the fraction is unknown. Pass a number of batches instead, "
+            "e.g. val_check_interval=1000, with check_val_every_n_epoch=None for a stream that never ends."
+        )
+    if isinstance(interval, int) and interval > batches and trainer.check_val_every_n_epoch is not None:
+        raise ValueError(
+            f"val_check_interval={interval!r} is more batches than an epoch has ({batches} training batches"
+            + (f", with limit_train_batches={trainer.limit_train_batches!r}" if trainer.limit_train_batches is not None else "")
+            + "), so validation would never run within an epoch. Pass at most "
+            f"{batches}, a fraction such as 0.5, or check_val_every_n_epoch=None to validate every "
+            f"{interval} batches of a run whose epochs never end."
+        )

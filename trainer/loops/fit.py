@@ -17,7 +17,7 @@ from trainer.core.checks import bad_loss, loss_of, non_finite_loss
 from trainer.checkpoint.resume import Resume
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
-from trainer.loops.evaluation import evaluation_loop, limited, sanity_check, validation_every
+from trainer.loops.evaluation import check_val_interval, evaluation_loop, limited, sanity_check, validation_every
 from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
 from trainer.loops.manual import ManualOptimization, check_manual
 from trainer.loops.optim import automatic_step, resolve_optimizers
@@ -80,6 +80,8 @@ class FitLoop:
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         trainer.num_training_batches = limited(n, trainer.limit_train_batches)
+        if self.val_loader is not None:
+            check_val_interval(trainer)
         trainer.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
         check_same_length(strategy.gather_objects(trainer.num_training_batches))
         # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
@@ -90,10 +92,26 @@ class FitLoop:
         trainer._manual = None if opt.automatic else ManualOptimization(trainer, model, opt.optimizers)
         self.resume = Resume.load(trainer, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
+        self._validated_at = -1  # the step of the latest mid-epoch validation
         if trainer.is_global_zero:
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
 
     def run(self) -> None:
+        trainer, state = self.trainer, self.trainer.state
+        trainer._publish_step_metrics = self._publish_step_metrics
+        try:
+            self._run()
+        finally:
+            trainer._publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
+        received = trainer._signals.received
+        if received is not None:  # came after the last stop check: finished, but say so
+            raise Interrupted(
+                f"{signal.Signals(received).name} arrived after the last step boundary; training "
+                f"had finished (step {state.global_step}) and its checkpoints are complete.",
+                received,
+            )
+
+    def _run(self) -> None:
         trainer, model, hooks, state = self.trainer, self.model, self.trainer._hooks, self.trainer.state
         with trainer._signals:
             if not model.training:  # a model handed over in eval mode trains; submodules the
@@ -118,13 +136,6 @@ class FitLoop:
                 state.should_stop = trainer.strategy.any_rank(state.should_stop)
             hooks.call("on_train_end", trainer, model)
             hooks.call("on_fit_end", trainer, model)
-        received = trainer._signals.received
-        if received is not None:  # came after the last stop check: finished, but say so
-            raise Interrupted(
-                f"{signal.Signals(received).name} arrived after the last step boundary; training "
-                f"had finished (step {state.global_step}) and its checkpoints are complete.",
-                received,
-            )
 
     def _end_epoch(self) -> None:
         """A completed epoch's end. The model's ``on_train_epoch_end`` runs with the epoch's
@@ -173,7 +184,8 @@ class FitLoop:
         if checkpoint is not None:
             checkpoint.write_last(trainer, self.model)
         validates = trainer.check_val_every_n_epoch is not None or trainer.val_check_interval is not None
-        if trainer.state.stop_reason == "max_steps" and self.val_loader is not None and validates:
+        just_validated = self._validated_at == trainer.state.global_step  # val_check_interval hit this very step
+        if trainer.state.stop_reason == "max_steps" and self.val_loader is not None and validates and not just_validated:
             evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
 
     def _train_epoch(self, sink: MetricSink) -> bool:
@@ -190,6 +202,8 @@ class FitLoop:
         state, hooks, strategy, opt = trainer.state, trainer._hooks, trainer.strategy, trainer._opt
         accumulate, limit, log_every = trainer.accumulate_grad_batches, trainer.num_training_batches, trainer.log_every_n_steps
         val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
+        # The last batch's validation is the epoch end's, if that one runs; else it runs here.
+        val_last = not self._epoch_val_due()
         batch_start, before_backward, after_backward, batch_end = (
             hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
         )
@@ -282,8 +296,9 @@ class FitLoop:
                         if state.global_step % log_every == 0:
                             trainer.samples_seen = samples
                             self._at_log_step(loss)
-                    if val_every and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < limit:
+                    if val_every and (batch_idx + 1) % val_every == 0 and (batch_idx + 1 < limit or val_last):
                         evaluation_loop(trainer, "validation", val_loader, trainer.limit_val_batches)
+                        self._validated_at = state.global_step
                     if batch_end:
                         for fn in batch_end:
                             fn(trainer, model, output, batch, batch_idx)
@@ -378,4 +393,3 @@ class FitLoop:
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch
         return self.val_loader is not None and every is not None and (self.trainer.state.current_epoch + 1) % every == 0
-

@@ -84,8 +84,9 @@ class Pause(Callback):
 
     def _maybe(self, trainer: Trainer, hook: str) -> None:
         if hook == self.hook and trainer.global_step == self.step:
-            if trainer.checkpoint_callback is not None:  # test-only peek: the save before the pause is on disk
-                trainer.checkpoint_callback._writer.error()
+            for cb in trainer.callbacks:  # test-only peek: the saves before the pause are on disk
+                if isinstance(cb, ModelCheckpoint):
+                    cb._writer.error()
             if trainer.is_global_zero:
                 with open("paused", "w") as f:
                     f.write(str(os.getpid()))
@@ -156,7 +157,11 @@ def main(argv: list[str]) -> None:
     train = DataLoader(TensorDataset(x[:64], y[:64]), batch_size=8, shuffle=True)
     val = DataLoader(TensorDataset(x[64:], y[64:]), batch_size=16)
     # save_top_k=-1 keeps every file, so a test can compare each one with the uninterrupted run's.
-    callbacks: list[Callback] = [ModelCheckpoint(every_n_train_steps=args.every, save_top_k=-1)]
+    # One trigger per ModelCheckpoint (as in Lightning): every few steps, and every epoch's end.
+    callbacks: list[Callback] = [
+        ModelCheckpoint(every_n_train_steps=args.every, save_top_k=-1),
+        ModelCheckpoint(filename="{epoch}-{step}-end", every_n_epochs=1, save_top_k=-1, save_on_train_epoch_end=True),
+    ]
     if args.pause:
         callbacks.append(Pause(args.pause))  # after ModelCheckpoint: a pause at batch_end follows the save
     if args.signal_wait is not None:

@@ -51,7 +51,7 @@ def fit(model=None, *, epochs=2, ckpt_path=None, callbacks=(), **kw) -> Trainer:
 # --- what a checkpoint holds --------------------------------------------------------------------
 def test_checkpoint_holds_the_full_training_state():
     t = fit(Scheduled(dropout=0.2, hidden=12), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=3, save_top_k=-1)])
-    epoch_end = torch.load("checkpoints/epoch=1-step=4.ckpt", weights_only=True)
+    epoch_end = torch.load("checkpoints/last.ckpt", weights_only=True)  # the state fit ended with
     mid_epoch = torch.load("checkpoints/epoch=1-step=3.ckpt", weights_only=True)
 
     assert epoch_end["model"].keys() == t.module.state_dict().keys()
@@ -61,7 +61,8 @@ def test_checkpoint_holds_the_full_training_state():
     # An epoch-end checkpoint resumes at the next epoch; a step checkpoint inside its epoch.
     assert epoch_end["loop"] == {"epoch": 2, "batch_in_epoch": 0, "global_step": 4, "world_size": 1}
     assert mid_epoch["loop"] == {"epoch": 1, "batch_in_epoch": 1, "global_step": 3, "world_size": 1}
-    assert epoch_end["callbacks"]["ModelCheckpoint[monitor=None]"]["best_k_models"]
+    key = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 3, 'every_n_epochs': 0, 'train_time_interval': None}"
+    assert epoch_end["callbacks"][key]["best_k_models"]  # Lightning's key
     (rng,) = epoch_end["rng"]  # one per rank
     assert set(rng) >= {"python", "torch", "loader"} and rng["torch"].dtype == torch.uint8
     (start,) = mid_epoch["epoch_start"]  # the RNG just before this epoch's iter(loader)

@@ -2,14 +2,14 @@
 
 Each job runs ``_resume_script.py`` (a user's script: ``seed_everything(0)`` at the top,
 shuffled DataLoader, dropout, momentum, a StepLR scheduler, validation every 3 batches,
-``ModelCheckpoint(every_n_train_steps=3)``) in its own process group. The test waits until
+``ModelCheckpoint(every_n_train_steps=3)`` and one more for epoch ends) in its own process group. The test waits until
 the job reaches a chosen point, kills or signals it there, restarts the same script, and
 checks that the final weights, and every checkpoint written on the way, are ``torch.equal``
 to an uninterrupted run's.
 
 Single device, 64 samples in batches of 8: 8 steps per epoch, 3 epochs (24 steps); step
-checkpoints at 3, 6, 9, ..., epoch checkpoints at 8 and 16 (step 24 ends the last epoch and
-already has a step checkpoint). DDP(2): 4 steps per epoch, 5 epochs.
+checkpoints at 3, 6, 9, ..., epoch checkpoints (``*-end.ckpt``) at 8, 16 and 24. DDP(2): 4
+steps per epoch, 5 epochs.
 
 The tests at the end run in-process, with a crash simulated by an exception, for the
 subtle cases: accumulation, loader generators, epoch means, DataLoader subclasses, signals.

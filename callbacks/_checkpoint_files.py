@@ -1,0 +1,117 @@
+"""ModelCheckpoint's work on disk: writing a file, retiring the one it replaces, pointing
+``last.ckpt`` at the newest, and the folder's checks. What runs on the writer thread is here."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+from typing import Any
+
+from trainer.checkpoint import files as ckpt_io
+
+LAST = "last.ckpt"
+
+#: What a ``save_weights_only`` file keeps: enough to evaluate it at its step, nothing to resume.
+WEIGHTS_ONLY_KEYS = ("format", "version", "model", "loop", "metrics", "hparams", "strategy")
+
+
+def weights_only(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The full state cut down to the model's weights and the loop counters."""
+    kept = {key: checkpoint[key] for key in WEIGHTS_ONLY_KEYS if key in checkpoint}
+    kept["weights_only"] = True
+    return kept
+
+
+def write_files(checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, dropped: str | None, last: bool | str) -> None:
+    """On the writer thread: the new file, then (it being complete on disk) ``last.ckpt``
+    pointed at it, then the deletion of the file that left the top k."""
+    ckpt_io.save_atomic(checkpoint, path)
+    rotate(path, dropped, last)
+
+
+def rotate(path: str, dropped: str | None, last: bool | str, folder: bool = False) -> None:
+    """With ``path`` (a file, or with ``folder`` a sharded checkpoint's folder) complete on
+    disk: point ``last.ckpt`` at it (``last="link"``: a symbolic link; ``True``: a hard link,
+    or a copy where there are none), then delete what left the top k. In this order a
+    ``last.ckpt`` never names a deleted file, even if the process dies in between.
+    On the writer thread, each system call here hands the GIL back and forth with training:
+    there are as few as the job takes."""
+    if last:
+        _point_last(path, symbolic=folder or last == "link", folder=folder)
+    if dropped is not None:
+        ckpt_io.remove(dropped)
+
+
+def _point_last(path: str, symbolic: bool, folder: bool) -> None:
+    directory = os.path.dirname(path)
+    # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own thread.
+    last, tmp = os.path.join(directory, LAST), ckpt_io.temp_path(directory, f".tmp-{LAST}-")
+    if symbolic:  # a relative link, swapped in: the folder can move
+        try:
+            os.symlink(os.path.basename(path), tmp)
+        except FileExistsError:  # left by a killed process that had our pid
+            os.unlink(tmp)
+            os.symlink(os.path.basename(path), tmp)
+        except OSError:  # no symbolic links here (e.g. Windows without the right): a copy
+            if folder:
+                raise
+            shutil.copyfile(path, tmp)
+        if os.path.isdir(last) and not os.path.islink(last):  # a folder write_last left
+            ckpt_io.replace_folder(tmp, last)
+        else:
+            os.replace(tmp, last)
+        return
+    try:  # a hard link swapped in atomically
+        os.link(path, tmp)
+    except FileExistsError:  # left by a killed process that had our pid
+        os.unlink(tmp)
+        os.link(path, tmp)
+    except OSError:  # no hard links on this filesystem: copy
+        shutil.copyfile(path, tmp)
+    os.replace(tmp, last)
+
+
+def check_writable(dirpath: str) -> None:
+    try:
+        os.makedirs(dirpath, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=dirpath, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise PermissionError(
+            f"ModelCheckpoint cannot write to dirpath={dirpath!r}: {err.strerror or err}. "
+            "Pick a writable folder with ModelCheckpoint(dirpath=...) or Trainer(log_dir=...)."
+        ) from None
+
+
+def remove_unfinished_saves(dirpath: str) -> None:
+    """Temp files of saves a killed run never finished (the real files were never touched)."""
+    for name in os.listdir(dirpath):
+        if name.startswith(".tmp-"):
+            try:
+                ckpt_io.remove(os.path.join(dirpath, name))
+            except OSError:
+                pass
+
+
+def file_name(template: str, auto_insert_metric_name: bool, values: dict[str, Any] | None = None) -> str:
+    """``template`` filled with ``values`` (``epoch``, ``step``, logged metrics); with
+    ``auto_insert_metric_name``, "{epoch}" becomes "epoch=3", as Lightning does, so that file
+    names say what the numbers are. Without ``values``: a check that the template formats."""
+    given = template
+    if auto_insert_metric_name:
+        template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", template)
+    try:
+        return template.format_map(_Missing({"epoch": 0, "step": 0} if values is None else values))
+    except (ValueError, TypeError, IndexError, AttributeError, KeyError) as err:
+        raise ValueError(
+            f"ModelCheckpoint(filename={given!r}) could not be formatted: {err}. Use names in braces "
+            "with an optional format, e.g. '{epoch}-{val_loss:.3f}'."
+        ) from None
+
+
+class _Missing(dict):
+    def __missing__(self, key: str) -> float:
+        return math.nan  # a metric not logged yet formats as "nan" rather than failing
