@@ -151,9 +151,19 @@ def profiler_of(profiler: Any) -> SimpleProfiler | None:
     raise ValueError(f"Unknown profiler={profiler!r}. Valid: None, 'simple'.{suggest(str(profiler), ('simple',))}")
 
 
+# Lightning's signature gives these None, meaning its default: a config that writes every
+# argument out (``precision: null``) means the same here.
+_NONE_IS_DEFAULT = {
+    "precision": "32-true", "num_sanity_val_steps": 2, "log_every_n_steps": 50, "enable_checkpointing": True,
+    "enable_progress_bar": True, "enable_model_summary": True, "gradient_clip_algorithm": "norm",
+    "overfit_batches": 0, "reload_dataloaders_every_n_epochs": 0, "accumulate_grad_batches": 1,
+}
+
+
 def configure(trainer: Trainer, o: dict[str, Any]) -> None:
     """Check ``Trainer(...)``'s arguments ``o`` and set the attributes the loops read."""
     t = trainer
+    o = {k: _NONE_IS_DEFAULT[k] if v is None and k in _NONE_IS_DEFAULT else v for k, v in o.items()}
     t.max_epochs, t.min_epochs, t.max_steps, t.min_steps, t._endless = loop_limits(
         o["max_epochs"], o["min_epochs"], o["max_steps"], o["min_steps"]
     )

@@ -320,3 +320,14 @@ def test_use_distributed_sampler_false_leaves_the_loader_as_given():
 def test_the_default_callbacks_are_built_from_the_options():
     kinds = [type(cb) for cb in Trainer().callbacks]
     assert kinds == [ProgressBar, TensorBoardLogger, ModelCheckpoint, type(Trainer().callbacks[-1])]
+
+
+def test_none_means_lightnings_default_as_a_config_that_writes_every_argument_out_has_it():
+    trainer = Trainer(
+        precision=None, num_sanity_val_steps=None, log_every_n_steps=None, enable_checkpointing=None,
+        enable_progress_bar=None, enable_model_summary=None, gradient_clip_algorithm=None, deterministic=None,
+        benchmark=None, max_steps=-1, max_epochs=1, min_epochs=None, max_time=None, profiler=None,
+    )
+    assert (trainer.precision, trainer.num_sanity_val_steps, trainer.log_every_n_steps) == ("32-true", 2, 50)
+    assert trainer.enable_checkpointing and trainer.enable_progress_bar and trainer.enable_model_summary
+    assert trainer.gradient_clip_algorithm == "norm" and trainer.deterministic is False
