@@ -229,7 +229,7 @@ class RanksToFile(Callback):
 def test_ranks_and_sampler_under_ddp_with_two_processes(use_distributed_sampler):
     trainer = Trainer(
         strategy="ddp", accelerator="cpu", devices=2, max_steps=1, callbacks=[RanksToFile()],
-        use_distributed_sampler=use_distributed_sampler, **quiet(),
+        use_distributed_sampler=use_distributed_sampler, profiler="simple", **quiet(),
     )
     trainer.fit(Classifier(), DataLoader(dataset(64), batch_size=8))
     facts = [json.load(open(f"rank_{r}.json")) for r in range(2)]
@@ -239,5 +239,6 @@ def test_ranks_and_sampler_under_ddp_with_two_processes(use_distributed_sampler)
             "global_rank": rank, "local_rank": rank, "world_size": 2, "is_global_zero": rank == 0, "num_devices": 2,
             "node_rank": 0, "num_training_batches": batches, "training": True, "model_is_wrapped": True,
         }
-    assert trainer.global_step == 1  # rank 0's counters came back to the caller
+    assert trainer.global_step == 1  # rank 0's counters came back to the caller, and its profile
+    assert trainer.profiler.recorded["training_step"][0] == 1 and trainer.profiler.recorded["optimizer_step"][0] == 1
     assert not os.path.exists("rank_2.json")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -56,7 +57,11 @@ _FULL_PRECISION = contextlib.nullcontext()  # reusable: entered once per step, s
 @contextlib.contextmanager
 def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
     """Tensors a step creates without a dtype (``torch.zeros(n)``) get ``dtype``, as Lightning's
-    true precisions do; the previous default comes back after the step."""
+    true precisions do; the previous default comes back after the step. The default dtype is
+    the process's, not the thread's: DataParallel's replica threads leave it alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
