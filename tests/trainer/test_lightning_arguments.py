@@ -65,6 +65,12 @@ def test_accelerator_gpu_without_a_gpu_says_so_and_what_to_pass(name):
     assert "accelerator='cpu'" in message and "accelerator='auto'" in message
 
 
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a machine without MPS")
+def test_accelerator_mps_without_mps_says_so():
+    with pytest.raises(ValueError, match=r"accelerator='mps' but Apple's MPS device is not available.*accelerator='cpu'"):
+        Trainer(accelerator="mps")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "says"),
     [

@@ -37,7 +37,9 @@ class FitLoop(StopRules):
         on_fit_start
         sanity check: num_sanity_val_steps validation batches, the RNG left as it was
         on_train_start
-        for each epoch until max_epochs, max_steps or a stop request:
+        for each epoch until max_epochs, max_steps or a stop request (honoured once
+        min_epochs and min_steps are met):
+            every reload_dataloaders_every_n_epochs epochs: the loaders from their hooks again
             on_train_epoch_start
             for each batch (a resumed run skips the consumed ones at the sampler):
                 on_train_batch_start
