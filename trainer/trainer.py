@@ -264,7 +264,9 @@ class Trainer(TrainerAttributes):
         check_precision_available(self.precision)  # here, not in each of several DDP workers
         self.datamodule = datamodule
         data = StageData(loader, val_loader, datamodule)
-        return absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        result = absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        self._module = model  # after a spawned stage too: trainer.lightning_module, validate(model=None)
+        return result
 
     # --- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike, weights_only: bool = False, storage_options: Any = None) -> None:
@@ -282,7 +284,7 @@ class Trainer(TrainerAttributes):
                 "write to a local path and copy it."
             )
         if self._opt is None:  # no fit ran in this process: its optimizer state is elsewhere, or nowhere
-            after_spawn = self._module is None and self._strategy.spawned and self.global_step > 0
+            after_spawn = self._strategy.spawned and self.global_step > 0
             raise RuntimeError(
                 f"trainer.save_checkpoint({os.fspath(path)!r}) needs a fit's full state (optimizer, RNG, "
                 + ("loop), which stayed in the worker processes of strategy='ddp' and ended with them; only "

@@ -239,6 +239,7 @@ def test_ranks_and_sampler_under_ddp_with_two_processes(use_distributed_sampler)
             "global_rank": rank, "local_rank": rank, "world_size": 2, "is_global_zero": rank == 0, "num_devices": 2,
             "node_rank": 0, "num_training_batches": batches, "training": True, "model_is_wrapped": True,
         }
+    assert trainer.lightning_module is not None and trainer.model is trainer.lightning_module  # the caller's module
     assert trainer.global_step == 1  # rank 0's counters came back to the caller, and its profile
     assert trainer.profiler.recorded["training_step"][0] == 1 and trainer.profiler.recorded["optimizer_step"][0] == 1
     assert not os.path.exists("rank_2.json")
