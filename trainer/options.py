@@ -172,6 +172,11 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
     t.gradient_clip_val = positive_number("gradient_clip_val", o["gradient_clip_val"])
     t.gradient_clip_algorithm = one_of("gradient_clip_algorithm", o["gradient_clip_algorithm"], ("norm", "value"))
     t.check_val_every_n_epoch = positive_int("check_val_every_n_epoch", o["check_val_every_n_epoch"], allow_none=True)
+    if isinstance(o["val_check_interval"], (str, dict)) or hasattr(o["val_check_interval"], "total_seconds"):
+        raise ValueError(
+            f"val_check_interval={o['val_check_interval']!r}: a time-based interval is not supported. Give a fraction "
+            "of the epoch (0.25) or a number of batches (1000); callbacks.Timer bounds the whole run's time."
+        )
     t.val_check_interval = interval("val_check_interval", o["val_check_interval"])
     t.log_every_n_steps = positive_int("log_every_n_steps", o["log_every_n_steps"])
     t.default_root_dir = root_dir(o["default_root_dir"], o["log_dir"])

@@ -311,6 +311,7 @@ def test_each_new_flag_checks_its_value():
         (dict(use_distributed_sampler="no"), "use_distributed_sampler='no' must be True or False"),
         (dict(reload_dataloaders_every_n_epochs=-1), "reload_dataloaders_every_n_epochs=-1 must be >= 0"),
         (dict(min_steps=-1), "min_steps=-1 must be >= 0"),
+        (dict(val_check_interval="00:00:10:00"), "val_check_interval='00:00:10:00': a time-based interval is not supported"),
     ]:
         with pytest.raises((TypeError, ValueError)) as info:
             Trainer(**kwargs)
