@@ -58,7 +58,7 @@ NO_CUDA = not torch.cuda.is_available()
         (lambda: Trainer(seed=1.5), TypeError, ["seed=1.5"]),
         # flags, names, paths, callables
         (lambda: Trainer(deterministic=1), TypeError, ["deterministic=1", "True or False"]),
-        (lambda: Trainer(enable_checkpointing=None), TypeError, ["enable_checkpointing=None"]),
+        (lambda: Trainer(enable_checkpointing="yes"), TypeError, ["enable_checkpointing='yes'"]),  # None is Lightning's default
         (lambda: Trainer(name=".."), ValueError, ["name='..'", "run folder"]),
         (lambda: Trainer(name="a/b"), ValueError, ["name='a/b'"]),
         (lambda: Trainer(name=3), TypeError, ["name=3"]),
