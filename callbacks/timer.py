@@ -20,8 +20,9 @@ _DHMS = re.compile(r"^(\d+):(\d+):(\d+):(\d+)$")
 
 
 class Timer(Callback):
-    """Stop fit once it has run for ``duration``: seconds, a ``datetime.timedelta``, or a
-    ``"DD:HH:MM:SS"`` string (``"00:12:00:00"`` is 12 hours).
+    """Stop fit once it has run for ``duration``: seconds, a ``datetime.timedelta``, a dict of
+    its arguments (``dict(hours=12)``), or a ``"DD:HH:MM:SS"`` string (``"00:12:00:00"`` is 12
+    hours). ``Trainer(max_time=...)`` adds one.
 
     The clock starts at ``on_train_start`` and includes validation and checkpointing. With
     ``interval="step"`` fit stops at the next step boundary past the budget; with
@@ -88,6 +89,13 @@ class Timer(Callback):
 
 
 def _seconds(duration: Any) -> float:
+    if isinstance(duration, dict):  # datetime.timedelta's arguments, as Lightning's Timer takes them
+        try:
+            duration = timedelta(**duration)
+        except TypeError:
+            raise ValueError(
+                f"Timer(duration={duration!r}): a dict holds datetime.timedelta's arguments, e.g. dict(hours=12)."
+            ) from None
     if isinstance(duration, timedelta):
         seconds = duration.total_seconds()
     elif isinstance(duration, (int, float)) and not isinstance(duration, bool):
@@ -97,7 +105,7 @@ def _seconds(duration: Any) -> float:
         seconds = timedelta(days=d, hours=h, minutes=m, seconds=s).total_seconds()
     else:
         raise ValueError(
-            f"Timer(duration={duration!r}): give seconds, a datetime.timedelta, or a 'DD:HH:MM:SS' "
+            f"Timer(duration={duration!r}): give seconds, a datetime.timedelta, a dict such as dict(hours=12), or a 'DD:HH:MM:SS' "
             "string such as '00:12:00:00' (12 hours)."
         )
     if not seconds > 0 or seconds == float("inf"):

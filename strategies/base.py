@@ -41,6 +41,11 @@ class Strategy:
     """
 
     name = "base"
+    #: ``Trainer(accelerator=...)`` when one was named: "cpu", "cuda" or "mps"; None ("auto")
+    #: runs on CUDA when there is a GPU. Set before ``configure_devices``.
+    accelerator: str | None = None
+    #: ``Trainer(use_distributed_sampler=False)``: a strategy that shards loaders leaves them as given.
+    use_distributed_sampler = True
     #: True when fit/validate/... ran in processes other than the caller's; the caller
     #: then copies rank 0's results back.
     spawned = False
@@ -80,8 +85,21 @@ class Strategy:
                 "Use strategy='ddp' (one process per device) or strategy='dp', or devices=1."
             )
         if isinstance(devices, list):
+            if self.accelerator in ("cpu", "mps"):
+                raise ValueError(
+                    f"devices={devices!r} lists GPU indices, but accelerator={self.accelerator!r} has none: "
+                    "pass devices=1 (or 'auto')."
+                )
             check_cuda_indices("devices", devices, devices)
             self.root_device = torch.device("cuda", devices[0])
+        elif self.accelerator == "cpu":
+            self.root_device = torch.device("cpu")
+        elif self.accelerator == "mps":
+            self.root_device = torch.device("mps")
+
+    def visible_gpus(self) -> int:
+        """The CUDA devices this strategy may use: none under accelerator='cpu' or 'mps'."""
+        return torch.cuda.device_count() if self.accelerator in (None, "cuda") else 0
 
     # --- lifecycle ---------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], *args: Any) -> Any:

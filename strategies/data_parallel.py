@@ -157,7 +157,7 @@ class DataParallelStrategy(Strategy):
         self._dispatcher: StepDispatcher | None = None
 
     def configure_devices(self, devices: str | int | list[int]) -> None:
-        gpus = torch.cuda.device_count()
+        gpus = self.visible_gpus()
         if self.device_ids is not None:
             check_given_ids("DataParallelStrategy", self.device_ids, devices)
         elif isinstance(devices, list):

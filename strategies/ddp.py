@@ -82,8 +82,13 @@ class DDPStrategy(Strategy):
                     f"DDPStrategy(device_ids={devices!r}) puts two processes on one GPU, which NCCL refuses "
                     "('Duplicate GPU detected'). Pass backend='gloo' to share a GPU, or list each GPU once."
                 )
+        if isinstance(devices, list) and self.accelerator in ("cpu", "mps"):
+            raise ValueError(
+                f"devices={devices!r} lists GPU indices, but accelerator={self.accelerator!r} has none: "
+                f"pass a count of processes instead, e.g. devices={len(devices)}."
+            )
         env = launched_env()
-        gpus = torch.cuda.device_count()
+        gpus = self.visible_gpus()
         if env is not None:  # the launcher decided how many processes run here
             count = env.local_world_size if devices == "auto" else devices if isinstance(devices, int) else len(devices)
             if count != env.local_world_size:
@@ -109,7 +114,7 @@ class DDPStrategy(Strategy):
             if gpus and devices > gpus:
                 raise ValueError(
                     f"devices={devices!r} with strategy='ddp', but only {gpus} CUDA device(s) are visible. "
-                    f"Use devices<={gpus}, or set CUDA_VISIBLE_DEVICES='' to run {devices} CPU processes."
+                    f"Use devices<={gpus}, or accelerator='cpu' to run {devices} CPU processes."
                 )
             self.num_processes = devices
             self.device_ids = list(range(devices)) if gpus else None
@@ -209,8 +214,8 @@ class DDPStrategy(Strategy):
     # --- data --------------------------------------------------------------------------
     def process_dataloader(self, loader: Any, stage: str) -> Any:
         """Give each rank its share of the data; the loader's batch size stays per process."""
-        if not isinstance(loader, DataLoader) or isinstance(loader.sampler, DistributedSampler):
-            return loader  # the user sharded it already, or it is not ours to rebuild
+        if not self.use_distributed_sampler or not isinstance(loader, DataLoader) or isinstance(loader.sampler, DistributedSampler):
+            return loader  # the user shards it, sharded it already, or it is not ours to rebuild
         if isinstance(loader.dataset, IterableDataset):
             if self.is_global_zero:
                 warnings.warn(

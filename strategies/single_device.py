@@ -38,6 +38,13 @@ class SingleDeviceStrategy(Strategy):
                 f"devices={devices!r} and SingleDeviceStrategy(device={str(self.root_device)!r}) both choose "
                 "the device. Give only one of them."
             )
+        if self._device_given:
+            if self.accelerator is not None and self.root_device.type != self.accelerator:
+                raise ValueError(
+                    f"accelerator={self.accelerator!r} and SingleDeviceStrategy(device={str(self.root_device)!r}) "
+                    "disagree. Give only one of them, or make them match."
+                )
+            return
         super().configure_devices(devices)
 
     def setup_environment(self) -> None:

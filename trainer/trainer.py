@@ -10,138 +10,104 @@ from __future__ import annotations
 
 import math
 import os
+from datetime import timedelta
 from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 
-from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, TensorBoardLogger
-from strategies import Strategy, select_strategy
+from callbacks import Callback
+from strategies import Strategy
 
+from trainer.attributes import TrainerAttributes
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
 from trainer.checkpoint.resume import best_checkpoint, capture
-from trainer.core.checks import (
-    compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
-)
 from trainer.core.metrics import MetricSink
 from trainer.core.module import TrainModule, check_model
 from trainer.core.signals import StopSignals
 from trainer.core.state import TrainerState
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
-from trainer.loops.hooks import Hooks, check_callbacks
+from trainer.loops.hooks import Hooks
 from trainer.loops.manual import ManualOptimization
 from trainer.loops.optim import OptimizerSetup
-from trainer.loops.precision import Precision, check_precision_available, normalize_precision
+from trainer.loops.precision import Precision, check_precision_available
+from trainer.loops.profiler import SimpleProfiler
+from trainer.loops.evaluation import results_table
 from trainer.loops.stage import StageData, absorb, run_stage
+from trainer.options import RUNS, check_names, check_weights_only, configure, fit_end_message
 
 
-class Trainer:
+class Trainer(TrainerAttributes):
     """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a ``TrainModule``.
 
-    All options are keyword-only. ``fit`` needs ``max_epochs`` or ``max_steps`` (or both:
-    whichever ends first). ``log_dir=None`` turns TensorBoard off.
+    All options are keyword-only, with Lightning's names and meanings (docs/trainer-arguments.md
+    lists each and says where this one differs). ``fit`` needs ``max_epochs`` or ``max_steps``
+    (or both: whichever ends first). ``default_root_dir`` (alias ``log_dir``) is where the run
+    folder goes; ``log_dir=None`` turns TensorBoard and the run folder off.
     """
 
     def __init__(
         self,
         *,
+        accelerator: str = "auto",
         strategy: str | Strategy = "auto",
         devices: str | int | list[int] = "auto",
+        num_nodes: int = 1,
+        precision: str | int = "32-true",
+        callbacks: Iterable[Callback] | Callback | None = None,
+        fast_dev_run: bool | int = False,
         max_epochs: int | None = None,
+        min_epochs: int | None = None,
         max_steps: int | None = None,
-        precision: str | int = "32",
-        accumulate_grad_batches: int = 1,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
-        check_val_every_n_epoch: int | None = 1,
-        val_check_interval: int | float | None = None,
-        log_every_n_steps: int = 50,
-        log_dir: str | os.PathLike | None = "runs",
-        callbacks: Iterable[Callback] | None = None,
-        enable_progress_bar: bool = True,
-        enable_checkpointing: bool = True,
+        min_steps: int | None = None,
+        max_time: str | timedelta | dict[str, int] | None = None,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
-        seed: int | None = None,
-        deterministic: bool = False,
-        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
-        name: str = "default",
-        sync_batchnorm: bool = False,
-        num_sanity_val_steps: int = 2,
-        fast_dev_run: bool | int = False,
         overfit_batches: int | float = 0,
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int = 2,
+        log_every_n_steps: int = 50,
+        enable_checkpointing: bool = True,
+        enable_progress_bar: bool = True,
         enable_model_summary: bool = True,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+        deterministic: bool | str | None = False,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        use_distributed_sampler: bool = True,
+        profiler: str | SimpleProfiler | None = None,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        default_root_dir: str | os.PathLike | None = None,
+        # This trainer's own options:
+        log_dir: str | os.PathLike | None = RUNS,
+        name: str = "default",
+        seed: int | None = None,
+        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         batched_fetching: bool = True,
         data_on_device: bool = False,
         compile: bool | dict[str, Any] = False,
+        **unknown: Any,
     ) -> None:
-        self.max_epochs = positive_int("max_epochs", max_epochs, allow_none=True)
-        self.max_steps = positive_int("max_steps", max_steps, allow_none=True)
-        self.precision = normalize_precision(precision)
-        self.accumulate_grad_batches = positive_int("accumulate_grad_batches", accumulate_grad_batches)
-        self.gradient_clip_val = positive_number("gradient_clip_val", gradient_clip_val)
-        self.gradient_clip_algorithm = one_of("gradient_clip_algorithm", gradient_clip_algorithm, ("norm", "value"))
-        self.check_val_every_n_epoch = positive_int("check_val_every_n_epoch", check_val_every_n_epoch, allow_none=True)
-        self.val_check_interval = interval("val_check_interval", val_check_interval)
-        self.log_every_n_steps = positive_int("log_every_n_steps", log_every_n_steps)
-        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-            raise TypeError(f"log_dir={log_dir!r} must be a path (str or os.PathLike), or None to turn logging off.")
-        self.log_dir = None if log_dir is None else os.fspath(log_dir)
-        if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
-            raise (ValueError if isinstance(name, str) else TypeError)(
-                f"name={name!r} names the run folder: a non-empty string without {os.sep!r}, and not '.' or '..'."
-            )
-        self.name = name
-        self.enable_progress_bar = flag("enable_progress_bar", enable_progress_bar)
-        self.enable_checkpointing = flag("enable_checkpointing", enable_checkpointing)
-        self.limit_train_batches = limit("limit_train_batches", limit_train_batches, allow_zero=False)
-        self.limit_val_batches = limit("limit_val_batches", limit_val_batches)
-        self.limit_test_batches = limit("limit_test_batches", limit_test_batches)
-        self.limit_predict_batches = limit("limit_predict_batches", limit_predict_batches)
-        if seed is not None and positive_int("seed", seed, minimum=0) >= 2**32:
-            raise ValueError(f"seed={seed!r} must be < 2**32 (the range numpy's and torch's generators accept).")
-        self.seed = seed
-        self.deterministic = flag("deterministic", deterministic)
-        if optimizer is not None and not callable(optimizer):
-            raise TypeError(
-                f"optimizer={optimizer!r} must be a callable that takes the parameters, "
-                "e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
-            )
-        self._optimizer_factory = optimizer
-        self.num_sanity_val_steps = positive_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
-        self.enable_model_summary = flag("enable_model_summary", enable_model_summary)
-        self.batched_fetching = flag("batched_fetching", batched_fetching)  # trainer/data/fetch.py says when it applies
-        self.data_on_device = flag("data_on_device", data_on_device)
-        if self.data_on_device and not self.batched_fetching:
-            raise ValueError(
-                "data_on_device=True indexes each TensorDataset on the device, one call per batch, which is "
-                "batched fetching; it needs batched_fetching=True (the default)."
-            )
-        self.compile = compile_options(compile)  # None, or torch.compile's keyword arguments
-        self.overfit_batches = limit("overfit_batches", overfit_batches)
-        if self.overfit_batches:  # train and validate on the same first batches, in order
-            self.limit_train_batches = self.limit_val_batches = self.overfit_batches
-        self.fast_dev_run = fast_dev_run_batches(fast_dev_run)
-        if self.fast_dev_run:  # n batches of each loader, one epoch, nothing written
-            n = self.fast_dev_run
-            self.max_epochs, self.max_steps, self.num_sanity_val_steps = 1, None, 0
-            self.limit_train_batches = self.limit_val_batches = self.limit_test_batches = self.limit_predict_batches = n
-            self.check_val_every_n_epoch, self.val_check_interval = 1, None
-            self.log_dir, self.enable_checkpointing, self.enable_progress_bar, self.enable_model_summary = None, False, False, False
+        options = dict(locals())
+        del options["self"], options["unknown"]
+        check_names(unknown, options)  # Lightning's arguments we do not take, and typos
+        configure(self, options)  # trainer/options.py: each checked, the strategy and callbacks built
         self.sanity_checking = False  # True while the sanity check runs
-        self._strategy = select_strategy(strategy, devices)
-        self.sync_batchnorm = flag("sync_batchnorm", sync_batchnorm)
-        self._strategy.sync_batchnorm = self.sync_batchnorm or self._strategy.sync_batchnorm
-        given = check_callbacks(callbacks)
-        if self.fast_dev_run:  # no bar, no files: a configured bar, logger or checkpointer is left out too
-            given = [cb for cb in given if not isinstance(cb, (ProgressBar, TensorBoardLogger, ModelCheckpoint, ModelSummary))]
-        self.callbacks: list[Callback] = given + self._default_callbacks(given)
         self.state = TrainerState()
+        self._phase: str | None = None  # "train", "validation", "test" or "predict" while one runs
+        self.datamodule: DataModule | None = None  # the stage's, while it runs and after
+        self.train_dataloader: Any = None  # fit's training loader, as the strategy prepared it
         self.callback_metrics: dict[str, float] = {}
         self.logged_metrics: dict[str, float] = {}  # the epoch means of the phase that just ended
         self.train_epoch_metrics: dict[str, float] = {}  # the last training epoch's means
@@ -149,10 +115,13 @@ class Trainer:
         # Training samples this process has stepped through, updated every log_every_n_steps steps
         # and at each epoch's end (TensorBoard's throughput reads it then).
         self.samples_seen = 0
-        self.run_dir: str | None = None  # <log_dir>/<name>/version_<n>, set by the TensorBoard logger
+        self.run_dir: str | None = None  # <default_root_dir>/<name>/version_<n>, set by the TensorBoard logger
         self._fetching = Fetching(self.batched_fetching)  # a stage's, with data_on_device on its device
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
+        self.num_val_batches: list[int | float] = []  # per validation loader, after limit_val_batches
+        self.num_test_batches: list[int | float] = []
+        self.num_predict_batches: list[int | float] = []
         self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None
         self.optimizer: torch.optim.Optimizer | None = None  # the first (under automatic optimization, the only) one
         self.lr_scheduler: Any = None
@@ -174,79 +143,6 @@ class Trainer:
         self._publish_step_metrics: Callable[[], dict[str, float]] | None = None
         self._epoch_start: dict[str, Any] | None = None  # RNG that re-creates this epoch's order
         self._epoch_loader: Any = None  # the training loader; checkpoints record its generators
-
-    def _default_callbacks(self, given: list[Callback]) -> list[Callback]:
-        """The built-ins, except those the user passed configured (e.g. ``ProgressBar(refresh_s=1)``):
-        two bars would both draw, and two loggers or checkpointers would write the same files."""
-
-        def wanted(kind: type) -> bool:
-            return not any(isinstance(cb, kind) for cb in given)
-
-        extra: list[Callback] = []
-        if self.enable_progress_bar and wanted(ProgressBar):
-            extra.append(ProgressBar())
-        if self.log_dir is not None and wanted(TensorBoardLogger):
-            extra.append(TensorBoardLogger())
-        if self.enable_checkpointing and wanted(ModelCheckpoint):
-            extra.append(ModelCheckpoint())
-        if self.enable_model_summary and wanted(ModelSummary):
-            extra.append(ModelSummary())
-        return extra
-
-    # --- what users read ---------------------------------------------------------------
-    @property
-    def strategy(self) -> Strategy:
-        return self._strategy
-
-    @property
-    def global_step(self) -> int:
-        return self.state.global_step
-
-    @property
-    def current_epoch(self) -> int:
-        return self.state.current_epoch
-
-    @property
-    def should_stop(self) -> bool:
-        return self.state.should_stop
-
-    @should_stop.setter
-    def should_stop(self, value: bool) -> None:
-        """Callbacks set this to end fit at the next step boundary (agreed across ranks)."""
-        self.state.should_stop = bool(value)
-
-    @property
-    def estimated_stepping_batches(self) -> int | float:
-        """The optimizer steps ``fit`` makes in all (from step 0, a resumed run included):
-        ``max_steps``, or ``max_epochs`` epochs of this process's batches (its shard under DDP,
-        after ``limit_train_batches``) in groups of ``accumulate_grad_batches``, the epoch's
-        last short group counting as a step; whichever is fewer. ``math.inf`` for an unsized
-        loader without ``max_steps``. Known from ``configure_optimizers`` on."""
-        if self.state.stage != "fit" and self._opt is None:
-            raise RuntimeError(
-                "trainer.estimated_stepping_batches is known once fit has its loaders: read it in "
-                "configure_optimizers (e.g. for OneCycleLR's total_steps) or later during fit."
-            )
-        batches = self.num_training_batches
-        per_epoch = math.inf if batches == math.inf else math.ceil(batches / self.accumulate_grad_batches)
-        by_epochs = math.inf if self.max_epochs is None else per_epoch * self.max_epochs
-        return min(math.inf if self.max_steps is None else self.max_steps, by_epochs)
-
-    @property
-    def is_global_zero(self) -> bool:
-        return self._strategy.is_global_zero
-
-    @property
-    def world_size(self) -> int:
-        return self._strategy.world_size
-
-    @property
-    def module(self) -> TrainModule | None:
-        return self._module
-
-    @property
-    def checkpoint_callback(self) -> ModelCheckpoint | None:
-        return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
 
     def step_metrics(self, prog_bar_only: bool = False) -> dict[str, float]:
         """The latest values logged in training_step, as floats (reads them off the device once per step)."""
@@ -281,13 +177,16 @@ class Trainer:
     # --- entry points ------------------------------------------------------------------
     def fit(
         self, model: TrainModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
-        datamodule: DataModule | None = None, *, ckpt_path: str | os.PathLike | None = None,
+        datamodule: DataModule | None = None, ckpt_path: str | os.PathLike | None = None,
+        weights_only: bool | None = None,
     ) -> None:
         """Train ``model``; the order of events is in ``trainer.loops.fit.FitLoop``.
 
         The data comes from the loaders given, a ``datamodule``, or the model's own
         ``train_dataloader()`` and ``val_dataloader()``. ``val_dataloaders`` may be several
-        loaders (a list or a dict)."""
+        loaders (a list or a dict). ``weights_only`` is Lightning's: accepted, and it changes
+        nothing, since checkpoints hold only tensors and plain data and are always loaded
+        with ``torch.load(weights_only=True)``."""
         check_model(model)
         if isinstance(train_dataloaders, DataModule) and datamodule is None:  # fit(model, dm), as Lightning allows
             train_dataloaders, datamodule = None, train_dataloaders
@@ -295,37 +194,59 @@ class Trainer:
         if train_dataloaders is not None:
             check_train_loader(train_dataloaders)
         check_loaders("val_dataloaders", val_dataloaders)
-        if self.max_epochs is None and self.max_steps is None:
-            raise ValueError("fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both.")
+        problem = fit_end_message(self.max_epochs, self.max_steps, self._endless)
+        if problem is not None:
+            raise ValueError(problem)
         check_ckpt_path(ckpt_path)
+        check_weights_only(weights_only)
         self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
 
     def validate(
-        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
-        datamodule: DataModule | None = None,
-    ) -> Any:
-        """The means of what ``validation_step`` logged (one dict; with several loaders, one
-        per loader, in a list or dict as they were given). ``ckpt_path`` ("best", "last" or a
-        file) evaluates that checkpoint's weights, at its step. The training counters stay."""
-        return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule)
+        self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
+        verbose: bool = True, datamodule: DataModule | None = None, weights_only: bool | None = None,
+    ) -> list[dict[str, float]]:
+        """What ``validation_step`` and the validation hooks logged: one dict per loader, in a
+        list, as Lightning returns it (each dict holds that loader's values, suffixed
+        ``/dataloader_idx_<i>`` with several loaders, and what the epoch-end hooks logged).
+        ``verbose`` prints them as a table (rank 0). ``ckpt_path`` ("best", "last" or a file)
+        evaluates that checkpoint's weights, at its step. The training counters stay.
+        ``model=None`` runs the module of the last fit. ``weights_only``: as in ``fit``."""
+        return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule, verbose, weights_only)
 
     def test(
-        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
-        datamodule: DataModule | None = None,
-    ) -> Any:
-        """The means of what ``test_step`` logged, as ``validate`` returns them."""
-        return self._evaluate("test", model, dataloaders, ckpt_path, datamodule)
+        self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
+        verbose: bool = True, datamodule: DataModule | None = None, weights_only: bool | None = None,
+    ) -> list[dict[str, float]]:
+        """What ``test_step`` and the test hooks logged, as ``validate`` returns them."""
+        return self._evaluate("test", model, dataloaders, ckpt_path, datamodule, verbose, weights_only)
 
     def predict(
-        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
-        datamodule: DataModule | None = None,
+        self, model: TrainModule | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
+        return_predictions: bool | None = None, ckpt_path: str | os.PathLike | None = None,
+        weights_only: bool | None = None,
     ) -> Any:
         """``predict_step``'s outputs, in the loader's order (one list per loader with several).
-        Under DDP, global rank 0 gets every rank's (on the CPU) and the other ranks get None."""
-        return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule)
+        Under DDP, global rank 0 gets every rank's (on the CPU) and the other ranks get None.
+        ``return_predictions=False`` returns None (the outputs are still computed)."""
+        if return_predictions is not None and not isinstance(return_predictions, bool):
+            raise TypeError(f"return_predictions={return_predictions!r} must be True, False or None.")
+        out = self._evaluate("predict", model, dataloaders, ckpt_path, datamodule, False, weights_only)
+        return None if return_predictions is False else out
 
-    def _evaluate(self, stage: str, model: TrainModule, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+    def _evaluate(
+        self, stage: str, model: TrainModule | None, dataloaders: Any, ckpt_path: Any, datamodule: Any,
+        verbose: bool, weights_only: bool | None,
+    ) -> Any:
+        if model is None and self._module is None:
+            raise TypeError(
+                f"trainer.{stage}() needs a model: pass trainer.{stage}(model, ...); model=None means the "
+                "module of this Trainer's last fit, and none has run."
+            )
+        model = self._module if model is None else model
         check_model(model, needs_training_step=False)
+        check_weights_only(weights_only)
+        if not isinstance(verbose, bool):
+            raise TypeError(f"verbose={verbose!r} must be True or False.")
         step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
         if not callable(getattr(model, step, None)):
             raise TypeError(f"trainer.{stage}() needs {type(model).__name__}.{step}(self, batch, batch_idx).")
@@ -336,19 +257,37 @@ class Trainer:
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.checkpoint_callback)
-        return self._launch(stage, model, dataloaders, None, ckpt_path, datamodule)
+        results = self._launch(stage, model, dataloaders, None, ckpt_path, datamodule)
+        if verbose and stage != "predict" and self.is_global_zero:
+            print(results_table(stage, results), flush=True)
+        return results
 
     def _launch(self, stage: str, model: TrainModule, loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any = None) -> Any:
         """Run ``stage`` in the strategy's processes (``stage.run_stage``) and take back its results."""
         check_precision_available(self.precision)  # here, not in each of several DDP workers
+        self.datamodule = datamodule
         data = StageData(loader, val_loader, datamodule)
-        return absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        result = absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        self._module = model  # after a spawned stage too: trainer.lightning_module, validate(model=None)
+        return result
 
     # --- checkpoints -------------------------------------------------------------------
-    def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Write the full training state to ``path`` (rank 0 writes; every rank must call)."""
+    def save_checkpoint(self, path: str | os.PathLike, weights_only: bool = False, storage_options: Any = None) -> None:
+        """Write the full training state to ``path`` (rank 0 writes; every rank must call).
+
+        ``weights_only=True`` writes the weights and hyperparameters only (no optimizer, RNG or
+        loop state): ``load_from_checkpoint`` and ``validate/test(ckpt_path=...)`` read it, and
+        ``fit(ckpt_path=...)`` refuses it. ``storage_options`` (Lightning's, for remote file
+        systems) must stay None: paths are local files."""
+        if not isinstance(weights_only, bool):
+            raise TypeError(f"weights_only={weights_only!r} must be True or False.")
+        if storage_options is not None:
+            raise ValueError(
+                f"save_checkpoint(storage_options={storage_options!r}): remote file systems are not supported; "
+                "write to a local path and copy it."
+            )
         if self._opt is None:  # no fit ran in this process: its optimizer state is elsewhere, or nowhere
-            after_spawn = self._module is None and self._strategy.spawned and self.global_step > 0
+            after_spawn = self._strategy.spawned and self.global_step > 0
             raise RuntimeError(
                 f"trainer.save_checkpoint({os.fspath(path)!r}) needs a fit's full state (optimizer, RNG, "
                 + ("loop), which stayed in the worker processes of strategy='ddp' and ended with them; only "
@@ -366,6 +305,8 @@ class Trainer:
             return
         # CPU copies: a file written on a GPU loads with plain torch.load on a machine without one.
         checkpoint = self.checkpoint_state(copy=True)
+        if checkpoint is not None and weights_only:
+            checkpoint = {k: v for k, v in checkpoint.items() if k in _WEIGHTS_ONLY_KEYS}
         if checkpoint is not None:
             ckpt_io.save_atomic(checkpoint, path)
         self._strategy.barrier()
@@ -385,6 +326,11 @@ class Trainer:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_module"] = None  # sent separately as fit's argument
-        state["val_dataloaders"] = None  # likewise (and a dataset is costly to pickle twice)
+        # likewise (and a dataset is costly to pickle twice)
+        state["val_dataloaders"] = state["train_dataloader"] = state["datamodule"] = None
         return state
+
+
+# What save_checkpoint(weights_only=True) keeps: no "loop", so that fit refuses to resume from it.
+_WEIGHTS_ONLY_KEYS = ("format", "version", "model", "hparams", "trainer", "strategy", "metrics")
 

@@ -100,7 +100,7 @@ def test_hparams_hold_the_trainer_options_and_model_arguments_and_mark_the_run_f
     hp = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
     assert hp["hidden"] == 12 and hp["lr"] == pytest.approx(0.1) and hp["optimizer"] == "adam"
     assert hp["trainer/max_epochs"] == 2 and hp["trainer/seed"] == 7 and hp["trainer/log_every_n_steps"] == 2
-    assert hp["trainer/strategy"] == "single" and hp["trainer/precision"] == "32"
+    assert hp["trainer/strategy"] == "single" and hp["trainer/precision"] == "32-true"
     assert hp["trainer/deterministic"] is False  # a bool, not the number 0
     assert "trainer/max_steps" not in hp  # None is left out, so a column keeps one type
     end = metadata.parse_session_end_info_plugin_data(acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_END_INFO_TAG])

@@ -410,7 +410,7 @@ def test_torchrun_one_node_ddp_and_auto_match_one_device(tmp_path, script_env):
         # Fewer samples than ranks: the rank with an empty shard still joins the reduction.
         x5, y5 = dataset(64)[5:6]
         expected = torch.nn.functional.cross_entropy(trained(x5), y5).item()
-    assert evaluated["one_sample"]["val_loss"] == pytest.approx(expected, abs=1e-6)
+    assert evaluated["one_sample"][0]["val_loss"] == pytest.approx(expected, abs=1e-6)
 
     # shuffle=True with Trainer(seed=...): one permutation shared by the ranks, a new one each epoch.
     seen = [torch.load(tmp_path / f"seen_{rank}.pt", weights_only=True) for rank in (0, 1)]

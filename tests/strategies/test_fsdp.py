@@ -110,9 +110,9 @@ def test_sharded_checkpoints_are_whole_folders_and_resume_bit_exact(tmp_path):
 def test_validate_test_and_predict_run_sharded_with_uneven_shards():
     model = Classifier()
     data = loader(n=33, batch_size=4)  # 17 and 16 samples: 5 batches on rank 0, 4 on rank 1
-    expected = Trainer(**quiet()).test(model, data)
+    [expected] = Trainer(**quiet()).test(model, data)
     trainer = Trainer(strategy="fsdp", devices=2, **quiet())
-    got = trainer.test(model, data)
+    [got] = trainer.test(model, data)
     assert got.keys() == expected.keys()
     for k in expected:
         assert got[k] == pytest.approx(expected[k], rel=1e-5)

@@ -28,7 +28,7 @@ NO_CUDA = not torch.cuda.is_available()
         (lambda: Trainer(strategy="singel"), ValueError, ["'singel'", "'single'"]),
         (lambda: Trainer(strategy=None), TypeError, ["strategy=None", "Strategy instance"]),
         (lambda: Trainer(precision="bf16_mixed"), ValueError, ["precision='bf16_mixed'", "Did you mean 'bf16-mixed'"]),
-        (lambda: Trainer(precision=64), ValueError, ["precision=64", "'32'", "'bf16-mixed'"]),
+        (lambda: Trainer(precision=8), ValueError, ["precision=8", "'32-true'", "'bf16-mixed'"]),
         (lambda: Trainer(gradient_clip_algorithm="nrom"), ValueError, ["'nrom'", "Did you mean 'norm'"]),
         # devices that do not exist, or more devices than the strategy runs on
         pytest.param(lambda: Trainer(devices=[7]), ValueError, ["devices=[7]", "CUDA device 7 does not exist", "devices=1 or 'auto'"], marks=pytest.mark.skipif(not NO_CUDA, reason="needs no GPU")),
@@ -43,7 +43,7 @@ NO_CUDA = not torch.cuda.is_available()
         # counts: non-positive or not an int
         (lambda: Trainer(max_epochs=True), TypeError, ["max_epochs=True", "int"]),
         (lambda: Trainer(max_steps="10"), TypeError, ["max_steps='10'"]),
-        (lambda: Trainer(max_steps=-1), ValueError, ["max_steps=-1", ">= 1"]),
+        (lambda: Trainer(max_steps=-2), ValueError, ["max_steps=-2", ">= 1"]),  # -1 is Lightning's "no limit"
         (lambda: Trainer(accumulate_grad_batches=2.0), TypeError, ["accumulate_grad_batches=2.0"]),
         (lambda: Trainer(log_every_n_steps=-5), ValueError, ["log_every_n_steps=-5"]),
         (lambda: Trainer(check_val_every_n_epoch=0), ValueError, ["check_val_every_n_epoch=0"]),
@@ -58,7 +58,7 @@ NO_CUDA = not torch.cuda.is_available()
         (lambda: Trainer(seed=1.5), TypeError, ["seed=1.5"]),
         # flags, names, paths, callables
         (lambda: Trainer(deterministic=1), TypeError, ["deterministic=1", "True or False"]),
-        (lambda: Trainer(enable_checkpointing=None), TypeError, ["enable_checkpointing=None"]),
+        (lambda: Trainer(enable_checkpointing="yes"), TypeError, ["enable_checkpointing='yes'"]),  # None is Lightning's default
         (lambda: Trainer(name=".."), ValueError, ["name='..'", "run folder"]),
         (lambda: Trainer(name="a/b"), ValueError, ["name='a/b'"]),
         (lambda: Trainer(name=3), TypeError, ["name=3"]),

@@ -69,7 +69,7 @@ def test_the_sanity_checks_values_are_not_kept_and_callbacks_see_only_its_start_
     model = Counted()
     trainer = Trainer(**quiet(max_epochs=1, check_val_every_n_epoch=None, callbacks=[Watch()]))
     trainer.fit(model, loader(32), loader(32))
-    assert model.val_steps == 2 and seen == [("start", False), ("end", False)]
+    assert model.val_steps == 2 and seen == [("start", True), ("end", True)]  # as in Lightning
     assert "val_loss" not in trainer.callback_metrics
 
 

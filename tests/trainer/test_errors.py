@@ -23,7 +23,7 @@ from trainer import Trainer, TrainModule
         (dict(max_epochs=1.5), TypeError, ["max_epochs=1.5", "int"]),
         (dict(max_steps=0), ValueError, ["max_steps=0"]),
         (dict(devices=0), ValueError, ["devices=0", "at least 1"]),
-        (dict(devices=-1), ValueError, ["devices=-1"]),
+        (dict(devices=-2), ValueError, ["devices=-2"]),  # -1 is Lightning's "all devices"
         (dict(devices="two"), ValueError, ["devices='two'", "'auto'"]),
         (dict(devices=2, strategy="single"), ValueError, ["devices=2", "strategy='single'", "ddp"]),
         (dict(devices=[7]), ValueError, ["devices=", "7", "does not exist"]),

@@ -231,7 +231,7 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
     if path == "last":
         folder, found = _last_checkpoint(trainer)
         if found is None:
-            where = folder or f"{trainer.log_dir}/{trainer.name} (no fit of that name with checkpoints)"
+            where = folder or f"{trainer.default_root_dir}/{trainer.name} (no fit of that name with checkpoints)"
             raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
         path = found
     ckpt = ckpt_io.load(path)
@@ -322,7 +322,7 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     folder, path = _last_checkpoint(trainer)
     if path is None and strategy.is_global_zero:
         if folder is None:
-            where = f"no earlier fit of name={trainer.name!r} in {os.path.join(trainer.log_dir, trainer.name)}"
+            where = f"no earlier fit of name={trainer.name!r} in {os.path.join(trainer.default_root_dir, trainer.name)}"
         else:
             where = f"no checkpoint in {folder}"
         log.info("ckpt_path='last': %s; starting from scratch.", where)
@@ -348,9 +348,9 @@ def _search_folder(trainer: Trainer) -> str | None:
     cb = trainer.checkpoint_callback
     if cb is not None and cb.dirpath_given is not None:
         return cb.dirpath_given
-    if trainer.log_dir is None:
+    if trainer.default_root_dir is None:
         return os.path.join(os.getcwd(), "checkpoints")
-    base = os.path.join(trainer.log_dir, trainer.name)
+    base = os.path.join(trainer.default_root_dir, trainer.name)
     try:
         names = os.listdir(base)
     except OSError:  # no run of this name yet

@@ -36,7 +36,7 @@ def seed_everything(seed: int) -> int:
 
 
 @contextlib.contextmanager
-def deterministic_algorithms(enabled: bool) -> Iterator[None]:
+def deterministic_algorithms(enabled: bool | str) -> Iterator[None]:
     """With ``enabled``, deterministic kernels (``torch.use_deterministic_algorithms``, no cuDNN
     autotuning) inside the block; the process's previous settings come back after it."""
     if not enabled:
@@ -50,7 +50,7 @@ def deterministic_algorithms(enabled: bool) -> Iterator[None]:
     )
     # cuBLAS needs a fixed workspace to be deterministic; it is read when a handle is made.
     os.environ.setdefault(_CUBLAS_ENV, ":4096:8")
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=enabled == "warn")  # Lightning's "warn": warn, don't raise
     torch.backends.cudnn.benchmark = False
     try:
         yield

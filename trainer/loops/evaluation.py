@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,9 +20,50 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
+_COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
+
+
+def _no_grad(trainer: Trainer) -> Any:
+    """``Trainer(inference_mode=True)`` (Lightning's default): ``torch.inference_mode()``, the
+    cheaper no-grad; else ``torch.no_grad()``. Inside fit, and under fsdp (whose shards are
+    gathered into tensors that training reuses), no_grad, so that no tensor made during
+    validation is an inference tensor that training cannot use."""
+    if trainer.inference_mode and trainer.state.stage != "fit" and trainer.strategy.name != "fsdp":
+        return torch.inference_mode()
+    return torch.no_grad()
+
+
+def results_table(stage: str, results: list[dict[str, float]]) -> str:
+    """``validate``'s or ``test``'s results as Lightning prints them with ``verbose=True``: one
+    row per metric (the ``/dataloader_idx_<i>`` suffix taken off), one column per loader."""
+    stripped = [{k.split("/dataloader_idx_")[0]: v for k, v in r.items()} for r in results]
+    names = sorted({k for r in stripped for k in r})
+    headers = [f"{'Validate' if stage == 'validate' else 'Test'} metric"] + [f"DataLoader {i}" for i in range(len(results))]
+    cells = [[name] + [f"{r[name]:.6g}" if name in r else "" for r in stripped] for name in names]
+    width = max([len(h) for h in headers] + [len(c) for row in cells for c in row] + [12]) + 2
+    bar = "─" * (width * len(headers))
+    lines = [bar, "".join(h.center(width) for h in headers).rstrip(), bar]
+    lines += ["".join(c.center(width) for c in row).rstrip() for row in cells] or ["(nothing was logged)".center(width)]
+    return "\n".join(lines + [bar])
 
 
 def evaluation_loop(
+    trainer: Trainer, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
+) -> list[Any] | None:
+    """:func:`run_evaluation`, with ``trainer._phase`` saying which phase runs (``trainer.validating``
+    and friends read it), timed when a profiler is on."""
+    previous, trainer._phase = trainer._phase, phase
+    profiler = trainer.profiler
+    start = time.perf_counter()
+    try:
+        return run_evaluation(trainer, phase, loaders, limit, publish)
+    finally:
+        trainer._phase = previous
+        if profiler is not None and publish:
+            profiler.add(phase, time.perf_counter() - start)
+
+
+def run_evaluation(
     trainer: Trainer, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
     """Run ``phase`` ("validation", "test" or "predict") over ``loaders`` (one loader or a
@@ -48,6 +90,8 @@ def evaluation_loop(
     step_name = _STEP[phase]
     lengths = loaders.lengths()
     counts = [limited(n, limit) for n in lengths]
+    if publish:  # Lightning's trainer.num_val_batches (num_test_batches, ...): one count per loader
+        setattr(trainer, _COUNTS[phase], counts)
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
         return [[] for _ in counts] if phase == "predict" else None
@@ -69,10 +113,10 @@ def evaluation_loop(
             set_sink(sink)
             step_args = (i,) if pass_idx else ()
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
-            with torch.no_grad(), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
+            with _no_grad(trainer), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
-                it = batches(loader, trainer._fetching)
+                it = trainer._precision.convert_batches(batches(loader, trainer._fetching))
                 it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
                 for batch_idx, batch in enumerate(it):
                     sink.batch_size = batch_size(batch)
@@ -117,16 +161,20 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
     rng = ckpt_io.rng_state()
     generators = [ckpt_io.generator_states(loader) for loader in loaders]
-    hooks.call("on_sanity_check_start", trainer, model)
-    trainer._hooks, trainer.sanity_checking = Hooks([], model), True
+    trainer.sanity_checking = True  # from on_sanity_check_start to on_sanity_check_end, as in Lightning
     try:
-        evaluation_loop(trainer, "validation", loaders, limit, publish=False)
+        hooks.call("on_sanity_check_start", trainer, model)
+        trainer._hooks = Hooks([], model)
+        try:
+            evaluation_loop(trainer, "validation", loaders, limit, publish=False)
+        finally:
+            trainer._hooks = hooks
+            ckpt_io.set_rng_state(rng)
+            for loader, states in zip(loaders, generators):
+                ckpt_io.set_generator_states(loader, states)
+        hooks.call("on_sanity_check_end", trainer, model)
     finally:
-        trainer._hooks, trainer.sanity_checking = hooks, False
-        ckpt_io.set_rng_state(rng)
-        for loader, states in zip(loaders, generators):
-            ckpt_io.set_generator_states(loader, states)
-    hooks.call("on_sanity_check_end", trainer, model)
+        trainer.sanity_checking = False
 
 
 def limited(n: int | None, limit: int | float | None) -> int | float:

@@ -21,23 +21,25 @@ from trainer.loops.evaluation import check_val_interval, evaluation_loop, limite
 from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
 from trainer.loops.manual import ManualOptimization, check_manual
 from trainer.loops.optim import automatic_step, resolve_optimizers
+from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
-_STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop requests (DDP)
 
 
-class FitLoop:
+class FitLoop(StopRules):
     """One ``fit`` in one process. The order of events, which is the contract callbacks rely on::
 
         setup("fit")                              (in stage.run_stage)
         on_fit_start
         sanity check: num_sanity_val_steps validation batches, the RNG left as it was
         on_train_start
-        for each epoch until max_epochs, max_steps or a stop request:
+        for each epoch until max_epochs, max_steps or a stop request (honoured once
+        min_epochs and min_steps are met):
+            every reload_dataloaders_every_n_epochs epochs: the loaders from their hooks again
             on_train_epoch_start
             for each batch (a resumed run skips the consumed ones at the sampler):
                 on_train_batch_start
@@ -71,19 +73,14 @@ class FitLoop:
     The state that checkpoints record lives on the Trainer (``checkpoint_state``).
     """
 
-    def __init__(self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None) -> None:
-        strategy = trainer.strategy
+    def __init__(
+        self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None,
+        reload: Callable[[], tuple[Any, Any]] | None = None,
+    ) -> None:
         self.trainer, self.model = trainer, model
-        self.train_loader = strategy.process_dataloader(train_loader, "train")
-        self.val_loader = None if val_loader is None else val_loader.map(lambda x: strategy.process_dataloader(x, "validate"))
-        n = loader_length(self.train_loader)
-        if n == 0:
-            raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
-        trainer.num_training_batches = limited(n, trainer.limit_train_batches)
-        if self.val_loader is not None:
-            check_val_interval(trainer)
-        trainer.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
-        check_same_length(strategy.gather_objects(trainer.num_training_batches))
+        self._reload, self._loaded_at = reload, 0  # reload_dataloaders_every_n_epochs: where they come from
+        self._told_min = False  # the min_epochs/min_steps message is logged once
+        self._use_loaders(train_loader, val_loader)
         # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
         trainer._opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
         check_manual(trainer, model, len(opt.optimizers))
@@ -96,20 +93,42 @@ class FitLoop:
         if trainer.is_global_zero:
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
 
+    def _use_loaders(self, train_loader: Any, val_loader: Any) -> None:
+        trainer, strategy = self.trainer, self.trainer.strategy
+        self.train_loader = strategy.process_dataloader(train_loader, "train")
+        self.val_loader = None if val_loader is None else val_loader.map(lambda x: strategy.process_dataloader(x, "validate"))
+        n = loader_length(self.train_loader)
+        if n == 0:
+            raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
+        trainer.num_training_batches = limited(n, trainer.limit_train_batches)
+        if self.val_loader is not None:
+            check_val_interval(trainer)
+        trainer.train_dataloader = self.train_loader
+        trainer.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
+        trainer.num_val_batches = [] if self.val_loader is None else [
+            limited(length, trainer.limit_val_batches) for length in self.val_loader.lengths()
+        ]
+        check_same_length(strategy.gather_objects(trainer.num_training_batches))
+
+    def _maybe_reload(self) -> None:
+        """``reload_dataloaders_every_n_epochs``: new loaders from the model's or DataModule's hooks
+        at the start of every n-th epoch (loaders passed to fit are the same objects again)."""
+        every, epoch = self.trainer.reload_dataloaders_every_n_epochs, self.trainer.state.current_epoch
+        if self._reload is not None and every and epoch - self._loaded_at >= every:
+            self._use_loaders(*self._reload())
+            self._loaded_at = epoch
+
     def run(self) -> None:
-        trainer, state = self.trainer, self.trainer.state
+        trainer = self.trainer
+        if trainer.profiler is not None:
+            trainer.profiler.attach_optimizers(trainer._opt.optimizers)
+        trainer._phase = "train"
         trainer._publish_step_metrics = self._publish_step_metrics
         try:
             self._run()
         finally:
+            trainer._phase = None
             trainer._publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
-        received = trainer._signals.received
-        if received is not None:  # came after the last stop check: finished, but say so
-            raise Interrupted(
-                f"{signal.Signals(received).name} arrived after the last step boundary; training "
-                f"had finished (step {state.global_step}) and its checkpoints are complete.",
-                received,
-            )
 
     def _run(self) -> None:
         trainer, model, hooks, state = self.trainer, self.model, self.trainer._hooks, self.trainer.state
@@ -120,6 +139,7 @@ class FitLoop:
             sanity_check(trainer, self.val_loader)
             hooks.call("on_train_start", trainer, model)
             while not self._done():
+                self._maybe_reload()
                 trainer._train_sink = sink = MetricSink()
                 previous_sink = set_sink(sink)
                 try:
@@ -136,6 +156,13 @@ class FitLoop:
                 state.should_stop = trainer.strategy.any_rank(state.should_stop)
             hooks.call("on_train_end", trainer, model)
             hooks.call("on_fit_end", trainer, model)
+        received = trainer._signals.received
+        if received is not None:  # came after the last stop check: finished, but say so
+            raise Interrupted(
+                f"{signal.Signals(received).name} arrived after the last step boundary; training "
+                f"had finished (step {state.global_step}) and its checkpoints are complete.",
+                received,
+            )
 
     def _end_epoch(self) -> None:
         """A completed epoch's end. The model's ``on_train_epoch_end`` runs with the epoch's
@@ -217,7 +244,7 @@ class FitLoop:
         )
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
         # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
-        sync_every = _STOP_SYNC_EVERY if strategy.world_size > 1 else 0
+        sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0
         signals = trainer._signals
         trainer._step_skipped = False
         # A DataLoader's batch sizes are known in advance; other iterables are measured per batch.
@@ -232,7 +259,10 @@ class FitLoop:
         sized = loader_length(loader) is not None
         if strategy.world_size > 1 and not sized:
             epoch_batches = in_lockstep(epoch_batches, strategy)
-        epoch_batches = strategy.device_batches(epoch_batches)  # on a GPU: copied there ahead
+        epoch_batches = strategy.device_batches(trainer._precision.convert_batches(epoch_batches))  # on a GPU: copied ahead
+        profiler = trainer.profiler
+        if profiler is not None:  # timed versions of what the body calls; without a profiler, nothing changes
+            epoch_batches, backward = profiler.timed_iter("fetching", epoch_batches), profiler.timed("backward", backward)
         batch_idx = state.batch_in_epoch - 1
         group, completes = 1, True  # without accumulation every batch is a whole group
         try:
@@ -249,6 +279,8 @@ class FitLoop:
                     samples += size
                     if training_step is None:
                         training_step = strategy.step_runner("training_step", batch)
+                        if profiler is not None:
+                            training_step = profiler.timed("training_step", training_step)
                     if batch_start:
                         for fn in batch_start:
                             fn(trainer, model, batch, batch_idx)
@@ -348,47 +380,6 @@ class FitLoop:
         """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
         if self.trainer.strategy.any_rank(not math.isfinite(loss.item())):  # item(): one read, no tensor op
             raise non_finite_loss(self.trainer.state.global_step, self.trainer.state.current_epoch)
-
-    def _stopping_now(self) -> bool:
-        """True at a step boundary where fit must end. On several processes, stop requests
-        (should_stop, SIGTERM/SIGINT) are agreed every few steps, so all ranks stop together."""
-        trainer = self.trainer
-        state, strategy, signals = trainer.state, trainer.strategy, trainer._signals
-        if strategy.world_size > 1:
-            if state.global_step % _STOP_SYNC_EVERY:
-                return self._reached_max_steps()
-            flags = torch.tensor([float(signals.received is not None), float(state.should_stop)])
-            signalled, stop = (strategy.all_reduce_sum(flags) > 0).tolist()
-            state.should_stop = bool(stop)
-        else:
-            signalled = signals.received is not None
-        if signalled:
-            self._interrupt()
-        return state.should_stop or self._reached_max_steps()
-
-    def _reached_max_steps(self) -> bool:
-        trainer = self.trainer
-        if trainer.max_steps is None or trainer.state.global_step < trainer.max_steps:
-            return False
-        trainer.state.stop_reason = trainer.state.stop_reason or "max_steps"
-        return True
-
-    def _interrupt(self) -> None:
-        trainer = self.trainer
-        signum = trainer._signals.received or signal.SIGTERM
-        trainer.state.stop_reason = "signal"
-        checkpoint = trainer.checkpoint_callback
-        path = None if checkpoint is None else checkpoint.write_last(trainer, self.model)
-        where = f"; last checkpoint: {path}" if path else ""
-        raise Interrupted(
-            f"Training stopped by {signal.Signals(signum).name} at step {trainer.state.global_step} "
-            f"(epoch {trainer.state.current_epoch}){where}. Resume with fit(..., ckpt_path='last').",
-            signum,
-        )
-
-    def _done(self) -> bool:
-        t, s = self.trainer, self.trainer.state  # max_epochs and max_steps are None or >= 1
-        return s.should_stop or s.current_epoch >= (t.max_epochs or math.inf) or s.global_step >= (t.max_steps or math.inf)
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch

@@ -1,26 +1,42 @@
-"""Mixed precision: the autocast context and, for float16, the gradient scaler."""
+"""Precision: mixed (the autocast context and, for float16, the gradient scaler) or "true"
+(the model's parameters and the batches' floating-point tensors in one dtype)."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import threading
+from typing import Any, Iterable, Iterator
 
 import torch
 
 from trainer.core.checks import suggest
+from trainer.data.batches import apply_to_tensors
 
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")
-_ALIASES = {"32-true": "32", "bf16": "bf16-mixed", "16": "16-mixed"}
+# Lightning's names; the short spellings (32, "16", "bf16", 64, ...) mean the same as theirs.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
+_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed", "64": "64-true"}
+_TRUE_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}
+_NOT_SUPPORTED = ("transformer-engine", "transformer-engine-float16", "16-mixed-deepspeed")
 
 
 def normalize_precision(value: Any) -> str:
+    """Any of Lightning's spellings (32, "32", "32-true", 16, "16-mixed", "bf16", ...) as its
+    full name, which is what ``trainer.precision`` reads, as in Lightning."""
     key = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     if isinstance(key, str):
         key = _ALIASES.get(key, key)
         if key in PRECISIONS:
             return key
+        if key in _NOT_SUPPORTED or key.startswith("nf4") or key.startswith("int8"):
+            raise ValueError(
+                f"precision={value!r} (a Lightning plugin's precision) is not supported. Use '32-true', "
+                "'bf16-mixed', '16-mixed' (CUDA), or a true precision: 'bf16-true', '16-true', '64-true'."
+            )
     valid = ", ".join(repr(p) for p in PRECISIONS)
-    raise ValueError(f"Unknown precision={value!r}. Valid: {valid}.{suggest(str(value), PRECISIONS)}")
+    raise ValueError(
+        f"Unknown precision={value!r}. Valid: {valid} (or Lightning's short spellings 32, 16, 'bf16', 64)."
+        f"{suggest(str(value), PRECISIONS)}"
+    )
 
 
 _FP16_NEEDS_CUDA = (
@@ -38,22 +54,66 @@ def check_precision_available(precision: str) -> None:
 _FULL_PRECISION = contextlib.nullcontext()  # reusable: entered once per step, so not rebuilt each time
 
 
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Tensors a step creates without a dtype (``torch.zeros(n)``) get ``dtype``, as Lightning's
+    true precisions do; the previous default comes back after the step. The default dtype is
+    the process's, not the thread's: DataParallel's replica threads leave it alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 class Precision:
-    """Runs steps under autocast and scales float16 losses. ``"32"`` is a no-op."""
+    """Runs steps under autocast and scales float16 losses. ``"32-true"`` is a no-op.
+
+    A true precision ("bf16-true", "16-true", "64-true") converts the model once
+    (``convert_module``) and each batch's floating-point tensors as they are loaded
+    (``convert_batches``), and runs steps with that default dtype.
+    """
 
     def __init__(self, precision: str, device: torch.device) -> None:
-        self.precision = precision
+        self.precision = precision = normalize_precision(precision)
         self.device_type = device.type
         if precision == "16-mixed" and device.type != "cuda":
             raise ValueError(_FP16_NEEDS_CUDA.format(where=repr(device.type)))
+        #: the dtype that steps run in; None for full precision (no context entered per step)
         self.dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+        self.param_dtype = _TRUE_DTYPES.get(precision)  # a true precision's dtype, else None
+        if self.param_dtype is not None:
+            self.dtype = self.param_dtype
         self.scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" else None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         # autocast is thread-local: DataParallel replica threads enter this themselves.
         if self.dtype is None:
             return _FULL_PRECISION
+        if self.param_dtype is not None:
+            return _default_dtype(self.param_dtype)
         return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def convert_module(self, module: torch.nn.Module) -> None:
+        """A true precision: the parameters and floating-point buffers in its dtype (in place)."""
+        if self.param_dtype is not None:
+            module.to(self.param_dtype)
+
+    def convert_batches(self, batches: Iterable[Any]) -> Iterable[Any]:
+        """A true precision: each batch's floating-point tensors in its dtype; else ``batches`` as they are.
+        Called once per pass over a loader, so full and mixed precision cost nothing per batch."""
+        if self.param_dtype is None:
+            return batches
+        dtype = self.param_dtype
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype) if t.is_floating_point() else t
+
+        return (apply_to_tensors(batch, cast) for batch in batches)
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         if self.scaler is not None:

@@ -8,8 +8,11 @@ spawning strategy it runs in every worker, and global rank 0 returns a picklable
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+
+import torch
 
 from trainer.loops.hooks import Hooks
 from trainer.checkpoint.resume import evaluate_checkpoint, resolve_path
@@ -42,14 +45,22 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
     """Set the process up, run ``stage``, tear down; returns what the caller gets back."""
     strategy = trainer.strategy
     strategy.setup_environment()
+    profiler = trainer.profiler
+    if profiler is not None:
+        profiler.start(stage)
     try:
-        with deterministic_algorithms(trainer.deterministic):  # the caller's settings come back after
+        # The caller's settings come back after: deterministic kernels, cuDNN autotuning, anomaly detection.
+        with deterministic_algorithms(trainer.deterministic), torch_flags(trainer.benchmark, trainer.detect_anomaly):
             output = _run(trainer, stage, model, data, ckpt_path)
         # For the caller's model: gathered on every rank while the group is up (fsdp shards them).
         weights = strategy.module_state_dict() if strategy.spawned else None
     finally:
         trainer.state.stage = "idle"
         strategy.teardown()
+        if profiler is not None:
+            profiler.stop()
+            if strategy.is_global_zero:
+                profiler.describe()
     if not strategy.spawned:
         return output
     # A spawned worker: rank 0 sends back what the caller's model and trainer need.
@@ -63,6 +74,8 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         "logged_metrics": trainer.logged_metrics,
         "run_dir": trainer.run_dir,
         "callbacks": [cb.state_dict() for cb in trainer.callbacks],
+        "profiler": trainer.profiler,
+        "batches": (trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches),
     }
 
 
@@ -77,7 +90,23 @@ def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
     trainer.run_dir = result["run_dir"]
     for cb, state in zip(trainer.callbacks, result["callbacks"]):
         cb.load_state_dict(state)
+    trainer.profiler = result["profiler"]
+    trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches = result["batches"]
     return result["output"]
+
+
+@contextlib.contextmanager
+def torch_flags(benchmark: bool | None, detect_anomaly: bool) -> Iterator[None]:
+    """``Trainer(benchmark=...)`` (cuDNN autotuning; None leaves the process's setting) and
+    ``detect_anomaly`` (autograd's anomaly mode) for the stage; the previous values come back after."""
+    previous = torch.backends.cudnn.benchmark
+    if benchmark is not None:
+        torch.backends.cudnn.benchmark = benchmark
+    try:
+        with torch.autograd.set_detect_anomaly(detect_anomaly) if detect_anomaly else contextlib.nullcontext():
+            yield
+    finally:
+        torch.backends.cudnn.benchmark = previous
 
 
 def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any) -> Any:
@@ -87,10 +116,14 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     trainer._precision = strategy.precision = Precision(trainer.precision, strategy.root_device)
     trainer._module = model
     model._trainer = trainer
+    trainer._precision.convert_module(model)  # a true precision ("bf16-true", "64-true"): before any wrapper
     strategy.setup_module(model)
     if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
         strategy.compile(trainer.compile)
     trainer._hooks = hooks = Hooks(trainer.callbacks, model)
+    if trainer.profiler is not None:
+        trainer.profiler.wrap_hooks(hooks)
+    trainer.datamodule = datamodule
     if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
         trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
         trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}
@@ -99,9 +132,9 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     else:
         trainer.state.stage = stage  # evaluation never moves the training counters
     # predict logs nothing, so it gets no run folder; evaluation after fit writes into fit's.
-    if trainer.log_dir is not None and stage != "predict" and (trainer.run_dir is None or stage == "fit"):
+    if trainer.default_root_dir is not None and stage != "predict" and (trainer.run_dir is None or stage == "fit"):
         trainer.run_dir = strategy.broadcast_object(
-            run_dir(trainer.log_dir, trainer.name, ckpt_path if stage == "fit" else None) if strategy.is_global_zero else None
+            run_dir(trainer.default_root_dir, trainer.name, ckpt_path if stage == "fit" else None) if strategy.is_global_zero else None
         )
     prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait
     if datamodule is not None:
@@ -112,14 +145,19 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     counters = None
     try:
         if stage == "fit":
-            train = stage_loader("train", data.loader, model, datamodule)
-            if data.loader is None:  # the model's or DataModule's: checked here, where they were made
-                check_train_loader(train)
-            val = stage_loader("validate", data.val_loader, model, datamodule)
-            val = None if val is None else Loaders(val)
-            if trainer.overfit_batches:
-                train, val = overfit_loaders(train, val, trainer.overfit_batches)
-            FitLoop(trainer, model, train, val, ckpt_path).run()
+            def fit_loaders() -> tuple[Any, Any]:  # again every n epochs with reload_dataloaders_every_n_epochs
+                train = stage_loader("train", data.loader, model, datamodule)
+                if data.loader is None:  # the model's or DataModule's: checked here, where they were made
+                    check_train_loader(train)
+                val = stage_loader("validate", data.val_loader, model, datamodule)
+                val = None if val is None else Loaders(val)
+                if trainer.overfit_batches:
+                    train, val = overfit_loaders(train, val, trainer.overfit_batches)
+                return train, val
+
+            reload = fit_loaders if trainer.reload_dataloaders_every_n_epochs else None
+            train, val = fit_loaders()
+            FitLoop(trainer, model, train, val, ckpt_path, reload=reload).run()
             if trainer.fast_dev_run and strategy.is_global_zero:
                 batches, n = trainer.num_training_batches, trainer.fast_dev_run
                 log.info(
@@ -153,11 +191,12 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             model._compiled_call_impl = None
 
 
-def per_loader(metrics: dict[str, float], loaders: Loaders) -> Any:
-    """validate's and test's result: the means, or with several loaders one dict per loader
-    (its own suffixed values and the unsuffixed ones an epoch-end hook logged), shaped as given."""
+def per_loader(metrics: dict[str, float], loaders: Loaders) -> list[dict[str, float]]:
+    """validate's and test's result, as Lightning's: a list with one dict per loader, in the
+    order given (a dict's in its order). With several loaders each holds its own suffixed
+    values; every one holds the unsuffixed ones that an epoch-end hook logged."""
     if not loaders.several:
-        return dict(metrics)
+        return [dict(metrics)]
     suffixes = [loaders.suffix(i) for i in range(len(loaders))]
     shared = {k: v for k, v in metrics.items() if not any(k.endswith(sfx) for sfx in suffixes)}
-    return loaders.pack([{**{k: v for k, v in metrics.items() if k.endswith(sfx)}, **shared} for sfx in suffixes])
+    return [{**{k: v for k, v in metrics.items() if k.endswith(sfx)}, **shared} for sfx in suffixes]

@@ -142,7 +142,7 @@ def test_values_logged_in_epoch_end_hooks_reach_callback_metrics_and_tensorboard
     scalars = _scalars(trainer.run_dir)
     assert [s for s, _ in scalars["val_epoch_acc"]] == [4, 8]
     assert scalars["batches_seen_epoch"] == [(4, 4.0), (8, 4.0)]
-    assert trainer.validate(model, loader(n=32)) == {"val_epoch_acc": pytest.approx(expected)}
+    assert trainer.validate(model, loader(n=32)) == [{"val_epoch_acc": pytest.approx(expected)}]
 
 
 class Remembers(Classifier):

@@ -71,7 +71,7 @@ def test_the_model_can_define_its_own_loaders():
     trainer = Trainer(max_epochs=1, **quiet())
     trainer.fit(WithLoaders())
     assert trainer.global_step == 4 and "val_loss" in trainer.callback_metrics
-    assert set(trainer.validate(WithLoaders())) == {"val_loss", "val_acc"}
+    assert [set(r) for r in trainer.validate(WithLoaders())] == [{"val_loss", "val_acc"}]
 
 
 def test_the_data_must_come_from_one_place_and_be_there():
@@ -136,16 +136,16 @@ def test_several_validation_loaders_keep_their_metrics_apart_like_each_loader_al
     trainer = Trainer(**quiet())
     results = trainer.validate(model, [first, second])
     assert model.step_idx == [0, 0, 1, 1, 1] and model.hook_idx == [0, 0, 1, 1, 1]
-    alone = [trainer.validate(model, first), trainer.validate(model, second)]
+    alone = [*trainer.validate(model, first), *trainer.validate(model, second)]
     for i, (result, single) in enumerate(zip(results, alone)):
         assert result == {
             f"val_loss/dataloader_idx_{i}": single["val_loss"], f"val_acc/dataloader_idx_{i}": single["val_acc"],
             "epoch_value": 7.0,
         }
-    # A dict of loaders: results by key, metrics suffixed with the key.
+    # A dict of loaders: one result per loader in the dict's order (as Lightning returns), metrics suffixed with the key.
     by_name = trainer.validate(model, {"clean": first, "noisy": second})
-    assert by_name["clean"]["val_loss/clean"] == alone[0]["val_loss"]
-    assert by_name["noisy"]["val_acc/noisy"] == alone[1]["val_acc"]
+    assert by_name[0]["val_loss/clean"] == alone[0]["val_loss"]
+    assert by_name[1]["val_acc/noisy"] == alone[1]["val_acc"]
     assert trainer.test(model, [first, second])[1]["idx/dataloader_idx_1"] == 1.0
 
 
@@ -195,7 +195,7 @@ def test_validate_with_ckpt_path_best_last_or_a_file_evaluates_those_weights_at_
     expected.load_state_dict(_weights(best))
     metrics = trainer.validate(model, loader(32), ckpt_path="best")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), expected.state_dict().values()))
-    assert metrics == {"score": 1.0}  # written at epoch 0's end, the checkpoint's epoch is the next one
+    assert metrics == [{"score": 1.0}]  # written at epoch 0's end, the checkpoint's epoch is the next one
     assert trainer.global_step == 12  # the trainer's counters come back after
     acc = EventAccumulator(trainer.run_dir)
     acc.Reload()

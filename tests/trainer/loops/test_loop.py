@@ -224,7 +224,7 @@ def test_dict_output_with_loss_and_self_trainer():
 
 def test_epoch_means_are_weighted_by_batch_size():
     model = Classifier()
-    metrics = Trainer(**quiet()).validate(model, DataLoader(dataset(50), batch_size=16))  # 16,16,16,2
+    [metrics] = Trainer(**quiet()).validate(model, DataLoader(dataset(50), batch_size=16))  # 16,16,16,2
     x, y = dataset(50).tensors
     with torch.no_grad():
         expected = nn.functional.cross_entropy(model(x), y).item()
@@ -235,7 +235,7 @@ def test_epoch_means_are_weighted_by_batch_size():
 def test_test_and_predict_outputs():
     model = Classifier()
     trainer = Trainer(**quiet())
-    assert set(trainer.test(model, loader(20, 8))) == {"test_loss"}
+    assert [set(r) for r in trainer.test(model, loader(20, 8))] == [{"test_loss"}]
     preds = trainer.predict(model, DataLoader(dataset(20).tensors[0], batch_size=8))
     assert [p.shape[0] for p in preds] == [8, 8, 4]
     with torch.no_grad():

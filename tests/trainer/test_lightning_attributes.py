@@ -1,0 +1,245 @@
+"""What Lightning code reads on the Trainer during and after fit, validate/test's results and their
+table, save_checkpoint(weights_only=...), weights_only= on the entry points, and the profiler."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from callbacks import Callback, EarlyStopping, ModelCheckpoint
+from tests._models import Classifier, dataset, loader, quiet
+from trainer import CheckpointError, DataModule, Trainer
+
+
+class WithScheduler(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1), "interval": "step"}}
+
+
+class Records(Callback):
+    """What a Lightning callback would read, in the hooks it would read it in."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict] = {}
+
+    def _stage(self, trainer) -> tuple:
+        return (trainer.training, trainer.validating, trainer.testing, trainer.predicting, trainer.sanity_checking)
+
+    def on_sanity_check_start(self, trainer, module):
+        self.seen["sanity"] = {"stage": self._stage(trainer)}
+
+    def on_train_start(self, trainer, module):
+        self.seen["train_start"] = {
+            "stage": self._stage(trainer), "lightning_module": trainer.lightning_module is module,
+            "model": trainer.model is module, "optimizers": trainer.optimizers, "num_training_batches": trainer.num_training_batches,
+            "num_val_batches": trainer.num_val_batches, "train_dataloader": trainer.train_dataloader,
+            "val_dataloaders": trainer.val_dataloaders, "estimated": trainer.estimated_stepping_batches,
+            "schedulers": [c.scheduler for c in trainer.lr_scheduler_configs],
+            "intervals": [c.interval for c in trainer.lr_scheduler_configs],
+            "ranks": (trainer.global_rank, trainer.local_rank, trainer.node_rank, trainer.world_size, trainer.is_global_zero, trainer.num_devices, trainer.num_nodes),
+            "datamodule": trainer.datamodule,
+        }
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.seen.setdefault("bar", []).append(dict(trainer.progress_bar_metrics))
+
+    def on_validation_start(self, trainer, module):
+        self.seen.setdefault("validation", []).append(self._stage(trainer))
+
+    def on_test_start(self, trainer, module):
+        self.seen["test"] = self._stage(trainer)
+
+    def on_predict_start(self, trainer, module):
+        self.seen["predict"] = self._stage(trainer)
+
+
+class Data(DataModule):
+    def train_dataloader(self):
+        return loader(48, 16)
+
+    def val_dataloader(self):
+        return [loader(32, 16), loader(16, 16)]
+
+
+def test_what_callbacks_read_during_and_after_fit():
+    rec, stop = Records(), EarlyStopping(monitor="val_loss/dataloader_idx_0", patience=100)
+    model, dm = WithScheduler(), Data()
+    trainer = Trainer(max_epochs=2, limit_val_batches=1, callbacks=[rec, stop], enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=dm)
+    start = rec.seen["train_start"]
+    assert rec.seen["sanity"]["stage"] == (False, False, False, False, True)
+    assert start["stage"] == (True, False, False, False, False)
+    assert rec.seen["validation"] == [(False, True, False, False, False)] * 2
+    assert start["lightning_module"] and start["model"]  # one process: the model is the module itself
+    assert start["optimizers"] == trainer.optimizers and len(start["optimizers"]) == 1
+    assert start["num_training_batches"] == 3 and start["num_val_batches"] == [1, 1]  # after limit_val_batches
+    assert isinstance(start["train_dataloader"], DataLoader) and len(start["val_dataloaders"]) == 2
+    assert start["estimated"] == 6
+    assert start["schedulers"] == [trainer.lr_scheduler] and start["intervals"] == ["step"]
+    assert start["ranks"] == (0, 0, 0, 1, True, 1, 1)
+    assert start["datamodule"] is dm and trainer.datamodule is dm
+    assert all("train_loss" in bar for bar in rec.seen["bar"])  # logged with prog_bar=True
+    assert "val_loss/dataloader_idx_0" not in rec.seen["bar"][-1]  # not prog_bar
+    # After fit.
+    assert (trainer.current_epoch, trainer.global_step, trainer.max_epochs, trainer.max_steps) == (2, 6, 2, None)
+    assert isinstance(trainer.checkpoint_callback, ModelCheckpoint) and trainer.checkpoint_callbacks == [trainer.checkpoint_callback]
+    assert trainer.early_stopping_callback is stop and trainer.early_stopping_callbacks == [stop]
+    assert {"train_loss", "val_loss/dataloader_idx_0", "val_acc/dataloader_idx_1"} <= set(trainer.callback_metrics)
+    assert set(trainer.logged_metrics) >= {"val_loss/dataloader_idx_0"}
+    assert list(trainer.progress_bar_metrics) == ["train_loss"]  # the latest step's value
+    assert not (trainer.training or trainer.validating or trainer.testing or trainer.predicting or trainer.sanity_checking)
+    trainer.test(model, loader(16), verbose=False)
+    trainer.predict(model, loader(16))
+    assert rec.seen["test"] == (False, False, True, False, False) and rec.seen["predict"] == (False, False, False, True, False)
+    assert trainer.num_test_batches == [1] and trainer.num_predict_batches == [1]
+
+
+def test_should_stop_is_settable_and_fit_stops_at_the_next_step():
+    class Stopper(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if trainer.global_step == 3:
+                trainer.should_stop = True
+
+    trainer = Trainer(max_epochs=5, callbacks=[Stopper()], **quiet())
+    trainer.fit(Classifier(), loader(64, 16))
+    assert trainer.should_stop and trainer.global_step == 3 and trainer.current_epoch == 0
+
+
+# --- validate() and test() ------------------------------------------------------------------
+def test_validate_and_test_return_one_dict_per_loader_and_print_lightnings_table(capsys):
+    model = Classifier()
+    trainer = Trainer(**quiet())
+    one = trainer.validate(model, loader(32))
+    table = capsys.readouterr().out
+    assert isinstance(one, list) and len(one) == 1 and set(one[0]) == {"val_loss", "val_acc"}
+    assert "Validate metric" in table and "DataLoader 0" in table and "DataLoader 1" not in table
+    line = next(row for row in table.splitlines() if row.split() and row.split()[0] == "val_loss")
+    assert float(line.split()[1]) == pytest.approx(one[0]["val_loss"], rel=1e-5)
+
+    two = trainer.test(model, [loader(32), loader(16)])
+    table = capsys.readouterr().out
+    assert [set(r) for r in two] == [{"test_loss/dataloader_idx_0"}, {"test_loss/dataloader_idx_1"}]
+    assert "Test metric" in table and "DataLoader 1" in table
+    row = next(r for r in table.splitlines() if r.split() and r.split()[0] == "test_loss").split()
+    assert [float(v) for v in row[1:]] == pytest.approx([two[0]["test_loss/dataloader_idx_0"], two[1]["test_loss/dataloader_idx_1"]], rel=1e-5)
+
+    assert trainer.validate(model, loader(32), verbose=False) == one
+    assert capsys.readouterr().out == ""
+    with pytest.raises(TypeError, match=r"verbose='yes' must be True or False"):
+        trainer.validate(model, loader(32), verbose="yes")
+
+
+def test_validate_without_a_model_runs_the_last_fits():
+    trainer = Trainer(max_steps=2, **quiet())
+    with pytest.raises(TypeError, match=r"trainer.validate\(\) needs a model: .* none has run"):
+        trainer.validate(dataloaders=loader(16))
+    model = Classifier()
+    trainer.fit(model, loader(32))
+    assert trainer.validate(dataloaders=loader(16), verbose=False) == trainer.validate(model, loader(16), verbose=False)
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+def test_save_checkpoint_weights_only_keeps_the_weights_and_no_training_state(tmp_path):
+    model = Classifier(hidden=5)
+    trainer = Trainer(max_steps=3, **quiet())
+    trainer.fit(model, loader(64))
+    trainer.save_checkpoint(tmp_path / "full.ckpt")
+    trainer.save_checkpoint(tmp_path / "weights.ckpt", weights_only=True)
+    full = torch.load(tmp_path / "full.ckpt", weights_only=True)
+    light = torch.load(tmp_path / "weights.ckpt", weights_only=True)
+    assert {"optimizer_states", "loop", "rng"} <= set(full) and not {"optimizer_states", "loop", "rng", "callbacks"} & set(light)
+    assert all(torch.equal(light["model"][k], v) for k, v in model.state_dict().items())
+    restored = Classifier.load_from_checkpoint(tmp_path / "weights.ckpt")
+    assert restored.net[0].out_features == 5 and torch.equal(restored.net[0].weight, model.net[0].weight)
+    [result] = Trainer(**quiet()).validate(Classifier(hidden=5), loader(32), ckpt_path=tmp_path / "weights.ckpt", verbose=False)
+    assert result == trainer.validate(model, loader(32), verbose=False)[0]
+    with pytest.raises(CheckpointError, match="no training state"):
+        Trainer(max_steps=4, **quiet()).fit(Classifier(hidden=5), loader(64), ckpt_path=tmp_path / "weights.ckpt")
+    with pytest.raises(ValueError, match="remote file systems are not supported"):
+        trainer.save_checkpoint(tmp_path / "x.ckpt", storage_options={"anon": True})
+
+
+def test_the_entry_points_accept_lightnings_weights_only(tmp_path):
+    model = Classifier()
+    trainer = Trainer(max_steps=2, **quiet())
+    trainer.fit(model, loader(32), weights_only=False)
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    for weights_only in (True, False, None):
+        trainer.validate(model, loader(16), ckpt_path=tmp_path / "a.ckpt", verbose=False, weights_only=weights_only)
+        trainer.test(model, loader(16), ckpt_path=tmp_path / "a.ckpt", verbose=False, weights_only=weights_only)
+        assert len(trainer.predict(model, loader(16), ckpt_path=tmp_path / "a.ckpt", weights_only=weights_only)) == 1
+    with pytest.raises(TypeError, match=r"weights_only='no' must be True, False or None"):
+        trainer.test(model, loader(16), weights_only="no")
+    assert trainer.predict(model, loader(16), return_predictions=False) is None
+
+
+# --- the profiler ---------------------------------------------------------------------------
+def test_profiler_simple_reports_where_the_time_went(capsys):
+    trainer = Trainer(max_epochs=2, profiler="simple", enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(WithScheduler(), loader(64, 16), loader(32, 16))
+    out = capsys.readouterr().out
+    assert "Profiler report (fit)" in out
+    recorded = trainer.profiler.recorded
+    assert recorded["training_step"][0] == 8 and recorded["backward"][0] == 8 and recorded["optimizer_step"][0] == 8
+    assert recorded["fetching"][0] == 8 and recorded["validation"][0] == 2  # the sanity check is not counted
+    assert recorded["checkpointing"][0] > 0 and recorded["callbacks"][0] > 0  # ModelCheckpoint's, TensorBoard's hooks
+    for action in ("fetching", "training_step", "backward", "optimizer_step", "checkpointing", "validation"):
+        assert any(line.startswith(action) for line in out.splitlines()), action
+    assert all(seconds >= 0 for _, seconds in recorded.values()) and trainer.profiler.total > 0
+    # Nothing of the profiler stays on the optimizer after fit.
+    assert not trainer.optimizer._optimizer_step_pre_hooks and not trainer.optimizer._optimizer_step_post_hooks
+
+
+def test_no_profiler_changes_nothing_in_the_loop():
+    seen = {}
+
+    class Peek(Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            seen["hooks"] = trainer._hooks.on_train_batch_start
+
+    peek = Peek()
+    trainer = Trainer(max_steps=1, callbacks=[peek], **quiet())
+    trainer.fit(Classifier(), loader(16))
+    assert trainer.profiler is None and seen["hooks"] == [peek.on_train_batch_start]  # the callback's own method
+    with pytest.raises(ValueError, match=r"profiler='advanced' is not supported.*torch.profiler.profile"):
+        Trainer(profiler="advanced")
+    with pytest.raises(ValueError, match=r"Unknown profiler='simpel'.*Did you mean 'simple'"):
+        Trainer(profiler="simpel")
+
+
+# --- under ddp ------------------------------------------------------------------------------
+class RanksToFile(Callback):
+    def on_train_start(self, trainer, module):
+        facts = {
+            "global_rank": trainer.global_rank, "local_rank": trainer.local_rank, "world_size": trainer.world_size,
+            "is_global_zero": trainer.is_global_zero, "num_devices": trainer.num_devices, "node_rank": trainer.node_rank,
+            "num_training_batches": trainer.num_training_batches, "training": trainer.training,
+            "model_is_wrapped": trainer.model is not trainer.lightning_module,
+        }
+        with open(f"rank_{trainer.global_rank}.json", "w") as f:
+            json.dump(facts, f)
+
+
+@pytest.mark.parametrize("use_distributed_sampler", [True, False])
+def test_ranks_and_sampler_under_ddp_with_two_processes(use_distributed_sampler):
+    trainer = Trainer(
+        strategy="ddp", accelerator="cpu", devices=2, max_steps=1, callbacks=[RanksToFile()],
+        use_distributed_sampler=use_distributed_sampler, profiler="simple", **quiet(),
+    )
+    trainer.fit(Classifier(), DataLoader(dataset(64), batch_size=8))
+    facts = [json.load(open(f"rank_{r}.json")) for r in range(2)]
+    batches = 4 if use_distributed_sampler else 8  # each rank its half, or all of it
+    for rank, seen in enumerate(facts):
+        assert seen == {
+            "global_rank": rank, "local_rank": rank, "world_size": 2, "is_global_zero": rank == 0, "num_devices": 2,
+            "node_rank": 0, "num_training_batches": batches, "training": True, "model_is_wrapped": True,
+        }
+    assert trainer.lightning_module is not None and trainer.model is trainer.lightning_module  # the caller's module
+    assert trainer.global_step == 1  # rank 0's counters came back to the caller, and its profile
+    assert trainer.profiler.recorded["training_step"][0] == 1 and trainer.profiler.recorded["optimizer_step"][0] == 1
+    assert not os.path.exists("rank_2.json")

@@ -1,0 +1,88 @@
+"""When fit stops: max_epochs, max_steps, stop requests (should_stop, signals) and min_epochs/min_steps.
+
+A mixin of :class:`~trainer.loops.fit.FitLoop`: these run at step boundaries that already
+checked for a reason to stop, and at each epoch's end; never on every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+from typing import TYPE_CHECKING
+
+import torch
+
+from trainer.core.signals import Interrupted
+
+if TYPE_CHECKING:
+    from trainer.core.module import TrainModule
+    from trainer.trainer import Trainer
+
+log = logging.getLogger("trainer")
+STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop requests (DDP)
+
+
+class StopRules:
+    trainer: Trainer
+    model: TrainModule
+    _told_min: bool
+
+    def _stopping_now(self) -> bool:
+        """True at a step boundary where fit must end. On several processes, stop requests
+        (should_stop, SIGTERM/SIGINT) are agreed every few steps, so all ranks stop together."""
+        trainer = self.trainer
+        state, strategy, signals = trainer.state, trainer.strategy, trainer._signals
+        if strategy.world_size > 1:
+            if state.global_step % STOP_SYNC_EVERY:
+                return self._reached_max_steps()
+            flags = torch.tensor([float(signals.received is not None), float(state.should_stop)])
+            signalled, stop = (strategy.all_reduce_sum(flags) > 0).tolist()
+            state.should_stop = bool(stop)
+        else:
+            signalled = signals.received is not None
+        if signalled:
+            self._interrupt()
+        return (state.should_stop and self._can_stop_early()) or self._reached_max_steps()
+
+    def _reached_max_steps(self) -> bool:
+        trainer = self.trainer
+        if trainer.max_steps is None or trainer.state.global_step < trainer.max_steps:
+            return False
+        trainer.state.stop_reason = trainer.state.stop_reason or "max_steps"
+        return True
+
+    def _interrupt(self) -> None:
+        trainer = self.trainer
+        signum = trainer._signals.received or signal.SIGTERM
+        trainer.state.stop_reason = "signal"
+        checkpoint = trainer.checkpoint_callback
+        path = None if checkpoint is None else checkpoint.write_last(trainer, self.model)
+        where = f"; last checkpoint: {path}" if path else ""
+        raise Interrupted(
+            f"Training stopped by {signal.Signals(signum).name} at step {trainer.state.global_step} "
+            f"(epoch {trainer.state.current_epoch}){where}. Resume with fit(..., ckpt_path='last').",
+            signum,
+        )
+
+    def _done(self) -> bool:
+        t, s = self.trainer, self.trainer.state  # max_epochs and max_steps are None or >= 1
+        return (
+            (s.should_stop and self._can_stop_early())
+            or s.current_epoch >= (t.max_epochs or math.inf) or s.global_step >= (t.max_steps or math.inf)
+        )
+
+    def _can_stop_early(self) -> bool:
+        """A stop request (should_stop: EarlyStopping, Timer, a callback) waits for min_epochs
+        completed epochs and min_steps steps, as in Lightning; max_epochs and max_steps do not."""
+        t, s = self.trainer, self.trainer.state
+        if (t.min_epochs or 0) <= s.current_epoch and (t.min_steps or 0) <= s.global_step:
+            return True
+        if not self._told_min:
+            self._told_min = True
+            if t.is_global_zero:
+                log.info(
+                    "Trainer was signaled to stop but min_epochs=%s or min_steps=%s is not met yet (epoch %d, step %d); "
+                    "training goes on.", t.min_epochs, t.min_steps, s.current_epoch, s.global_step,
+                )
+        return False

@@ -1,0 +1,291 @@
+"""The Trainer's options: Lightning's names and spellings, checked once, when it is built.
+
+``configure`` turns ``Trainer(...)``'s arguments into the attributes the loops read. The
+arguments of Lightning's Trainer that this one does not take are answered here too, each with
+a sentence saying what to do instead; a misspelt name gets the closest valid one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Iterable
+
+from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, TensorBoardLogger, Timer
+from strategies import select_strategy
+
+from trainer.core.checks import (
+    compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
+)
+from trainer.loops.hooks import check_callbacks
+from trainer.loops.precision import normalize_precision
+from trainer.loops.profiler import SimpleProfiler
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+
+class _DefaultDir(str):
+    """``log_dir``'s default, told apart from a ``log_dir="runs"`` that the user wrote."""
+
+
+RUNS = _DefaultDir("runs")
+
+# Lightning's arguments (2.x, and the 1.x ones scripts still carry) that this Trainer does not take.
+UNSUPPORTED = {
+    "plugins": "precision is chosen with precision=..., the cluster "
+               "environment is read from torchrun's or SLURM's variables, and checkpoint I/O is built in. Remove it.",
+    "model_registry": "there is no model registry upload. Remove it, and upload the "
+                      "checkpoint (trainer.checkpoint_callback.best_model_path) yourself.",
+    "enable_autolog_hparams": "the module's hyperparameters and the Trainer's options are always recorded, in "
+                              "each checkpoint and in TensorBoard's HParams tab. Remove it.",
+    "gpus": "Lightning 2 replaced it: pass accelerator='gpu', devices=N.",
+    "tpu_cores": "there is no TPU support; train on GPUs (accelerator='gpu') or the CPU.",
+    "ipus": "there is no Graphcore IPU support; train on GPUs (accelerator='gpu') or the CPU.",
+    "hpus": "there is no Habana Gaudi (HPU) support; train on GPUs (accelerator='gpu') or the CPU.",
+    "num_processes": "Lightning 2 replaced it: pass accelerator='cpu', devices=N (N processes).",
+    "auto_select_gpus": "Lightning 2 removed it: devices=N takes the first N visible GPUs; choose others with "
+                        "CUDA_VISIBLE_DEVICES.",
+    "auto_lr_find": "Lightning 2 moved it to its Tuner, which is not supported: pick the learning rate by hand.",
+    "auto_scale_batch_size": "Lightning 2 moved it to its Tuner, which is not supported: set the batch size in "
+                             "the DataLoader.",
+    "track_grad_norm": "Lightning 2 removed it: the gradient norm is trainer.grad_norm when "
+                       "gradient_clip_val is set; or log your own from on_before_optimizer_step.",
+    "resume_from_checkpoint": "Lightning 2 replaced it: pass trainer.fit(model, ..., ckpt_path=path) "
+                              "(or ckpt_path='last').",
+    "replace_sampler_ddp": "Lightning 2 renamed it: use_distributed_sampler=...",
+    "amp_backend": "mixed precision is always torch.autocast: pass precision='16-mixed' or 'bf16-mixed'.",
+    "amp_level": "apex is not supported: pass precision='16-mixed' or 'bf16-mixed'.",
+    "move_metrics_to_cpu": "logged values are kept on the device and read once per logging step. Remove it.",
+    "multiple_trainloader_mode": "one training loader per fit: combine several yourself, e.g. zip them in a "
+                                 "generator or an IterableDataset.",
+    "weights_save_path": "Lightning 2 removed it: pass default_root_dir=... or ModelCheckpoint(dirpath=...).",
+    "flush_logs_every_n_steps": "Lightning 2 removed it: TensorBoard files are flushed by the logger. Remove it.",
+    "progress_bar_refresh_rate": "Lightning 2 removed it: pass callbacks=[ProgressBar(refresh_s=...)], or "
+                                 "enable_progress_bar=False.",
+    "checkpoint_callback": "Lightning 2 renamed it: enable_checkpointing=...",
+    "stochastic_weight_avg": "Lightning 2 removed it; use torch.optim.swa_utils in your module.",
+    "terminate_on_nan": "Lightning 2 removed it: a NaN/Inf loss always stops fit (checked every "
+                        "log_every_n_steps steps); callbacks.NaNGuard skips such steps instead.",
+    "prepare_data_per_node": "it is the DataModule's (and the module's) attribute, not the Trainer's.",
+    "weights_summary": "Lightning 2 replaced it: enable_model_summary=... or callbacks=[ModelSummary(max_depth=...)].",
+    "log_gpu_memory": "Lightning 2 removed it; log torch.cuda.max_memory_allocated() yourself.",
+    "process_position": "Lightning 2 removed it: there is one progress bar per run. Remove it.",
+    "reload_dataloaders_every_epoch": "Lightning 2 replaced it: reload_dataloaders_every_n_epochs=1.",
+    "distributed_backend": "Lightning 2 replaced it: strategy='ddp' (or 'fsdp', 'dp').",
+    "accelerator_connector": "not an argument: pass accelerator=..., devices=..., strategy=...",
+    "truncated_bptt_steps": "Lightning 2 removed it: split the sequence in training_step yourself.",
+    "val_percent_check": "Lightning 2 replaced it: limit_val_batches=...",
+    "train_percent_check": "Lightning 2 replaced it: limit_train_batches=...",
+    "test_percent_check": "Lightning 2 replaced it: limit_test_batches=...",
+}
+# Passing one of these with Lightning's default value changes nothing, so it is accepted.
+_HARMLESS = {"plugins": (None, []), "model_registry": (None,), "enable_autolog_hparams": (True,)}
+_IGNORED = ("suggest_integrations",)  # Lightning's tips about its own integrations: there are none to show
+
+
+def check_names(unknown: dict[str, Any], valid: Iterable[str]) -> None:
+    """Arguments ``Trainer.__init__`` does not name: Lightning's that it does not take, or a typo."""
+    for name, value in unknown.items():
+        if name in _IGNORED or (name in _HARMLESS and any(value is v or value == v for v in _HARMLESS[name])):
+            continue
+        if name in UNSUPPORTED:
+            raise TypeError(f"Trainer({name}={value!r}) is not supported: {UNSUPPORTED[name]}")
+        hint = suggest(name, valid) or " See docs/trainer-arguments.md for the arguments Trainer takes."
+        raise TypeError(f"Trainer() got an unexpected argument {name!r}.{hint}")
+
+
+def root_dir(default_root_dir: Any, log_dir: Any) -> str | None:
+    """Where runs go: Lightning's ``default_root_dir`` or its alias ``log_dir`` (``log_dir=None``:
+    no logs, no run folder). ``default_root_dir=None`` is Lightning's "the default" ("runs")."""
+    if default_root_dir is not None and log_dir is not RUNS:
+        raise ValueError(
+            f"default_root_dir={default_root_dir!r} and log_dir={log_dir!r} name the same folder: give only one "
+            "(default_root_dir is Lightning's name; log_dir is its alias here)."
+        )
+    name, value = ("default_root_dir", default_root_dir) if default_root_dir is not None else ("log_dir", log_dir)
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        none = "turn logging off" if name == "log_dir" else "use the default folder ('runs')"
+        raise TypeError(f"{name}={value!r} must be a path (str or os.PathLike), or None to {none}.")
+    return None if value is None else os.fspath(str(value) if isinstance(value, _DefaultDir) else value)
+
+
+def loop_limits(max_epochs: Any, min_epochs: Any, max_steps: Any, min_steps: Any) -> tuple[Any, ...]:
+    """(max_epochs, min_epochs, max_steps, min_steps, endless). Lightning's "no limit" spellings
+    are accepted: max_steps=-1 (its default) is None; max_epochs=-1 trains until something
+    else (max_time, EarlyStopping, should_stop) ends it."""
+    endless = max_epochs == -1 and not isinstance(max_epochs, bool)
+    max_epochs = None if endless else positive_int("max_epochs", max_epochs, allow_none=True)
+    max_steps = None if max_steps == -1 and not isinstance(max_steps, bool) else max_steps
+    max_steps = positive_int("max_steps", max_steps, allow_none=True)
+    min_epochs = positive_int("min_epochs", min_epochs, allow_none=True, minimum=0)
+    min_steps = positive_int("min_steps", min_steps, allow_none=True, minimum=0)
+    for low, high, what in ((min_epochs, max_epochs, "epochs"), (min_steps, max_steps, "steps")):
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"min_{what}={low} is more than max_{what}={high}: training cannot do both.")
+    return max_epochs, min_epochs, max_steps, min_steps, endless
+
+
+def max_time_seconds(max_time: Any) -> float | None:
+    """``max_time``: None, "DD:HH:MM:SS", a ``timedelta``, a dict of ``timedelta``'s arguments, or seconds."""
+    if max_time is None:
+        return None
+    try:
+        return Timer(max_time).duration
+    except ValueError:
+        raise ValueError(
+            f"max_time={max_time!r} must be a 'DD:HH:MM:SS' string such as '00:12:00:00' (12 hours), a "
+            "datetime.timedelta, a dict such as dict(hours=12), or seconds."
+        ) from None
+
+
+def profiler_of(profiler: Any) -> SimpleProfiler | None:
+    if profiler is None or isinstance(profiler, SimpleProfiler):
+        return profiler
+    if profiler == "simple":
+        return SimpleProfiler()
+    if profiler in ("advanced", "pytorch", "xla"):
+        raise ValueError(
+            f"profiler={profiler!r} is not supported; profiler='simple' says where fit's time went. For kernel-level "
+            "detail, run trainer.fit inside torch.profiler.profile(...) yourself."
+        )
+    raise ValueError(f"Unknown profiler={profiler!r}. Valid: None, 'simple'.{suggest(str(profiler), ('simple',))}")
+
+
+# Lightning's signature gives these None, meaning its default: a config that writes every
+# argument out (``precision: null``) means the same here.
+_NONE_IS_DEFAULT = {
+    "precision": "32-true", "num_sanity_val_steps": 2, "log_every_n_steps": 50, "enable_checkpointing": True,
+    "enable_progress_bar": True, "enable_model_summary": True, "gradient_clip_algorithm": "norm",
+    "overfit_batches": 0, "reload_dataloaders_every_n_epochs": 0, "accumulate_grad_batches": 1,
+}
+
+
+def configure(trainer: Trainer, o: dict[str, Any]) -> None:
+    """Check ``Trainer(...)``'s arguments ``o`` and set the attributes the loops read."""
+    t = trainer
+    o = {k: _NONE_IS_DEFAULT[k] if v is None and k in _NONE_IS_DEFAULT else v for k, v in o.items()}
+    t.max_epochs, t.min_epochs, t.max_steps, t.min_steps, t._endless = loop_limits(
+        o["max_epochs"], o["min_epochs"], o["max_steps"], o["min_steps"]
+    )
+    t.precision = normalize_precision(o["precision"])
+    t.accumulate_grad_batches = positive_int("accumulate_grad_batches", o["accumulate_grad_batches"])
+    t.gradient_clip_val = positive_number("gradient_clip_val", o["gradient_clip_val"])
+    t.gradient_clip_algorithm = one_of("gradient_clip_algorithm", o["gradient_clip_algorithm"], ("norm", "value"))
+    t.check_val_every_n_epoch = positive_int("check_val_every_n_epoch", o["check_val_every_n_epoch"], allow_none=True)
+    if isinstance(o["val_check_interval"], (str, dict)) or hasattr(o["val_check_interval"], "total_seconds"):
+        raise ValueError(
+            f"val_check_interval={o['val_check_interval']!r}: a time-based interval is not supported. Give a fraction "
+            "of the epoch (0.25) or a number of batches (1000); callbacks.Timer bounds the whole run's time."
+        )
+    t.val_check_interval = interval("val_check_interval", o["val_check_interval"])
+    t.log_every_n_steps = positive_int("log_every_n_steps", o["log_every_n_steps"])
+    t.default_root_dir = root_dir(o["default_root_dir"], o["log_dir"])
+    name = o["name"]
+    if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
+        raise (ValueError if isinstance(name, str) else TypeError)(
+            f"name={name!r} names the run folder: a non-empty string without {os.sep!r}, and not '.' or '..'."
+        )
+    t.name = name
+    t.enable_progress_bar = flag("enable_progress_bar", o["enable_progress_bar"])
+    t.enable_checkpointing = flag("enable_checkpointing", o["enable_checkpointing"])
+    t.limit_train_batches = limit("limit_train_batches", o["limit_train_batches"], allow_zero=False)
+    t.limit_val_batches = limit("limit_val_batches", o["limit_val_batches"])
+    t.limit_test_batches = limit("limit_test_batches", o["limit_test_batches"])
+    t.limit_predict_batches = limit("limit_predict_batches", o["limit_predict_batches"])
+    seed = o["seed"]
+    if seed is not None and positive_int("seed", seed, minimum=0) >= 2**32:
+        raise ValueError(f"seed={seed!r} must be < 2**32 (the range numpy's and torch's generators accept).")
+    t.seed = seed
+    det = o["deterministic"]  # Lightning's True, False, None (False) or "warn" (warn_only)
+    t.deterministic = det if det == "warn" else False if det is None else flag("deterministic", det)
+    optimizer = o["optimizer"]
+    if optimizer is not None and not callable(optimizer):
+        raise TypeError(
+            f"optimizer={optimizer!r} must be a callable that takes the parameters, "
+            "e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
+        )
+    t._optimizer_factory = optimizer
+    t.num_sanity_val_steps = positive_int("num_sanity_val_steps", o["num_sanity_val_steps"], minimum=-1)
+    t.enable_model_summary = flag("enable_model_summary", o["enable_model_summary"])
+    t.batched_fetching = flag("batched_fetching", o["batched_fetching"])  # trainer/data/fetch.py says when it applies
+    t.data_on_device = flag("data_on_device", o["data_on_device"])
+    if t.data_on_device and not t.batched_fetching:
+        raise ValueError(
+            "data_on_device=True indexes each TensorDataset on the device, one call per batch, which is "
+            "batched fetching; it needs batched_fetching=True (the default)."
+        )
+    t.compile = compile_options(o["compile"])  # None, or torch.compile's keyword arguments
+    if o["benchmark"] is not None:
+        flag("benchmark", o["benchmark"])
+    t.benchmark = o["benchmark"]
+    t.detect_anomaly = flag("detect_anomaly", o["detect_anomaly"])
+    t.inference_mode = flag("inference_mode", o["inference_mode"])
+    t.reload_dataloaders_every_n_epochs = positive_int(
+        "reload_dataloaders_every_n_epochs", o["reload_dataloaders_every_n_epochs"], minimum=0
+    )
+    t.profiler = profiler_of(o["profiler"])
+    max_time = max_time_seconds(o["max_time"])
+    t.overfit_batches = limit("overfit_batches", o["overfit_batches"])
+    if t.overfit_batches:  # train and validate on the same first batches, in order
+        t.limit_train_batches = t.limit_val_batches = t.overfit_batches
+    if flag("barebones", o["barebones"]):  # Lightning's: everything that costs time per run, off
+        t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False
+        t.num_sanity_val_steps = 0
+    t.fast_dev_run = fast_dev_run_batches(o["fast_dev_run"])
+    if t.fast_dev_run:  # n batches of each loader, one epoch, nothing written
+        n = t.fast_dev_run
+        t.max_epochs, t.max_steps, t.num_sanity_val_steps, max_time = 1, None, 0, None
+        t.limit_train_batches = t.limit_val_batches = t.limit_test_batches = t.limit_predict_batches = n
+        t.check_val_every_n_epoch, t.val_check_interval = 1, None
+        t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False
+    t._strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"])
+    t.num_nodes = o["num_nodes"]
+    t.sync_batchnorm = flag("sync_batchnorm", o["sync_batchnorm"])
+    t._strategy.sync_batchnorm = t.sync_batchnorm or t._strategy.sync_batchnorm
+    t.use_distributed_sampler = flag("use_distributed_sampler", o["use_distributed_sampler"])
+    t._strategy.use_distributed_sampler = t.use_distributed_sampler
+    given = check_callbacks(o["callbacks"])
+    if t.fast_dev_run:  # no bar, no files: a configured bar, logger or checkpointer is left out too
+        given = [cb for cb in given if not isinstance(cb, (ProgressBar, TensorBoardLogger, ModelCheckpoint, ModelSummary))]
+    t.callbacks = given + default_callbacks(t, given, max_time)
+
+
+def default_callbacks(t: Trainer, given: list[Callback], max_time: float | None) -> list[Callback]:
+    """The built-ins, except those the user passed configured (e.g. ``ProgressBar(refresh_s=1)``):
+    two bars would both draw, and two loggers or checkpointers would write the same files. A
+    Timer given in ``callbacks`` wins over ``max_time``, as in Lightning."""
+
+    def wanted(kind: type) -> bool:
+        return not any(isinstance(cb, kind) for cb in given)
+
+    extra: list[Callback] = []
+    if max_time is not None and wanted(Timer):
+        extra.append(Timer(max_time))
+    if t.enable_progress_bar and wanted(ProgressBar):
+        extra.append(ProgressBar())
+    if t.default_root_dir is not None and wanted(TensorBoardLogger):
+        extra.append(TensorBoardLogger())
+    if t.enable_checkpointing and wanted(ModelCheckpoint):
+        extra.append(ModelCheckpoint())
+    if t.enable_model_summary and wanted(ModelSummary):
+        extra.append(ModelSummary())
+    return extra
+
+
+def fit_end_message(max_epochs: Any, max_steps: Any, endless: bool) -> str | None:
+    """Why ``fit`` cannot start, or None."""
+    if max_epochs is None and max_steps is None and not endless:
+        return (
+            "fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both. (Lightning would "
+            "train for 1000 epochs; max_epochs=-1 trains until max_time, EarlyStopping or should_stop ends it.)"
+        )
+    return None
+
+
+def check_weights_only(weights_only: Any) -> None:
+    """Lightning's ``weights_only=`` of fit/validate/test/predict. This trainer's checkpoints hold
+    only tensors and plain data, so they are always loaded with ``torch.load(weights_only=True)``
+    and no pickled code runs; the argument is accepted and changes nothing."""
+    if weights_only is not None and not isinstance(weights_only, bool):
+        raise TypeError(f"weights_only={weights_only!r} must be True, False or None.")
+
