@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from trainer.core.hparams import HyperparametersMixin
 from trainer.core.metrics import log_metric
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
-class TrainModule(nn.Module):
+class TrainModule(HyperparametersMixin, nn.Module):
     """Subclass this and define ``training_step`` (and optionally the other steps).
 
     ``training_step`` returns the loss: a scalar tensor, or a dict with a ``"loss"`` key.
@@ -35,7 +36,6 @@ class TrainModule(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self._trainer: Trainer | None = None
-        self.hparams: dict[str, Any] = {}
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         raise NotImplementedError(
@@ -152,40 +152,43 @@ class TrainModule(nn.Module):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Read what ``on_save_checkpoint`` added, before the weights are loaded, when fit resumes."""
 
-    def save_hyperparameters(self, **extra: Any) -> None:
-        """Record the calling ``__init__``'s arguments (plus ``extra``) in ``self.hparams``.
-
-        They are written to TensorBoard's HParams tab and into every checkpoint.
-        """
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        if caller is not None:
-            info = inspect.getargvalues(caller)
-            for name in info.args[1:]:  # skip self
-                self.hparams[name] = info.locals[name]
-            if info.keywords:
-                self.hparams.update(info.locals[info.keywords])
-        self.hparams.update(extra)
-
     @classmethod
     def load_from_checkpoint(
-        cls, path: str | os.PathLike, map_location: Any = None, strict: bool = True, **overrides: Any
+        cls, checkpoint_path: str | os.PathLike, map_location: Any = None, hparams_file: Any = None,
+        strict: bool | None = None, weights_only: bool | None = None, **kwargs: Any,
     ) -> "TrainModule":
         """The model a checkpoint holds, in eval mode: built from the hyperparameters that
-        ``save_hyperparameters()`` recorded (``overrides`` replace some), with its weights loaded
-        with ``weights_only=True`` (no code in the file runs). ``map_location`` as ``torch.load``'s."""
+        ``save_hyperparameters()`` recorded (``kwargs`` replace or add some: those the checkpoint
+        left out, such as a network passed to ``__init__``), with its weights loaded with
+        ``weights_only=True`` (no code in the file runs; ``weights_only=False`` is accepted for
+        a file you trust). ``map_location`` as ``torch.load``'s."""
         from trainer.checkpoint.files import load as load_checkpoint  # checkpoint I/O sits above the module
         from trainer.checkpoint.state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
 
-        ckpt = load_checkpoint(path, map_location=map_location)
-        hparams = {**ckpt.get("hparams", {}), **overrides}
+        if hparams_file is not None:
+            raise ValueError(
+                f"{cls.__name__}.load_from_checkpoint(hparams_file={hparams_file!r}): the checkpoint holds the "
+                "hyperparameters itself; pass changed ones as keyword arguments instead."
+            )
+        ckpt = load_checkpoint(checkpoint_path, map_location=map_location, weights_only=weights_only is not False)
+        saved = ckpt.get("hparams", {})
+        hparams = {**saved, **kwargs}
         try:
             model = cls(**hparams)
         except TypeError as err:
-            if ckpt.get("hparams"):
+            missing = [k for k in ckpt.get("hparams_left_out", []) if k not in kwargs]
+            path = os.fspath(checkpoint_path)
+            if missing:
+                raise TypeError(
+                    f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint left out "
+                    f"{', '.join(map(repr, missing))} (not plain data, so not saved; {err}). Pass "
+                    f"{'it' if len(missing) == 1 else 'them'}: {cls.__name__}.load_from_checkpoint(path, "
+                    f"{', '.join(f'{k}=...' for k in missing)})."
+                ) from None
+            if saved:
                 raise
             raise TypeError(
-                f"{cls.__name__}.load_from_checkpoint({os.fspath(path)!r}): the checkpoint holds no "
+                f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint holds no "
                 f"hyperparameters, and {cls.__name__}() could not be built without them ({err}). Call "
                 "self.save_hyperparameters() in __init__ so that checkpoints record them, or pass them "
                 f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
@@ -193,7 +196,7 @@ class TrainModule(nn.Module):
         model.on_load_checkpoint(ckpt)
         if "sharded" in ckpt:  # a folder of shards (fsdp): read whole into this one process
             ckpt["model"] = load_sharded_model(ckpt["sharded"], plain_state_dict(model.state_dict()))
-        load_plain_state_dict(model, ckpt["model"], strict=strict)  # into compiled submodules too
+        load_plain_state_dict(model, ckpt["model"], strict=strict is not False)  # into compiled submodules too
         return model.eval()
 
     @property

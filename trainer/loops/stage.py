@@ -103,6 +103,9 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         trainer.run_dir = strategy.broadcast_object(
             run_dir(trainer.log_dir, trainer.name, ckpt_path if stage == "fit" else None) if strategy.is_global_zero else None
         )
+    trainer._datamodule = datamodule  # its state_dict goes into checkpoints
+    if datamodule is not None:
+        datamodule.trainer = trainer
     prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait
     if datamodule is not None:
         datamodule.setup(stage)
@@ -141,6 +144,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     except BaseException as err:
         for fn in hooks.on_exception:
             fn(trainer, model, err)
+        if datamodule is not None:
+            datamodule.on_exception(err)
         raise
     finally:
         trainer._fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
