@@ -145,7 +145,9 @@ class TensorBoardLogger(Callback):
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if self.writer is None:
             return
-        self._add({f"{name}_epoch": value for name, value in trainer.train_epoch_metrics.items()}, trainer.global_step)
+        # "<name>_epoch" (a name logged with on_step and on_epoch is called so already)
+        epoch = {name if name.endswith("_epoch") else f"{name}_epoch": v for name, v in trainer.train_epoch_metrics.items()}
+        self._add(epoch, trainer.global_step)
         self._flush_if_due()
 
     def _add(self, scalars: dict[str, float], step: int) -> None:

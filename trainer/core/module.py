@@ -49,18 +49,30 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def configure_optimizers(self) -> Any:
         return None
 
-    #: ``self.log(name, value, *, prog_bar=False, batch_size=None)``: record a scalar. Inside a
-    #: step it is kept per step and as a batch-size-weighted epoch mean (``batch_size``
-    #: defaults to the batch's). In an ``on_*_epoch_end`` hook it is one value for the epoch.
-    #: A plain function, so that each call is one call.
+    #: ``self.log(name, value, prog_bar=False, logger=True, on_step=None, on_epoch=None,
+    #: reduce_fx="mean", enable_graph=False, sync_dist=False, sync_dist_group=None,
+    #: add_dataloader_idx=True, batch_size=None, metric_attribute=None, rank_zero_only=False)``:
+    #: record a scalar (or a torchmetrics Metric), as Lightning's. Inside a step it is kept per
+    #: step and as a batch-size-weighted epoch mean (``batch_size`` defaults to the batch's). In
+    #: an ``on_*_epoch_end`` hook it is one value for the epoch. The keywords are read at a
+    #: name's first value (trainer/core/log_options.py). A plain function, so that each call is one call.
     log = staticmethod(log_metric)
 
-    def log_dict(self, values: dict[str, Any], *, prog_bar: bool = False, batch_size: int | None = None) -> None:
-        """``self.log`` for each name and value of ``values``."""
-        if not isinstance(values, dict):
-            raise TypeError(f"self.log_dict(values={values!r:.80}) takes a dict of name -> scalar.")
-        for name, value in values.items():
-            log_metric(name, value, prog_bar=prog_bar, batch_size=batch_size)
+    def log_dict(
+        self, dictionary: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
+        on_epoch: bool | None = None, reduce_fx: Any = "mean", enable_graph: bool = False, sync_dist: bool = False,
+        sync_dist_group: Any = None, add_dataloader_idx: bool = True, batch_size: int | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        """``self.log`` for each name and value of ``dictionary`` (a dict, or a torchmetrics
+        MetricCollection: each of its metrics computed at the epoch's end), with the same keywords."""
+        if not hasattr(dictionary, "items"):
+            raise TypeError(f"self.log_dict({dictionary!r:.80}) takes a dict of name -> value (or a MetricCollection).")
+        for name, value in dictionary.items():
+            log_metric(
+                name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
+                sync_dist_group, add_dataloader_idx, batch_size, None, rank_zero_only,
+            )
 
     # --- manual optimization (trainer/loops/manual.py) ---------------------------------------
     def optimizers(self) -> Any:

@@ -57,6 +57,8 @@ def evaluation_loop(
     outputs: list[list[Any]] = [[] for _ in counts]
     means: dict[str, float] = {}
     prog_bar: set[str] = set()
+    hidden: set[str] = set()  # logged with logger=False: callback_metrics only
+    aliases: dict[str, str] = {}
     pass_idx = takes_dataloader_idx(getattr(model, step_name))
     outer = MetricSink()  # what the start and end hooks log: one value per process
     previous_sink = set_sink(outer)
@@ -84,14 +86,25 @@ def evaluation_loop(
                     for fn in batch_end:
                         fn(trainer, model, out, batch, batch_idx, *hook_args)
             suffix = loaders.suffix(i)
-            means.update((name + suffix, v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
-            prog_bar |= {name + suffix for name in sink.prog_bar}
+            if sink.options:  # self.log's keywords: add_dataloader_idx=False, logger=False, on_step
+                def named(name: str, sink: MetricSink = sink, suffix: str = suffix) -> str:
+                    return name if name in sink.no_suffix else name + suffix
+                means.update((named(name), v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+                hidden |= {named(name) for name in sink.hidden}
+                aliases.update((named(n), named(a)) for n, a in sink.aliases.items())
+                prog_bar |= {named(name) for name in sink.prog_bar}
+            else:
+                means.update((name + suffix, v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+                prog_bar |= {name + suffix for name in sink.prog_bar}
         set_sink(outer)
         hooks.call(f"on_{phase}_epoch_end", trainer, model)
         means.update(outer.epoch_means(strategy.reduce_metrics))
+        hidden |= outer.hidden
+        aliases.update(outer.aliases)
         if publish:
-            trainer.logged_metrics = means
+            trainer.logged_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
             trainer.callback_metrics.update(means)
+            trainer.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
             trainer.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:

@@ -102,7 +102,7 @@ class FitLoop:
             sanity_check(trainer, self.val_loader)
             hooks.call("on_train_start", trainer, model)
             while not self._done():
-                trainer._train_sink = sink = MetricSink()
+                trainer._train_sink = sink = MetricSink(training=True)
                 previous_sink = set_sink(sink)
                 try:
                     hooks.call("on_train_epoch_start", trainer, model)
@@ -158,8 +158,9 @@ class FitLoop:
 
     def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
         trainer = self.trainer
-        trainer.train_epoch_metrics = means = sink.epoch_means(trainer.strategy.reduce_metrics)
-        trainer.callback_metrics.update(means)
+        means = sink.epoch_means(trainer.strategy.reduce_metrics)
+        trainer.callback_metrics.update(sink.for_callbacks(means))
+        trainer.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
         if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
             trainer.logged_metrics = means
         trainer.prog_bar_names |= sink.prog_bar
@@ -325,7 +326,12 @@ class FitLoop:
             metrics = trainer.step_metrics()
             if trainer.strategy.world_size > 1:  # what monitors read must be the same on every rank
                 metrics = mean_over_processes(metrics, trainer.strategy.reduce_metrics)
-            trainer.callback_metrics.update(metrics)
+            sink = trainer._train_sink
+            if sink is not None and sink.options:  # self.log keywords: aliases, logger=False
+                trainer.callback_metrics.update(sink.for_callbacks(metrics))
+                metrics = sink.for_logger(metrics)
+            else:
+                trainer.callback_metrics.update(metrics)
             self._published = (step, metrics)
         return self._published[1]
 
