@@ -11,6 +11,7 @@ from torch import nn
 
 from trainer.core.hparams import HyperparametersMixin
 from trainer.core.metrics import log_metric
+from trainer.core.utilities import all_gather
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -121,6 +122,113 @@ class TrainModule(HyperparametersMixin, nn.Module):
             p.requires_grad_(requires_grad)
         self._toggled = {}
 
+    # --- Lightning's overridable steps: the loops call them only when the model overrides them
+    def configure_callbacks(self) -> Any:
+        """Callbacks this model needs; they join the Trainer's, and replace one of the same type."""
+        return []
+
+    def configure_model(self) -> None:
+        """Build layers here, once, before the strategy wraps the model (fsdp shards them as built)."""
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """Step ``optimizer``; the default runs ``optimizer.step(closure=optimizer_closure)``.
+        Override it to warm the learning rate up, or to step only sometimes."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step ``scheduler`` (with ``metric`` when it monitors one): override it for a scheduler
+        from outside torch.optim whose ``step`` takes other arguments."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> None:
+        """Clip before each optimizer step; the default clips as the Trainer's options say."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move ``batch`` to ``device``; override it for a batch type the Trainer cannot move."""
+        from trainer.data.batches import move_to_device  # the data room sits above the module
+
+        return move_to_device(batch, device)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    # --- Lightning's properties and helpers ------------------------------------------------
+    @property
+    def current_epoch(self) -> int:
+        return 0 if self._trainer is None else self._trainer.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        return 0 if self._trainer is None else self._trainer.global_step
+
+    @property
+    def global_rank(self) -> int:
+        return 0 if self._trainer is None else self._trainer.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return 0 if self._trainer is None else self._trainer.strategy.local_rank
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating-point type of the parameters (the default dtype if there are none)."""
+        return next((p.dtype for p in self.parameters() if p.is_floating_point()), torch.get_default_dtype())
+
+    @dtype.setter
+    def dtype(self, value: torch.dtype) -> None:
+        self.to(value)
+
+    @property
+    def example_input_array(self) -> Any:
+        """An input for ``forward``: the model summary shows each layer's input and output shapes from it."""
+        return self.__dict__.get("_example_input_array")
+
+    @example_input_array.setter
+    def example_input_array(self, value: Any) -> None:
+        self.__dict__["_example_input_array"] = value
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only (under the progress bar, when one is drawing)."""
+        if self._trainer is not None and not self._trainer.is_global_zero:
+            return
+        try:
+            from tqdm import tqdm
+
+            if getattr(tqdm, "_instances", None) and "file" not in kwargs:
+                tqdm.write(kwargs.get("sep", " ").join(map(str, args)), end=kwargs.get("end", "\n"))
+                return
+        except ImportError:
+            pass
+        print(*args, **kwargs)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Each tensor of ``data`` (a tensor or a dict/list of them) from every process, stacked
+        along a new first dimension; on one process, ``data`` unchanged."""
+        return all_gather(data, group=group, sync_grads=sync_grads)
+
+    def freeze(self) -> None:
+        """No gradients for any parameter, and eval mode."""
+        for p in self.parameters():
+            p.requires_grad_(False)
+        self.eval()
+
+    def unfreeze(self) -> None:
+        for p in self.parameters():
+            p.requires_grad_(True)
+        self.train()
+
     # --- hooks: the Callback hooks without (trainer, module); each runs before the callbacks'.
     # One the model does not override costs nothing: the loop never calls it.
     def setup(self, stage: str) -> None: ...
@@ -137,6 +245,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def on_before_backward(self, loss: torch.Tensor) -> None: ...
     def on_after_backward(self) -> None: ...
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
     def on_train_log(self, metrics: dict[str, float]) -> None: ...
     def on_sanity_check_start(self) -> None: ...
     def on_sanity_check_end(self) -> None: ...
@@ -205,6 +314,8 @@ class TrainModule(HyperparametersMixin, nn.Module):
                 "self.save_hyperparameters() in __init__ so that checkpoints record them, or pass them "
                 f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
             ) from None
+        if overridden(model, "configure_model"):  # its lazily built layers take the weights
+            model.configure_model()
         model.on_load_checkpoint(ckpt)
         if "sharded" in ckpt:  # a folder of shards (fsdp): read whole into this one process
             ckpt["model"] = load_sharded_model(ckpt["sharded"], plain_state_dict(model.state_dict()))
@@ -234,6 +345,13 @@ class TrainModule(HyperparametersMixin, nn.Module):
         state = dict(state)
         state["_trainer"] = None
         return state
+
+
+def overridden(model: Any, name: str) -> bool:
+    """Whether ``model`` (a TrainModule) defines its own ``name``: worked out once per run, so a
+    Lightning override the model does not make costs nothing per step."""
+    base = getattr(TrainModule, name, None)
+    return isinstance(model, TrainModule) and base is not None and getattr(type(model), name, base) is not base
 
 
 def check_model(model: Any, needs_training_step: bool = True) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.checkpoint import files as ckpt_io
-from trainer.loops.hooks import Hooks
+from trainer.loops.hooks import Hooks, batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
 from trainer.data.loaders import Loaders, takes_dataloader_idx
@@ -60,6 +60,7 @@ def evaluation_loop(
     hidden: set[str] = set()  # logged with logger=False: callback_metrics only
     aliases: dict[str, str] = {}
     pass_idx = takes_dataloader_idx(getattr(model, step_name))
+    transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
     outer = MetricSink()  # what the start and end hooks log: one value per process
     previous_sink = set_sink(outer)
     try:
@@ -78,6 +79,8 @@ def evaluation_loop(
                 it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
                 for batch_idx, batch in enumerate(it):
                     sink.batch_size = batch_size(batch)
+                    if transfer is not None:
+                        batch = transfer(batch, i)
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
                     out = strategy.run_step(step_name, batch, batch_idx, *step_args)

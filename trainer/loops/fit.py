@@ -20,6 +20,7 @@ from trainer.data.batches import batch_size, check_same_length, describe_fit, in
 from trainer.loops.evaluation import evaluation_loop, limited, sanity_check, validation_every
 from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
 from trainer.loops.manual import ManualOptimization, check_manual
+from trainer.loops.hooks import batch_transfer
 from trainer.loops.optim import automatic_step, resolve_optimizers
 
 if TYPE_CHECKING:
@@ -200,8 +201,9 @@ class FitLoop:
         # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
         plain_step = (
             trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
-            and not opt.steps_at("step") and manual is None
+            and not opt.steps_at("step") and manual is None and not opt.own and not hooks.on_before_zero_grad
         )
+        transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
         # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
         sync_every = _STOP_SYNC_EVERY if strategy.world_size > 1 else 0
@@ -234,11 +236,18 @@ class FitLoop:
                         size = last_size if batch_idx == last_idx else full_size
                     sink.batch_size = size
                     samples += size
+                    if transfer is not None:
+                        batch = transfer(batch, 0)
                     if training_step is None:
                         training_step = strategy.step_runner("training_step", batch)
                     if batch_start:
+                        ended = False
                         for fn in batch_start:
-                            fn(trainer, model, batch, batch_idx)
+                            answer = fn(trainer, model, batch, batch_idx)
+                            if answer is not None and answer == -1:  # Lightning's: -1 ends the epoch here
+                                ended = True
+                        if ended:
+                            break
                     if accumulate > 1:
                         group_start = batch_idx - batch_idx % accumulate
                         group = min(accumulate, limit - group_start)  # the epoch's last group may be short
@@ -279,6 +288,7 @@ class FitLoop:
                             optimizer.zero_grad()
                             state.global_step += 1
                         elif manual is None:
+                            trainer._last_loss = loss  # what an optimizer_step's closure returns
                             automatic_step(trainer, model, self._publish_step_metrics)
                         if state.global_step % log_every == 0:
                             trainer.samples_seen = samples

@@ -9,9 +9,10 @@ spawning strategy it runs in every worker, and global rank 0 returns a picklable
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from trainer.loops.hooks import Hooks
+from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, batch_transfer, restore_steps
 from trainer.checkpoint.resume import evaluate_checkpoint, resolve_path
 from trainer.checkpoint.run_dir import run_dir
 from trainer.loops.evaluation import evaluation_loop
@@ -21,6 +22,8 @@ from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, p
 from trainer.loops.precision import Precision
 from trainer.core.seed import deterministic_algorithms, seed_everything
 from trainer.core.state import TrainerState
+from trainer.core.module import overridden
+from trainer.core.utilities import rank_zero_only
 from trainer.checkpoint.state_dicts import load_plain_state_dict
 
 log = logging.getLogger("trainer")
@@ -75,6 +78,7 @@ def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
     trainer.state = TrainerState(**result["state"])
     trainer.callback_metrics, trainer.logged_metrics = result["callback_metrics"], result["logged_metrics"]
     trainer.run_dir = result["run_dir"]
+    attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match
     for cb, state in zip(trainer.callbacks, result["callbacks"]):
         cb.load_state_dict(state)
     return result["output"]
@@ -87,9 +91,13 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     trainer._precision = strategy.precision = Precision(trainer.precision, strategy.root_device)
     trainer._module = model
     model._trainer = trainer
+    rank_zero_only.rank = strategy.global_rank
+    if overridden(model, "configure_model"):  # lazily built layers: before the strategy wraps them
+        model.configure_model()
     strategy.setup_module(model)
     if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
         strategy.compile(trainer.compile)
+    attach_model_callbacks(trainer, model)
     trainer._hooks = hooks = Hooks(trainer.callbacks, model)
     if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
         trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
@@ -113,12 +121,21 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     on_device = trainer.data_on_device and strategy.root_device.type != "cpu"
     trainer._fetching = Fetching(trainer.batched_fetching, strategy.root_device if on_device else None)
     counters = None
+    adapted = adapt_steps(model)  # steps defined without batch_idx
     try:
         if stage == "fit":
             train = stage_loader("train", data.loader, model, datamodule)
             if data.loader is None:  # the model's or DataModule's: checked here, where they were made
                 check_train_loader(train)
             val = stage_loader("validate", data.val_loader, model, datamodule)
+            if val is not None and not callable(getattr(model, "validation_step", None)):
+                if strategy.is_global_zero:
+                    warnings.warn(
+                        f"A validation loader was given but {type(model).__name__} has no validation_step: "
+                        "training goes on without validation. Define validation_step(self, batch, batch_idx) "
+                        "to validate, or leave the validation loader out to silence this.", UserWarning, stacklevel=2,
+                    )
+                val = None
             val = None if val is None else Loaders(val)
             if trainer.overfit_batches:
                 train, val = overfit_loaders(train, val, trainer.overfit_batches)
@@ -148,6 +165,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             datamodule.on_exception(err)
         raise
     finally:
+        restore_steps(model, adapted)
         trainer._fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
         if counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
             trainer.state.global_step, trainer.state.current_epoch = counters
