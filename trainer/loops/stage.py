@@ -20,7 +20,7 @@ from trainer.data.fetch import Fetching
 from trainer.loops.fit import FitLoop
 from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
 from trainer.loops.precision import Precision
-from trainer.core.seed import deterministic_algorithms, seed_everything
+from trainer.core.seed import deterministic_algorithms, seed_everything, seeded_workers
 from trainer.core.state import TrainerState
 from trainer.core.module import overridden
 from trainer.core.utilities import rank_zero_only
@@ -139,6 +139,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             val = None if val is None else Loaders(val)
             if trainer.overfit_batches:
                 train, val = overfit_loaders(train, val, trainer.overfit_batches)
+            for loader in [train, *(val or [])]:  # seed_everything(workers=True)
+                seeded_workers(loader, strategy.global_rank)
             FitLoop(trainer, model, train, val, ckpt_path).run()
             if trainer.fast_dev_run and strategy.is_global_zero:
                 batches, n = trainer.num_training_batches, trainer.fast_dev_run
@@ -150,6 +152,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             return None
         counters = evaluate_checkpoint(trainer, ckpt_path)
         loaders = Loaders(stage_loader(stage, data.loader, model, datamodule))
+        for loader in loaders:
+            seeded_workers(loader, strategy.global_rank)
         loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, stage))
         if stage == "predict":
             outputs = evaluation_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
