@@ -225,3 +225,16 @@ def test_all_gather_under_ddp_with_two_processes():
     trainer.fit(Gathers(), loader(32), loader(16))
     cm = trainer.callback_metrics
     assert (cm["rank_sum"], cm["shape0"], cm["x_sum"], cm["n_sum"]) == (1.0, 2.0, 6.0, 6.0)
+
+
+def test_the_summary_shows_shapes_from_example_input_array():
+    from callbacks.model_summary import summarize
+
+    model = Classifier(dropout=0.5)
+    assert "In sizes" not in summarize(model)
+    model.example_input_array = torch.zeros(4, 8)
+    rng = torch.get_rng_state()
+    lines = summarize(model, max_depth=2).splitlines()
+    assert lines[1].split("|")[-2:] == [" In sizes ", " Out sizes"]
+    assert [line.split("|")[-2:] for line in lines[3:5]] == [[" [4, 8]   ", " [4, 2]"], [" [4, 8]   ", " [4, 16]"]]
+    assert torch.equal(torch.get_rng_state(), rng) and model.training  # nothing a run would notice
