@@ -160,6 +160,11 @@ class FitLoop:
     def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
         trainer = self.trainer
         means = sink.epoch_means(trainer.strategy.reduce_metrics)
+        if sink.options:  # values logged with on_epoch=False: their last step's, as Lightning leaves them
+            latest = sink.latest_floats()
+            if trainer.strategy.world_size > 1:
+                latest = mean_over_processes(latest, trainer.strategy.reduce_metrics)
+            trainer.callback_metrics.update(sink.for_callbacks({k: v for k, v in latest.items() if k not in means}))
         trainer.callback_metrics.update(sink.for_callbacks(means))
         trainer.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
         if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
