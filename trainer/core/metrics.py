@@ -261,6 +261,14 @@ class MetricSink:
         means.update(local)
         return means
 
+    def last_steps(self, epoch_values: dict[str, float], strategy: Any) -> dict[str, float]:
+        """At an epoch's end, for callback_metrics: the last step's value of each name that has
+        no epoch value (logged with on_epoch=False), the same on every rank."""
+        latest = self.latest_floats()
+        if strategy.world_size > 1:
+            latest = mean_over_processes(latest, strategy.reduce_metrics)
+        return self.for_callbacks({k: v for k, v in latest.items() if k not in epoch_values})
+
     def for_callbacks(self, values: dict[str, float]) -> dict[str, float]:
         """``values`` plus, for a name logged with both on_step and on_epoch, the plain name."""
         if not self.aliases:

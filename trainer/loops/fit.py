@@ -49,7 +49,8 @@ class FitLoop:
                 backward(loss / group size)
                 on_after_backward
                 if the group is complete:
-                    unscale, on_before_optimizer_step, clip, optimizer step, zero_grad
+                    unscale, on_before_optimizer_step, clip (or the model's configure_gradient_clipping),
+                    optimizer step (or the model's optimizer_step), on_before_zero_grad, zero_grad
                     scheduler step (interval="step")
                     every log_every_n_steps steps: NaN/Inf loss check, on_train_log
                 (manual optimization: training_step runs its own backward passes and steps,
@@ -161,10 +162,7 @@ class FitLoop:
         trainer = self.trainer
         means = sink.epoch_means(trainer.strategy.reduce_metrics)
         if sink.options:  # values logged with on_epoch=False: their last step's, as Lightning leaves them
-            latest = sink.latest_floats()
-            if trainer.strategy.world_size > 1:
-                latest = mean_over_processes(latest, trainer.strategy.reduce_metrics)
-            trainer.callback_metrics.update(sink.for_callbacks({k: v for k, v in latest.items() if k not in means}))
+            trainer.callback_metrics.update(sink.last_steps(means, trainer.strategy))
         trainer.callback_metrics.update(sink.for_callbacks(means))
         trainer.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
         if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
@@ -245,14 +243,8 @@ class FitLoop:
                         batch = transfer(batch, 0)
                     if training_step is None:
                         training_step = strategy.step_runner("training_step", batch)
-                    if batch_start:
-                        ended = False
-                        for fn in batch_start:
-                            answer = fn(trainer, model, batch, batch_idx)
-                            if answer is not None and answer == -1:  # Lightning's: -1 ends the epoch here
-                                ended = True
-                        if ended:
-                            break
+                    if batch_start and -1 in [fn(trainer, model, batch, batch_idx) for fn in batch_start]:
+                        break  # Lightning's: on_train_batch_start returning -1 ends the epoch here
                     if accumulate > 1:
                         group_start = batch_idx - batch_idx % accumulate
                         group = min(accumulate, limit - group_start)  # the epoch's last group may be short
