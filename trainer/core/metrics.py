@@ -109,14 +109,7 @@ class MetricSink:
         if kind != "mean" and opts is None:
             opts = Options(name if self.training else None, name, logger, rank_zero_only, add_dataloader_idx)
         if opts is not None:
-            self.options[name] = opts
-            published = [n for n in (opts.step_name, opts.epoch_name) if n is not None]
-            if not opts.logger:
-                self.hidden.update(published)
-            if not opts.suffix:
-                self.no_suffix.update(published)
-            if opts.alias:
-                self.aliases.update((n, name) for n in published)
+            self._register(name, opts)
         if kind != "mean":
             reduced = self._reduced[name] = Reduced(kind, prog_bar)
             if prog_bar:
@@ -128,6 +121,16 @@ class MetricSink:
             self.prog_bar.discard(name)
             self.prog_bar.update(n for n in (opts.step_name, opts.epoch_name) if n is not None)
         return series
+
+    def _register(self, name: str, opts: Options) -> None:
+        self.options[name] = opts
+        published = [n for n in (opts.step_name, opts.epoch_name) if n is not None]
+        if not opts.logger:
+            self.hidden.update(published)
+        if not opts.suffix:
+            self.no_suffix.update(published)
+        if opts.alias:
+            self.aliases.update((n, name) for n in published)
 
     def version(self) -> tuple[Any, ...]:
         """Changes whenever a value is logged: epoch-end hooks are asked whether they logged."""
@@ -182,7 +185,9 @@ class MetricSink:
             for name, s in self._series.items()
         }
         latest = {name: torch.as_tensor(v).detach().to("cpu", torch.float64) for name, v in self.latest.items()}
-        return {"series": series, "latest": latest}
+        # self.log's keywords of the names that have a series (sum/max/min and Metrics start the epoch's rest afresh)
+        options = {name: vars(opts).copy() for name, opts in self.options.items() if name in self._series}
+        return {"series": series, "latest": latest, "options": options}
 
     def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
         """Put back ``state_dict()``: as floats on the CPU, as float64 tensors on ``device`` elsewhere."""
@@ -202,6 +207,8 @@ class MetricSink:
             if saved["prog_bar"]:
                 self.prog_bar.add(name)
         self.latest.update({n: float(v) if on_cpu else v.to(device) for n, v in state["latest"].items()})
+        for name, saved in state.get("options", {}).items():
+            self._register(name, Options(**saved))
         self.on_device = self.on_device or not on_cpu
 
     def latest_floats(self) -> dict[str, float]:

@@ -130,3 +130,19 @@ def test_log_dict_takes_the_same_keywords():
     trainer.validate(LogsDict(), loader(32))
     assert trainer.callback_metrics["a_epoch"] == 1.0 and trainer.callback_metrics["b"] == 2.0
     assert trainer.logged_metrics == {} and {"a_epoch", "b_epoch"} <= trainer.prog_bar_names
+
+
+class Indexes(Classifier):
+    def training_step(self, batch, batch_idx):
+        self.log("idx", float(batch_idx), on_step=True, on_epoch=True, logger=False)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_mid_epoch_checkpoint_keeps_the_keywords_of_what_was_logged():
+    from callbacks import ModelCheckpoint
+
+    Trainer(max_steps=2, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(Indexes(), loader(64))
+    resumed = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet())
+    resumed.fit(Indexes(), loader(64), ckpt_path="ck/last.ckpt")  # batches 2 and 3 of the 4
+    assert resumed.callback_metrics["idx_epoch"] == 1.5  # the mean of 0, 1, 2, 3: both halves, still named idx_epoch
+    assert "idx" not in resumed.train_epoch_metrics and "idx_epoch" not in resumed.logged_metrics  # still logger=False
