@@ -34,11 +34,14 @@ class ModelSummary(Callback):
 
 def summarize(model: nn.Module, max_depth: int = 1) -> str:
     """The summary table as text."""
-    rows = [("", "Name", "Type", "Params", "Trainable")]
-    for i, (name, sub) in enumerate(_submodules(model, max_depth)):
+    subs = _submodules(model, max_depth)
+    shapes = _shapes(model, subs)  # with an example_input_array: each layer's input and output shapes
+    rows = [("", "Name", "Type", "Params", "Trainable") + (("In sizes", "Out sizes") if shapes else ())]
+    for i, (name, sub) in enumerate(subs):
         total, trainable = _count(sub.parameters())
-        rows.append((str(i), name, type(sub).__name__, _human(total), _human(trainable)))
-    widths = [max(len(r[c]) for r in rows) for c in range(5)]
+        row = (str(i), name, type(sub).__name__, _human(total), _human(trainable))
+        rows.append(row + (shapes.get(name, ("?", "?")) if shapes else ()))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "-" * len(lines[0]))
     total, trainable = _count(model.parameters())
@@ -52,6 +55,50 @@ def summarize(model: nn.Module, max_depth: int = 1) -> str:
         f"{size_mb:>8.3f}  MB of parameters",
     ]
     return "\n".join(lines)
+
+
+def _shapes(model: nn.Module, subs: list[tuple[str, nn.Module]]) -> dict[str, tuple[str, str]]:
+    """Run ``model.example_input_array`` through the model (eval mode, no grad, the RNG put back)
+    and note each submodule's input and output shapes; {} without an example."""
+    example = getattr(model, "example_input_array", None)
+    if example is None:
+        return {}
+    import torch
+
+    def shape(x: object) -> str:
+        if isinstance(x, torch.Tensor):
+            return str(list(x.shape))
+        if isinstance(x, (list, tuple)):
+            return str([list(t.shape) if isinstance(t, torch.Tensor) else "?" for t in x]) if len(x) != 1 else shape(x[0])
+        return "?"
+
+    shapes: dict[str, tuple[str, str]] = {}
+
+    def noter(name: str):  # noqa: ANN202
+        def note(module: nn.Module, inputs: object, output: object) -> None:  # returns None: the output stays
+            shapes.setdefault(name, (shape(inputs), shape(output)))
+
+        return note
+
+    handles = [sub.register_forward_hook(noter(name)) for name, sub in subs]
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    moved = example.to(device) if isinstance(example, torch.Tensor) else example
+    modes, rng = [m.training for m in model.modules()], torch.get_rng_state()
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(**moved) if isinstance(moved, dict) else model(*moved) if isinstance(moved, (list, tuple)) else model(moved)
+        shapes[""] = (shape(moved), shape(out))
+    except Exception as err:  # noqa: BLE001 - a summary must not stop training
+        log.info("ModelSummary: the example_input_array did not run through the model (%s); shapes left out.", err)
+        return {}
+    finally:
+        for h in handles:
+            h.remove()
+        for m, mode in zip(model.modules(), modes):
+            m.training = mode
+        torch.set_rng_state(rng)
+    return shapes
 
 
 def _submodules(model: nn.Module, max_depth: int) -> list[tuple[str, nn.Module]]:

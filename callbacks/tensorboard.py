@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from trainer.core.checks import positive_number
+from trainer.core.hparams import is_plain
 
 from .base import Callback
 
@@ -144,7 +145,9 @@ class TensorBoardLogger(Callback):
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if self.writer is None:
             return
-        self._add({f"{name}_epoch": value for name, value in trainer.train_epoch_metrics.items()}, trainer.global_step)
+        # "<name>_epoch" (a name logged with on_step and on_epoch is called so already)
+        epoch = {name if name.endswith("_epoch") else f"{name}_epoch": v for name, v in trainer.train_epoch_metrics.items()}
+        self._add(epoch, trainer.global_step)
         self._flush_if_due()
 
     def _add(self, scalars: dict[str, float], step: int) -> None:
@@ -223,7 +226,9 @@ def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, bool | int | fl
     Options left at None are left out, so that a column keeps one type (a number or a
     string) across runs and stays sortable and filterable.
     """
-    params = {**{f"trainer/{k}": v for k, v in trainer.hparams().items()}, **getattr(module, "hparams", {})}
+    own = getattr(module, "hparams", {}) if getattr(module, "_log_hyperparams", True) else {}  # save_hyperparameters(logger=False)
+    own = {k: v for k, v in own.items() if is_plain(v)}  # not a partial's or a network's repr
+    params = {**{f"trainer/{k}": v for k, v in trainer.hparams().items()}, **own}
     return {str(k): v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items() if v is not None}
 
 

@@ -112,7 +112,10 @@ def test_any_package_can_be_imported_first(first, script_env):
 # The public names, pinned: `from trainer import ...`, `from callbacks import ...` and
 # `from strategies import ...` are what users write, whatever the rooms behind them.
 PUBLIC = {
-    "trainer": ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__", "seed_everything"],
+    "trainer": [
+        "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__",
+        "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything",
+    ],
     "callbacks": ["Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "TensorBoardLogger", "Timer"],
     "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],
 }

@@ -24,6 +24,8 @@ from trainer.core.module import TrainModule
 from trainer.core.seed import seed_everything
 from trainer.core.signals import Interrupted
 from trainer.core.state import TrainerState
+from trainer.core.hparams import AttributeDict
+from trainer.core.utilities import grad_norm, rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
 
 # Rank 0's one-line summaries (strategy, resume) show by default, like a progress bar does;
 # configure the "trainer" logger to change that.
@@ -35,7 +37,10 @@ if not _log.handlers:
     _log.setLevel(_logging.INFO)
     _log.propagate = False
 
-__all__ = ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "seed_everything", "__version__"]
+__all__ = [
+    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState",
+    "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything", "__version__",
+]
 
 
 def __getattr__(name: str) -> _Any:

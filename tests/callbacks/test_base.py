@@ -53,10 +53,10 @@ def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limi
     epoch = (
         ["on_train_epoch_start"]
         + BATCH + ["on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
         + BATCH + ["on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
         + VALIDATION_2
         + ["on_train_epoch_end"]
     )
@@ -76,11 +76,11 @@ def test_validation_due_mid_epoch_runs_before_that_batch_end_and_again_at_the_ep
     rec, trainer = _fit(max_epochs=1, limit_train_batches=5, limit_val_batches=2, val_check_interval=2)
     expected = (
         ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start", "on_train_epoch_start"]
-        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step"] + VALIDATION_2 + ["on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step"] + VALIDATION_2 + ["on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]  # batch 5 of 5: the epoch's end validates
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad"] + VALIDATION_2 + ["on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad"] + VALIDATION_2 + ["on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]  # batch 5 of 5: the epoch's end validates
         + VALIDATION_2
         + ["on_train_epoch_end", "on_train_end", "on_fit_end", "teardown"]
     )

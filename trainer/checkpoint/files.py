@@ -178,31 +178,32 @@ def _round_trips(value: Any) -> bool:
     return True
 
 
-def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
-    """Load with ``weights_only=True``: tensors and plain containers only, no code runs.
+def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False, weights_only: bool = True) -> dict[str, Any]:
+    """Load with ``weights_only=True``: tensors and plain containers only, no code runs
+    (``weights_only=False``, for a file one trusts, unpickles anything in it).
 
     ``mmap=True`` reads the structure and maps the tensors without reading them: a cheap
     check that a file is complete and safe.
     """
     path = os.fspath(path)
     if is_sharded(path):  # a folder: its meta file here, its tensors through torch.distributed.checkpoint
-        ckpt = _load_file(os.path.join(path, SHARDED_META), map_location, mmap)
+        ckpt = _load_file(os.path.join(path, SHARDED_META), map_location, mmap, weights_only)
         if not isinstance(ckpt, dict) or "loop" not in ckpt:
             raise CheckpointError(f"{path!r} is not a trainer checkpoint: its {SHARDED_META} holds no training state.")
         ckpt["sharded"] = path
         return ckpt
-    ckpt = _load_file(path, map_location, mmap)
+    ckpt = _load_file(path, map_location, mmap, weights_only)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"{path!r} is not a trainer checkpoint: it has no 'model' entry.")
     return ckpt
 
 
-def _load_file(path: str, map_location: Any, mmap: bool) -> Any:
+def _load_file(path: str, map_location: Any, mmap: bool, weights_only: bool = True) -> Any:
     if not os.path.isfile(path):
         raise CheckpointError(f"ckpt_path={path!r} does not exist (or is not a file).")
     require_archive(path, repr(path))  # also what lets torch.load map it
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        ckpt = torch.load(path, map_location=map_location, weights_only=weights_only, mmap=mmap)
     except pickle.UnpicklingError as err:
         raise CheckpointError(
             f"Refusing to load {path!r}: it holds pickled objects other than tensors and plain "

@@ -24,6 +24,7 @@ from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.files import CheckpointError
 from trainer.data.batches import SkipBatches, rebuild_loader
 from trainer.data.fetch import Fetching, batches
+from trainer.core.hparams import checkpoint_hparams
 from trainer.core.module import TrainModule
 from trainer.checkpoint.state_dicts import plain_state_dict
 
@@ -176,6 +177,9 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
         key = cb.state_key if cb.state_key in states else getattr(cb, "legacy_state_key", None)  # an older file's key
         if key in states:
             cb.load_state_dict(states[key])
+    datamodule = trainer.datamodule
+    if datamodule is not None and "datamodule" in ckpt:
+        datamodule.load_state_dict(ckpt["datamodule"])
     loop = ckpt["loop"]
     trainer.state.global_step = loop["global_step"]
     trainer.state.current_epoch = loop["epoch"]
@@ -285,6 +289,7 @@ def capture(trainer: Trainer, tensors: bool = True) -> dict[str, Any]:
     sink = trainer._train_sink if batch > 0 else None
     train_metrics = strategy.gather_objects(None if sink is None else sink.state_dict())
     module = trainer.module
+    hparams, left_out = checkpoint_hparams(module)
     weights = {
         "model": strategy.module_state_dict(),
         "optimizer_states": [] if opt is None else [strategy.optimizer_state_dict(o) for o in opt.optimizers],
@@ -305,9 +310,18 @@ def capture(trainer: Trainer, tensors: bool = True) -> dict[str, Any]:
         "epoch_start": epoch_start,
         "train_metrics": train_metrics,
         "strategy": strategy.name,
-        "hparams": ckpt_io.plain(getattr(module, "hparams", {})),
+        "hparams": hparams,  # the plain ones: weights_only=True loads them
+        "hparams_left_out": left_out,  # load_from_checkpoint asks for these
+        **_datamodule_state(trainer.datamodule),
         "trainer": ckpt_io.plain(trainer.hparams()),
     }
+
+
+def _datamodule_state(datamodule: Any) -> dict[str, Any]:
+    """A DataModule's ``state_dict()`` and plain hyperparameters, when fit has one."""
+    if datamodule is None:
+        return {}
+    return {"datamodule": datamodule.state_dict(), "datamodule_hparams": checkpoint_hparams(datamodule)[0]}
 
 
 def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:

@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from trainer.core.hparams import HyperparametersMixin
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
 
 
-class DataModule:
+class DataModule(HyperparametersMixin):
     """The data of a project in one object: ``fit(model, datamodule=dm)``.
 
     Define the loader methods you need. ``prepare_data`` runs once per machine (on its local
     rank 0, the other processes wait), for downloads and other writes to disk; ``setup(stage)``
     runs in every process, for what each one holds in memory (splits, tokenizers). Set
     ``prepare_data_per_node = False`` when the machines share a file system, and global rank 0
-    alone prepares. Lightning's ``LightningDataModule``, with the same names.
+    alone prepares. ``self.save_hyperparameters()`` and ``self.hparams`` work as on the module;
+    ``state_dict()``/``load_state_dict()`` are saved in and restored from checkpoints; while a
+    stage runs ``self.trainer`` is the Trainer. Lightning's ``LightningDataModule``, with the
+    same names.
     """
 
     prepare_data_per_node = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.trainer: Trainer | None = None
 
     def prepare_data(self) -> None: ...
     def setup(self, stage: str) -> None: ...
@@ -24,3 +39,46 @@ class DataModule:
     def val_dataloader(self) -> Any: ...
     def test_dataloader(self) -> Any: ...
     def predict_dataloader(self) -> Any: ...
+    def on_exception(self, exception: BaseException) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What checkpoints keep of this DataModule (plain data, tensors); empty by default."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take back what ``state_dict`` returned, when fit resumes from a checkpoint."""
+
+    @classmethod
+    def from_datasets(
+        cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None, predict_dataset: Any = None,
+        batch_size: int = 1, num_workers: int = 0, **datamodule_kwargs: Any,
+    ) -> "DataModule":
+        """A DataModule whose loaders serve these datasets (the training one shuffled);
+        ``batch_size`` and ``num_workers`` go to the DataLoaders, and to ``__init__`` if it takes them.
+        A list or dict of datasets gives several loaders."""
+
+        def loaders(data: Any, shuffle: bool = False) -> Any:
+            if isinstance(data, dict):
+                return {k: loaders(v, shuffle) for k, v in data.items()}
+            if isinstance(data, (list, tuple)):
+                return [loaders(v, shuffle) for v in data]
+            return DataLoader(data, batch_size=batch_size, num_workers=num_workers,
+                              shuffle=shuffle and not isinstance(data, IterableDataset))
+
+        for name, data in (("train_dataset", train_dataset), ("val_dataset", val_dataset),
+                           ("test_dataset", test_dataset), ("predict_dataset", predict_dataset)):
+            if data is not None and not isinstance(data, (Dataset, list, tuple, dict)) and not hasattr(data, "__getitem__"):
+                raise TypeError(f"DataModule.from_datasets({name}={data!r:.80}) takes a torch Dataset (or a list or dict of them).")
+        params = inspect.signature(cls.__init__).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        extra = {k: v for k, v in (("batch_size", batch_size), ("num_workers", num_workers)) if takes_any or k in params}
+        dm = cls(**datamodule_kwargs, **extra)
+        if train_dataset is not None:
+            dm.train_dataloader = lambda: loaders(train_dataset, shuffle=True)
+        if val_dataset is not None:
+            dm.val_dataloader = lambda: loaders(val_dataset)
+        if test_dataset is not None:
+            dm.test_dataloader = lambda: loaders(test_dataset)
+        if predict_dataset is not None:
+            dm.predict_dataloader = lambda: loaders(predict_dataset)
+        return dm

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch
 
+from trainer.core.log_options import Options, Reduced, is_metric, not_a_number, not_scalar, options_for, outside, reduce_name
+
 _local = threading.local()  # the active sink; DataParallel replica threads set their own
 
 
@@ -67,20 +69,68 @@ class _Series:
 class MetricSink:
     """Collects the values logged during one phase (a training epoch, a validation run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, training: bool = False) -> None:
         self.latest: dict[str, float | torch.Tensor] = {}
         self.prog_bar: set[str] = set()
         self._series: dict[str, _Series] = {}
         self.batch_size: int = 1  # set by the loop for each batch
         self.on_device = False  # whether a value was logged on an accelerator (kept as a tensor)
+        self.training = training  # Lightning's defaults: training_step's (step values) or evaluation's
+        # self.log's keywords, for the names logged with other than the defaults (trainer/core/log_options.py)
+        self.options: dict[str, Options] = {}
+        self._reduced: dict[str, Reduced] = {}  # reduce_fx sum/max/min and torchmetrics Metrics
+        self.hidden: set[str] = set()  # published names logged with logger=False
+        self.no_suffix: set[str] = set()  # published names logged with add_dataloader_idx=False
+        self.aliases: dict[str, str] = {}  # name_step/name_epoch -> name, for callback_metrics
 
-    def log(self, name: str, value: Any, prog_bar: bool = False, batch_size: int | None = None) -> None:
+    def log(self, name: str, value: Any, prog_bar: bool = False, batch_size: int | None = None, **options: Any) -> None:
         """Record ``value`` in this sink (``log_metric`` records into the current one)."""
         previous = set_sink(self)
         try:
-            log_metric(name, value, prog_bar=prog_bar, batch_size=batch_size)
+            log_metric(name, value, prog_bar=prog_bar, batch_size=batch_size, **options)
         finally:
             set_sink(previous)
+
+    def first_log(
+        self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
+        reduce_fx: Any, add_dataloader_idx: bool, rank_zero_only: bool,
+    ) -> "_Series | None":
+        """A name's first value in this sink, or any value of a name that is not a plain running
+        mean: its options are read (once), and the series to add to is returned, or None when
+        the value was taken here (``reduce_fx`` sum/max/min, a Metric)."""
+        reduced = self._reduced.get(name)
+        if reduced is not None:
+            reduced.add(name, value)
+            return None
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"self.log(name={name!r}): name must be a non-empty string.")
+        kind = "metric" if is_metric(value) else reduce_name(name, reduce_fx)
+        opts = options_for(name, self.training, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
+        if kind != "mean" and opts is None:
+            opts = Options(name if self.training else None, name, logger, rank_zero_only, add_dataloader_idx)
+        if opts is not None:
+            self._register(name, opts)
+        if kind != "mean":
+            reduced = self._reduced[name] = Reduced(kind, prog_bar)
+            if prog_bar:
+                self.prog_bar.update(n for n in (opts.step_name, opts.epoch_name) if n is not None)
+            reduced.add(name, value)
+            return None
+        series = self._new_series(name, value, prog_bar)
+        if prog_bar and opts is not None:
+            self.prog_bar.discard(name)
+            self.prog_bar.update(n for n in (opts.step_name, opts.epoch_name) if n is not None)
+        return series
+
+    def _register(self, name: str, opts: Options) -> None:
+        self.options[name] = opts
+        published = [n for n in (opts.step_name, opts.epoch_name) if n is not None]
+        if not opts.logger:
+            self.hidden.update(published)
+        if not opts.suffix:
+            self.no_suffix.update(published)
+        if opts.alias:
+            self.aliases.update((n, name) for n in published)
 
     def version(self) -> tuple[Any, ...]:
         """Changes whenever a value is logged: epoch-end hooks are asked whether they logged."""
@@ -94,9 +144,7 @@ class MetricSink:
             if value.numel() != 1:
                 raise _not_scalar(name, value)
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(
-                f"self.log({name!r}, value={value!r}): value must be a number or a scalar tensor."
-            )
+            raise not_a_number(name, value)
         series = self._series[name] = _Series(prog_bar)
         if prog_bar:
             self.prog_bar.add(name)
@@ -137,7 +185,9 @@ class MetricSink:
             for name, s in self._series.items()
         }
         latest = {name: torch.as_tensor(v).detach().to("cpu", torch.float64) for name, v in self.latest.items()}
-        return {"series": series, "latest": latest}
+        # self.log's keywords of the names that have a series (sum/max/min and Metrics start the epoch's rest afresh)
+        options = {name: vars(opts).copy() for name, opts in self.options.items() if name in self._series}
+        return {"series": series, "latest": latest, "options": options}
 
     def load_state_dict(self, state: dict[str, Any], device: torch.device) -> None:
         """Put back ``state_dict()``: as floats on the CPU, as float64 tensors on ``device`` elsewhere."""
@@ -157,33 +207,85 @@ class MetricSink:
             if saved["prog_bar"]:
                 self.prog_bar.add(name)
         self.latest.update({n: float(v) if on_cpu else v.to(device) for n, v in state["latest"].items()})
+        for name, saved in state.get("options", {}).items():
+            self._register(name, Options(**saved))
         self.on_device = self.on_device or not on_cpu
 
     def latest_floats(self) -> dict[str, float]:
-        """The most recent value of each name, as floats (syncs with the device once)."""
+        """The most recent value of each name, as floats (syncs with the device once), under the
+        names ``self.log``'s options publish them (``<name>_step`` with on_step and on_epoch)."""
         latest = dict(self.latest)
-        if not self.on_device:  # all numbers already
-            return latest
-        on_device = [n for n, v in latest.items() if isinstance(v, torch.Tensor)]
-        if on_device:
-            values = torch.stack([latest[n].to(torch.float64).reshape(()).cpu() for n in on_device]).tolist()
-            latest.update(zip(on_device, values))
-        return {n: float(v) for n, v in latest.items()}
+        if self.on_device:
+            on_device = [n for n, v in latest.items() if isinstance(v, torch.Tensor)]
+            if on_device:
+                values = torch.stack([latest[n].to(torch.float64).reshape(()).cpu() for n in on_device]).tolist()
+                latest.update(zip(on_device, values))
+            latest = {n: float(v) for n, v in latest.items()}
+        if self.options:
+            for name, opts in self.options.items():
+                value = latest.pop(name, None)
+                if name in self._reduced:
+                    value = self._reduced[name].step_value()
+                if opts.step_name is not None and value is not None:
+                    latest[opts.step_name] = value
+        return latest
 
     def epoch_means(self, reduce: Reducer | None = None) -> dict[str, float]:
         """Batch-size-weighted means of everything logged, reduced across processes."""
         parts: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        local: dict[str, float] = {}  # rank_zero_only, max, min, Metrics (which sync themselves): not reduced here
+        sums: set[str] = set()
+        options = self.options
         for name, series in self._series.items():
+            opts = options.get(name) if options else None
+            if opts is not None and opts.epoch_name is None:
+                continue
             series.collapse()
             total = torch.as_tensor(series.total, dtype=torch.float64).reshape(())
-            parts[name] = (total, torch.tensor(series.weight, dtype=torch.float64))
+            weight = torch.tensor(series.weight, dtype=torch.float64)
+            if opts is None:
+                parts[name] = (total, weight)
+            elif opts.local:
+                local[opts.epoch_name] = float(total) / float(weight) if float(weight) > 0 else math.nan
+            else:
+                parts[opts.epoch_name] = (total, weight)
+        for name, reduced in self._reduced.items():
+            opts = options[name]
+            if opts.epoch_name is None:
+                continue
+            value = reduced.epoch_value()
+            if reduced.kind == "sum" and not opts.local:  # summed over the processes too
+                parts[opts.epoch_name] = (torch.tensor(value, dtype=torch.float64), torch.ones((), dtype=torch.float64))
+                sums.add(opts.epoch_name)
+            elif value is not None:
+                local[opts.epoch_name] = value
         if reduce is not None:
             parts = reduce(parts)
         means = {}
         for name, (total, weight) in sorted(parts.items()):
             w = float(weight)
-            means[name] = float(total) / w if w > 0 else math.nan
+            means[name] = float(total) if name in sums else float(total) / w if w > 0 else math.nan
+        means.update(local)
         return means
+
+    def last_steps(self, epoch_values: dict[str, float], strategy: Any) -> dict[str, float]:
+        """At an epoch's end, for callback_metrics: the last step's value of each name that has
+        no epoch value (logged with on_epoch=False), the same on every rank."""
+        latest = self.latest_floats()
+        if strategy.world_size > 1:
+            latest = mean_over_processes(latest, strategy.reduce_metrics)
+        return self.for_callbacks({k: v for k, v in latest.items() if k not in epoch_values})
+
+    def for_callbacks(self, values: dict[str, float]) -> dict[str, float]:
+        """``values`` plus, for a name logged with both on_step and on_epoch, the plain name."""
+        if not self.aliases:
+            return values
+        return {**values, **{self.aliases[n]: v for n, v in values.items() if n in self.aliases}}
+
+    def for_logger(self, values: dict[str, float]) -> dict[str, float]:
+        """``values`` without those logged with ``logger=False``."""
+        hidden = self.hidden
+        return {n: v for n, v in values.items() if n not in hidden} if hidden else values
 
 
 def mean_over_processes(values: dict[str, float], reduce: Reducer) -> dict[str, float]:
@@ -194,21 +296,28 @@ def mean_over_processes(values: dict[str, float], reduce: Reducer) -> dict[str, 
     return {n: float(total) / float(weight) for n, (total, weight) in sorted(parts.items())}
 
 
-def log_metric(name: str, value: Any, *, prog_bar: bool = False, batch_size: int | None = None) -> None:
+def log_metric(
+    name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
+    on_epoch: bool | None = None, reduce_fx: Any = "mean", enable_graph: bool = False, sync_dist: bool = False,
+    sync_dist_group: Any = None, add_dataloader_idx: bool = True, batch_size: int | None = None,
+    metric_attribute: str | None = None, rank_zero_only: bool = False,
+) -> None:
     """Record a scalar in the current step's sink: what ``TrainModule.log`` is.
 
     One function, not a method calling the sink's: it runs for every value on every step,
-    where each call can cost up to a microsecond (benchmarks/overhead.py).
+    where each call can cost up to a microsecond (benchmarks/overhead.py). Lightning's
+    keywords are read at a name's first value in a phase (``MetricSink.first_log``), not on
+    each call. Values are always detached (``enable_graph`` has nothing to keep) and always
+    reduced over the processes (``sync_dist`` is always on; ``sync_dist_group`` is the world).
     """
     sink = getattr(_local, "sink", None)
     if sink is None:
-        raise RuntimeError(
-            f"self.log({name!r}, ...) was called outside a step. Call it from training_step, "
-            "validation_step, test_step or predict_step while the Trainer runs them."
-        )
+        raise outside(name)
     series = sink._series.get(name)
     if series is None:
-        series = sink._new_series(name, value, prog_bar)
+        series = sink.first_log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, add_dataloader_idx, rank_zero_only)
+        if series is None:  # taken there (reduce_fx sum/max/min, a Metric)
+            return
     weight = sink.batch_size if batch_size is None else batch_size
     if type(value) is _TENSOR and value.is_cpu:  # the usual case first, with the fewest checks
         number = value.tolist()  # a number, like item(), at a quarter of detach().item()'s cost
@@ -247,8 +356,4 @@ def _one_float(name: str, tensor: torch.Tensor, listed: Any) -> float:
     return float(listed)
 
 
-def _not_scalar(name: str, tensor: torch.Tensor) -> ValueError:
-    return ValueError(
-        f"self.log({name!r}, value): value must be a scalar, got a tensor of shape {tuple(tensor.shape)}. "
-        "Reduce it first, e.g. value.mean()."
-    )
+_not_scalar = not_scalar

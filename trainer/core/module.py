@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from trainer.core.hparams import HyperparametersMixin
 from trainer.core.metrics import log_metric
+from trainer.core.utilities import all_gather
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
-class TrainModule(nn.Module):
+class TrainModule(HyperparametersMixin, nn.Module):
     """Subclass this and define ``training_step`` (and optionally the other steps).
 
     ``training_step`` returns the loss: a scalar tensor, or a dict with a ``"loss"`` key.
@@ -35,7 +37,6 @@ class TrainModule(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self._trainer: Trainer | None = None
-        self.hparams: dict[str, Any] = {}
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         raise NotImplementedError(
@@ -49,18 +50,30 @@ class TrainModule(nn.Module):
     def configure_optimizers(self) -> Any:
         return None
 
-    #: ``self.log(name, value, *, prog_bar=False, batch_size=None)``: record a scalar. Inside a
-    #: step it is kept per step and as a batch-size-weighted epoch mean (``batch_size``
-    #: defaults to the batch's). In an ``on_*_epoch_end`` hook it is one value for the epoch.
-    #: A plain function, so that each call is one call.
+    #: ``self.log(name, value, prog_bar=False, logger=True, on_step=None, on_epoch=None,
+    #: reduce_fx="mean", enable_graph=False, sync_dist=False, sync_dist_group=None,
+    #: add_dataloader_idx=True, batch_size=None, metric_attribute=None, rank_zero_only=False)``:
+    #: record a scalar (or a torchmetrics Metric), as Lightning's. Inside a step it is kept per
+    #: step and as a batch-size-weighted epoch mean (``batch_size`` defaults to the batch's). In
+    #: an ``on_*_epoch_end`` hook it is one value for the epoch. The keywords are read at a
+    #: name's first value (trainer/core/log_options.py). A plain function, so that each call is one call.
     log = staticmethod(log_metric)
 
-    def log_dict(self, values: dict[str, Any], *, prog_bar: bool = False, batch_size: int | None = None) -> None:
-        """``self.log`` for each name and value of ``values``."""
-        if not isinstance(values, dict):
-            raise TypeError(f"self.log_dict(values={values!r:.80}) takes a dict of name -> scalar.")
-        for name, value in values.items():
-            log_metric(name, value, prog_bar=prog_bar, batch_size=batch_size)
+    def log_dict(
+        self, dictionary: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
+        on_epoch: bool | None = None, reduce_fx: Any = "mean", enable_graph: bool = False, sync_dist: bool = False,
+        sync_dist_group: Any = None, add_dataloader_idx: bool = True, batch_size: int | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        """``self.log`` for each name and value of ``dictionary`` (a dict, or a torchmetrics
+        MetricCollection: each of its metrics computed at the epoch's end), with the same keywords."""
+        if not hasattr(dictionary, "items"):
+            raise TypeError(f"self.log_dict({dictionary!r:.80}) takes a dict of name -> value (or a MetricCollection).")
+        for name, value in dictionary.items():
+            log_metric(
+                name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
+                sync_dist_group, add_dataloader_idx, batch_size, None, rank_zero_only,
+            )
 
     # --- manual optimization (trainer/loops/manual.py) ---------------------------------------
     def optimizers(self) -> Any:
@@ -109,6 +122,113 @@ class TrainModule(nn.Module):
             p.requires_grad_(requires_grad)
         self._toggled = {}
 
+    # --- Lightning's overridable steps: the loops call them only when the model overrides them
+    def configure_callbacks(self) -> Any:
+        """Callbacks this model needs; they join the Trainer's, and replace one of the same type."""
+        return []
+
+    def configure_model(self) -> None:
+        """Build layers here, once, before the strategy wraps the model (fsdp shards them as built)."""
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """Step ``optimizer``; the default runs ``optimizer.step(closure=optimizer_closure)``.
+        Override it to warm the learning rate up, or to step only sometimes."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step ``scheduler`` (with ``metric`` when it monitors one): override it for a scheduler
+        from outside torch.optim whose ``step`` takes other arguments."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> None:
+        """Clip before each optimizer step; the default clips as the Trainer's options say."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move ``batch`` to ``device``; override it for a batch type the Trainer cannot move."""
+        from trainer.data.batches import move_to_device  # the data room sits above the module
+
+        return move_to_device(batch, device)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    # --- Lightning's properties and helpers ------------------------------------------------
+    @property
+    def current_epoch(self) -> int:
+        return 0 if self._trainer is None else self._trainer.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        return 0 if self._trainer is None else self._trainer.global_step
+
+    @property
+    def global_rank(self) -> int:
+        return 0 if self._trainer is None else self._trainer.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return 0 if self._trainer is None else self._trainer.strategy.local_rank
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating-point type of the parameters (the default dtype if there are none)."""
+        return next((p.dtype for p in self.parameters() if p.is_floating_point()), torch.get_default_dtype())
+
+    @dtype.setter
+    def dtype(self, value: torch.dtype) -> None:
+        self.to(value)
+
+    @property
+    def example_input_array(self) -> Any:
+        """An input for ``forward``: the model summary shows each layer's input and output shapes from it."""
+        return self.__dict__.get("_example_input_array")
+
+    @example_input_array.setter
+    def example_input_array(self, value: Any) -> None:
+        self.__dict__["_example_input_array"] = value
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only (under the progress bar, when one is drawing)."""
+        if self._trainer is not None and not self._trainer.is_global_zero:
+            return
+        try:
+            from tqdm import tqdm
+
+            if getattr(tqdm, "_instances", None) and "file" not in kwargs:
+                tqdm.write(kwargs.get("sep", " ").join(map(str, args)), end=kwargs.get("end", "\n"))
+                return
+        except ImportError:
+            pass
+        print(*args, **kwargs)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Each tensor of ``data`` (a tensor or a dict/list of them) from every process, stacked
+        along a new first dimension; on one process, ``data`` unchanged."""
+        return all_gather(data, group=group, sync_grads=sync_grads)
+
+    def freeze(self) -> None:
+        """No gradients for any parameter, and eval mode."""
+        for p in self.parameters():
+            p.requires_grad_(False)
+        self.eval()
+
+    def unfreeze(self) -> None:
+        for p in self.parameters():
+            p.requires_grad_(True)
+        self.train()
+
     # --- hooks: the Callback hooks without (trainer, module); each runs before the callbacks'.
     # One the model does not override costs nothing: the loop never calls it.
     def setup(self, stage: str) -> None: ...
@@ -125,6 +245,7 @@ class TrainModule(nn.Module):
     def on_before_backward(self, loss: torch.Tensor) -> None: ...
     def on_after_backward(self) -> None: ...
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
     def on_train_log(self, metrics: dict[str, float]) -> None: ...
     def on_sanity_check_start(self) -> None: ...
     def on_sanity_check_end(self) -> None: ...
@@ -152,48 +273,53 @@ class TrainModule(nn.Module):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Read what ``on_save_checkpoint`` added, before the weights are loaded, when fit resumes."""
 
-    def save_hyperparameters(self, **extra: Any) -> None:
-        """Record the calling ``__init__``'s arguments (plus ``extra``) in ``self.hparams``.
-
-        They are written to TensorBoard's HParams tab and into every checkpoint.
-        """
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        if caller is not None:
-            info = inspect.getargvalues(caller)
-            for name in info.args[1:]:  # skip self
-                self.hparams[name] = info.locals[name]
-            if info.keywords:
-                self.hparams.update(info.locals[info.keywords])
-        self.hparams.update(extra)
-
     @classmethod
     def load_from_checkpoint(
-        cls, path: str | os.PathLike, map_location: Any = None, strict: bool = True, **overrides: Any
+        cls, checkpoint_path: str | os.PathLike, map_location: Any = None, hparams_file: Any = None,
+        strict: bool | None = None, weights_only: bool | None = None, **kwargs: Any,
     ) -> "TrainModule":
         """The model a checkpoint holds, in eval mode: built from the hyperparameters that
-        ``save_hyperparameters()`` recorded (``overrides`` replace some), with its weights loaded
-        with ``weights_only=True`` (no code in the file runs). ``map_location`` as ``torch.load``'s."""
+        ``save_hyperparameters()`` recorded (``kwargs`` replace or add some: those the checkpoint
+        left out, such as a network passed to ``__init__``), with its weights loaded with
+        ``weights_only=True`` (no code in the file runs; ``weights_only=False`` is accepted for
+        a file you trust). ``map_location`` as ``torch.load``'s."""
         from trainer.checkpoint.files import load as load_checkpoint  # checkpoint I/O sits above the module
         from trainer.checkpoint.state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
 
-        ckpt = load_checkpoint(path, map_location=map_location)
-        hparams = {**ckpt.get("hparams", {}), **overrides}
+        if hparams_file is not None:
+            raise ValueError(
+                f"{cls.__name__}.load_from_checkpoint(hparams_file={hparams_file!r}): the checkpoint holds the "
+                "hyperparameters itself; pass changed ones as keyword arguments instead."
+            )
+        ckpt = load_checkpoint(checkpoint_path, map_location=map_location, weights_only=weights_only is not False)
+        saved = ckpt.get("hparams", {})
+        hparams = {**saved, **kwargs}
         try:
             model = cls(**hparams)
         except TypeError as err:
-            if ckpt.get("hparams"):
+            missing = [k for k in ckpt.get("hparams_left_out", []) if k not in kwargs]
+            path = os.fspath(checkpoint_path)
+            if missing:
+                raise TypeError(
+                    f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint left out "
+                    f"{', '.join(map(repr, missing))} (not plain data, so not saved; {err}). Pass "
+                    f"{'it' if len(missing) == 1 else 'them'}: {cls.__name__}.load_from_checkpoint(path, "
+                    f"{', '.join(f'{k}=...' for k in missing)})."
+                ) from None
+            if saved:
                 raise
             raise TypeError(
-                f"{cls.__name__}.load_from_checkpoint({os.fspath(path)!r}): the checkpoint holds no "
+                f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint holds no "
                 f"hyperparameters, and {cls.__name__}() could not be built without them ({err}). Call "
                 "self.save_hyperparameters() in __init__ so that checkpoints record them, or pass them "
                 f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
             ) from None
+        if overridden(model, "configure_model"):  # its lazily built layers take the weights
+            model.configure_model()
         model.on_load_checkpoint(ckpt)
         if "sharded" in ckpt:  # a folder of shards (fsdp): read whole into this one process
             ckpt["model"] = load_sharded_model(ckpt["sharded"], plain_state_dict(model.state_dict()))
-        load_plain_state_dict(model, ckpt["model"], strict=strict)  # into compiled submodules too
+        load_plain_state_dict(model, ckpt["model"], strict=strict is not False)  # into compiled submodules too
         return model.eval()
 
     @property
@@ -219,6 +345,13 @@ class TrainModule(nn.Module):
         state = dict(state)
         state["_trainer"] = None
         return state
+
+
+def overridden(model: Any, name: str) -> bool:
+    """Whether ``model`` (a TrainModule) defines its own ``name``: worked out once per run, so a
+    Lightning override the model does not make costs nothing per step."""
+    base = getattr(TrainModule, name, None)
+    return isinstance(model, TrainModule) and base is not None and getattr(type(model), name, base) is not base
 
 
 def check_model(model: Any, needs_training_step: bool = True) -> None:

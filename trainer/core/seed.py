@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import os
 import random
 from typing import Iterator
@@ -13,17 +15,24 @@ import torch
 SEED_ENV = "TRAINER_GLOBAL_SEED"
 
 
-def seed_everything(seed: int) -> int:
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
     """Seed python's ``random``, numpy (when installed) and torch on every device.
 
     Returns the seed. The seed is also put in the environment (``TRAINER_GLOBAL_SEED``) so
-    that processes started later, such as DDP workers, can derive theirs from it.
+    that processes started later, such as DDP workers, can derive theirs from it. ``seed=None``
+    takes it from there (else 0). ``workers=True``: each DataLoader worker the Trainer runs gets
+    its own seeds for torch, ``random`` and numpy, derived from the loader's, the worker's id and
+    the process's global rank (a DataLoader of your own ``worker_init_fn`` keeps it).
     """
+    if seed is None:
+        env = os.environ.get(SEED_ENV, os.environ.get("PL_GLOBAL_SEED"))
+        seed = int(env) if env is not None and env.isdigit() else 0
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed_everything(seed={seed!r}): seed must be an int, e.g. seed_everything(0).")
     if not 0 <= seed < 2**32:
         raise ValueError(f"seed_everything(seed={seed!r}): seed must be in [0, 2**32).")
     os.environ[SEED_ENV] = str(seed)
+    os.environ[WORKERS_ENV] = "1" if workers else "0"
     random.seed(seed)
     try:
         import numpy as np
@@ -33,6 +42,34 @@ def seed_everything(seed: int) -> int:
         np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
     return seed
+
+
+def seed_worker(worker_id: int, rank: int = 0) -> None:
+    """A DataLoader's ``worker_init_fn`` under ``seed_everything(workers=True)``: seeds torch,
+    ``random`` and numpy in the worker from (the loader's base seed, worker id, global rank),
+    so that no two workers of any rank draw the same numbers, and a rerun draws them again."""
+    base = torch.initial_seed() - worker_id  # torch gives each worker base_seed + worker_id
+    digest = hashlib.sha256(f"{base}/{worker_id}/{rank}".encode()).digest()
+    torch_seed, std_seed, np_seed = (int.from_bytes(digest[i:i + 8], "little") for i in (0, 8, 16))
+    torch.manual_seed(torch_seed)
+    random.seed(std_seed)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    np.random.seed(np_seed % 2**32)
+
+
+def seeded_workers(loader: object, rank: int) -> None:
+    """Give ``loader`` :func:`seed_worker` when ``seed_everything(workers=True)`` asked for it and
+    the loader has workers and no ``worker_init_fn`` of its own."""
+    if os.environ.get(WORKERS_ENV) != "1" or getattr(loader, "num_workers", 0) == 0:
+        return
+    if getattr(loader, "worker_init_fn", True) is None:
+        loader.worker_init_fn = functools.partial(seed_worker, rank=rank)  # type: ignore[attr-defined]
+
+
+WORKERS_ENV = "TRAINER_SEED_WORKERS"
 
 
 @contextlib.contextmanager

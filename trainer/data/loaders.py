@@ -33,6 +33,8 @@ LOADER_METHOD = {
 def defines(owner: Any, method: str) -> bool:
     """Whether ``owner`` (a DataModule or a model) defines ``method`` itself."""
     base = DataModule if isinstance(owner, DataModule) else TrainModule
+    if callable(getattr(owner, "__dict__", {}).get(method)):  # set on the instance (DataModule.from_datasets)
+        return True
     own = getattr(type(owner), method, None)
     return callable(own) and own is not getattr(base, method, None)
 

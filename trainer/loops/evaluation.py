@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.checkpoint import files as ckpt_io
-from trainer.loops.hooks import Hooks
+from trainer.loops.hooks import Hooks, batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
 from trainer.data.loaders import Loaders, takes_dataloader_idx
@@ -101,7 +101,10 @@ def run_evaluation(
     outputs: list[list[Any]] = [[] for _ in counts]
     means: dict[str, float] = {}
     prog_bar: set[str] = set()
+    hidden: set[str] = set()  # logged with logger=False: callback_metrics only
+    aliases: dict[str, str] = {}
     pass_idx = takes_dataloader_idx(getattr(model, step_name))
+    transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
     outer = MetricSink()  # what the start and end hooks log: one value per process
     previous_sink = set_sink(outer)
     try:
@@ -120,6 +123,8 @@ def run_evaluation(
                 it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
                 for batch_idx, batch in enumerate(it):
                     sink.batch_size = batch_size(batch)
+                    if transfer is not None:
+                        batch = transfer(batch, i)
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
                     out = strategy.run_step(step_name, batch, batch_idx, *step_args)
@@ -128,14 +133,25 @@ def run_evaluation(
                     for fn in batch_end:
                         fn(trainer, model, out, batch, batch_idx, *hook_args)
             suffix = loaders.suffix(i)
-            means.update((name + suffix, v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
-            prog_bar |= {name + suffix for name in sink.prog_bar}
+            if sink.options:  # self.log's keywords: add_dataloader_idx=False, logger=False, on_step
+                def named(name: str, sink: MetricSink = sink, suffix: str = suffix) -> str:
+                    return name if name in sink.no_suffix else name + suffix
+                means.update((named(name), v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+                hidden |= {named(name) for name in sink.hidden}
+                aliases.update((named(n), named(a)) for n, a in sink.aliases.items())
+                prog_bar |= {named(name) for name in sink.prog_bar}
+            else:
+                means.update((name + suffix, v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+                prog_bar |= {name + suffix for name in sink.prog_bar}
         set_sink(outer)
         hooks.call(f"on_{phase}_epoch_end", trainer, model)
         means.update(outer.epoch_means(strategy.reduce_metrics))
+        hidden |= outer.hidden
+        aliases.update(outer.aliases)
         if publish:
-            trainer.logged_metrics = means
+            trainer.logged_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
             trainer.callback_metrics.update(means)
+            trainer.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
             trainer.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:

@@ -20,6 +20,7 @@ from trainer.data.batches import batch_size, check_same_length, describe_fit, in
 from trainer.loops.evaluation import check_val_interval, evaluation_loop, limited, sanity_check, validation_every
 from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
 from trainer.loops.manual import ManualOptimization, check_manual
+from trainer.loops.hooks import batch_transfer
 from trainer.loops.optim import automatic_step, resolve_optimizers
 from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
@@ -50,7 +51,8 @@ class FitLoop(StopRules):
                 backward(loss / group size)
                 on_after_backward
                 if the group is complete:
-                    unscale, on_before_optimizer_step, clip, optimizer step, zero_grad
+                    unscale, on_before_optimizer_step, clip (or the model's configure_gradient_clipping),
+                    optimizer step (or the model's optimizer_step), on_before_zero_grad, zero_grad
                     scheduler step (interval="step")
                     every log_every_n_steps steps: NaN/Inf loss check, on_train_log
                 (manual optimization: training_step runs its own backward passes and steps,
@@ -140,7 +142,7 @@ class FitLoop(StopRules):
             hooks.call("on_train_start", trainer, model)
             while not self._done():
                 self._maybe_reload()
-                trainer._train_sink = sink = MetricSink()
+                trainer._train_sink = sink = MetricSink(training=True)
                 previous_sink = set_sink(sink)
                 try:
                     hooks.call("on_train_epoch_start", trainer, model)
@@ -196,8 +198,11 @@ class FitLoop(StopRules):
 
     def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
         trainer = self.trainer
-        trainer.train_epoch_metrics = means = sink.epoch_means(trainer.strategy.reduce_metrics)
-        trainer.callback_metrics.update(means)
+        means = sink.epoch_means(trainer.strategy.reduce_metrics)
+        if sink.options:  # values logged with on_epoch=False: their last step's, as Lightning leaves them
+            trainer.callback_metrics.update(sink.last_steps(means, trainer.strategy))
+        trainer.callback_metrics.update(sink.for_callbacks(means))
+        trainer.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
         if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
             trainer.logged_metrics = means
         trainer.prog_bar_names |= sink.prog_bar
@@ -240,8 +245,9 @@ class FitLoop(StopRules):
         # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
         plain_step = (
             trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
-            and not opt.steps_at("step") and manual is None
+            and not opt.steps_at("step") and manual is None and not opt.own and not hooks.on_before_zero_grad
         )
+        transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
         # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
         sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0
@@ -277,13 +283,14 @@ class FitLoop(StopRules):
                         size = last_size if batch_idx == last_idx else full_size
                     sink.batch_size = size
                     samples += size
+                    if transfer is not None:
+                        batch = transfer(batch, 0)
                     if training_step is None:
                         training_step = strategy.step_runner("training_step", batch)
                         if profiler is not None:
                             training_step = profiler.timed("training_step", training_step)
-                    if batch_start:
-                        for fn in batch_start:
-                            fn(trainer, model, batch, batch_idx)
+                    if batch_start and -1 in [fn(trainer, model, batch, batch_idx) for fn in batch_start]:
+                        break  # Lightning's: on_train_batch_start returning -1 ends the epoch here
                     if accumulate > 1:
                         group_start = batch_idx - batch_idx % accumulate
                         group = min(accumulate, limit - group_start)  # the epoch's last group may be short
@@ -324,6 +331,7 @@ class FitLoop(StopRules):
                             optimizer.zero_grad()
                             state.global_step += 1
                         elif manual is None:
+                            trainer._last_loss = loss  # what an optimizer_step's closure returns
                             automatic_step(trainer, model, self._publish_step_metrics)
                         if state.global_step % log_every == 0:
                             trainer.samples_seen = samples
@@ -372,7 +380,12 @@ class FitLoop(StopRules):
             metrics = trainer.step_metrics()
             if trainer.strategy.world_size > 1:  # what monitors read must be the same on every rank
                 metrics = mean_over_processes(metrics, trainer.strategy.reduce_metrics)
-            trainer.callback_metrics.update(metrics)
+            sink = trainer._train_sink
+            if sink is not None and sink.options:  # self.log keywords: aliases, logger=False
+                trainer.callback_metrics.update(sink.for_callbacks(metrics))
+                metrics = sink.for_logger(metrics)
+            else:
+                trainer.callback_metrics.update(metrics)
             self._published = (step, metrics)
         return self._published[1]
 

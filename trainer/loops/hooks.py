@@ -3,11 +3,12 @@ callbacks override which hook."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 from callbacks.base import HOOKS, Callback
 
-from trainer.core.module import TrainModule
+from trainer.core.module import TrainModule, overridden
 
 
 class Hooks:
@@ -73,3 +74,76 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks contains {cb!r:.80}, which is not a callbacks.Callback.")
     return callbacks
+
+
+_STEPS = ("training_step", "validation_step", "test_step", "predict_step")
+
+
+def adapt_steps(model: Any) -> list[str]:
+    """Let a ``*_step`` defined without ``batch_idx`` (``def training_step(self, batch)``, as
+    Lightning allows) be called as the loops call every step, ``(batch, batch_idx)``: such a
+    step gets an adapter on the instance, worked out once per stage (none for the usual
+    signature, which costs nothing). Returns the names adapted; :func:`restore_steps` removes them.
+    (``strategy="dp"`` replicas would share the adapter: that strategy needs ``batch_idx``.)"""
+    adapted = []
+    for name in _STEPS:
+        fn = getattr(model, name, None)
+        if fn is None or name in vars(model):
+            continue
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            continue
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            continue
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) >= 2:
+            continue
+        if not positional:
+            raise TypeError(
+                f"{type(model).__name__}.{name}{inspect.signature(fn)} takes no batch: define "
+                f"{name}(self, batch) or {name}(self, batch, batch_idx)."
+            )
+        vars(model)[name] = _without_batch_idx(fn)
+        adapted.append(name)
+    return adapted
+
+
+def _without_batch_idx(fn: Callable[[Any], Any]) -> Callable[[Any, int], Any]:
+    def step(batch: Any, batch_idx: int) -> Any:
+        return fn(batch)
+
+    return step
+
+
+def restore_steps(model: Any, names: list[str]) -> None:
+    for name in names:
+        vars(model).pop(name, None)
+
+
+def batch_transfer(model: Any, strategy: Any) -> Callable[[Any, int], Any] | None:
+    """The model's ``on_before_batch_transfer``, ``transfer_batch_to_device`` and
+    ``on_after_batch_transfer`` as one function ``(batch, dataloader_idx) -> batch``, or None when
+    it overrides none of them (the strategy moves the batch, as always)."""
+    names = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+    if not any(overridden(model, name) for name in names):
+        return None
+    before, move, after = (getattr(model, name) for name in names)
+    device = strategy.root_device
+
+    def transfer(batch: Any, dataloader_idx: int) -> Any:
+        return after(move(before(batch, dataloader_idx), device, dataloader_idx), dataloader_idx)
+
+    return transfer
+
+
+def attach_model_callbacks(trainer: Any, model: Any) -> None:
+    """``configure_callbacks()``: the model's callbacks join the Trainer's, each replacing the
+    Trainer's callbacks of its type (Lightning's rule)."""
+    if not overridden(model, "configure_callbacks"):
+        return
+    extra = model.configure_callbacks()
+    extra = [extra] if isinstance(extra, Callback) else list(extra or [])
+    check_callbacks(extra)
+    types = {type(cb) for cb in extra}
+    trainer.callbacks = [cb for cb in trainer.callbacks if type(cb) not in types] + extra

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.optim import Optimizer
 
+from trainer.core.module import overridden
+
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
@@ -35,16 +37,23 @@ class SchedulerConfig:
     def needs_metric(self) -> bool:
         return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
-    def step(self, metrics: dict[str, float]) -> None:
-        if not self.needs_metric:
-            self.scheduler.step()
+    def step(self, metrics: dict[str, float], own_step: Callable[[Any, Any], None] | None = None) -> None:
+        """Step the scheduler; ``own_step`` is the model's ``lr_scheduler_step(scheduler, metric)``."""
+        if not self.needs_metric and (own_step is None or self.monitor is None):
+            if own_step is None:
+                self.scheduler.step()
+            else:
+                own_step(self.scheduler, None)
             return
         if self.monitor not in metrics:
             raise ValueError(
                 f"lr_scheduler monitor={self.monitor!r} was not logged. Logged metrics: "
                 f"{sorted(metrics) or 'none'}. Log it with self.log({self.monitor!r}, value)."
             )
-        self.scheduler.step(metrics[self.monitor])
+        if own_step is None:
+            self.scheduler.step(metrics[self.monitor])
+        else:
+            own_step(self.scheduler, metrics[self.monitor])
 
 
 @dataclass
@@ -55,6 +64,9 @@ class OptimizerSetup:
     optimizers: list[Optimizer]
     schedulers: list[SchedulerConfig] = field(default_factory=list)
     automatic: bool = True
+    # The model's overrides of Lightning's optimization hooks (optimizer_step, optimizer_zero_grad,
+    # lr_scheduler_step, configure_gradient_clipping): name -> bound method; empty for most models.
+    own: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     @property
     def optimizer(self) -> Optimizer:
@@ -74,9 +86,10 @@ class OptimizerSetup:
     def step_schedulers(self, interval: str, metrics: dict[str, float]) -> None:
         if not self.automatic:
             return
+        own_step = self.own.get("lr_scheduler_step")
         for config in self.schedulers:
             if config.interval == interval:
-                config.step(metrics)
+                config.step(metrics, own_step)
 
 
 def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer] | None) -> OptimizerSetup:
@@ -100,7 +113,11 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
     else:
         setup = _parse(result, f"{type(module).__name__}.configure_optimizers() returned {result!r:.200}")
     setup.automatic = getattr(module, "automatic_optimization", True)
+    setup.own = {name: getattr(module, name) for name in _OWN if overridden(module, name)}
     return setup
+
+
+_OWN = ("optimizer_step", "optimizer_zero_grad", "lr_scheduler_step", "configure_gradient_clipping")
 
 
 def _parse(result: Any, where: str) -> OptimizerSetup:
@@ -194,17 +211,57 @@ def automatic_step(trainer: Trainer, model: torch.nn.Module, publish: Callable[[
     precision.unscale(optimizer)  # hooks and clipping see the true gradients (a no-op without a scaler)
     for fn in trainer._hooks.on_before_optimizer_step:
         fn(trainer, model, optimizer)
-    if trainer.gradient_clip_val is not None:
+    own = opt.own
+    if "configure_gradient_clipping" in own:  # the model clips (with self.clip_gradients) or not
+        own["configure_gradient_clipping"](optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+    elif trainer.gradient_clip_val is not None:
         params = [p for g in optimizer.param_groups for p in g["params"]]
         trainer.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
     trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
+    epoch, batch_idx = trainer.state.current_epoch, trainer.state.batch_in_epoch - 1
     if trainer._step_skipped:
         precision.skip()
+    elif "optimizer_step" in own:  # e.g. a learning-rate warm-up around optimizer.step(closure=...)
+        own["optimizer_step"](epoch, batch_idx, _Stepping(optimizer, precision), _closure(trainer))
     else:
         precision.step(optimizer)
-    optimizer.zero_grad()
+    for fn in trainer._hooks.on_before_zero_grad:
+        fn(trainer, model, optimizer)
+    if "optimizer_zero_grad" in own:
+        own["optimizer_zero_grad"](epoch, batch_idx, optimizer)
+    else:
+        optimizer.zero_grad()
     trainer.state.global_step += 1
     if opt.steps_at("step"):
         if opt.needs_metric_at("step"):  # its monitor must be this step's value
             publish()
         opt.step_schedulers("step", trainer.callback_metrics)
+
+
+class _Stepping:
+    """The optimizer ``optimizer_step`` gets: ``step(closure=...)`` goes through the precision
+    (the gradient scaler under 16-mixed); everything else is the optimizer's."""
+
+    def __init__(self, optimizer: Optimizer, precision: Any) -> None:
+        self.optimizer, self._precision = optimizer, precision
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = closure() if closure is not None else None
+        self._precision.step(self.optimizer)
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+
+def _closure(trainer: Trainer) -> Callable[[], Any]:
+    """``optimizer_closure``: training_step and backward ran already (the loop runs them before
+    the step, so hooks and accumulation see the gradients); calling it returns that loss."""
+
+    def closure() -> Any:
+        return trainer._last_loss
+
+    return closure

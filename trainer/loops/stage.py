@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import torch
 
-from trainer.loops.hooks import Hooks
+from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, batch_transfer, restore_steps
 from trainer.checkpoint.resume import evaluate_checkpoint, resolve_path
 from trainer.checkpoint.run_dir import run_dir
 from trainer.loops.evaluation import evaluation_loop
@@ -22,8 +23,10 @@ from trainer.data.fetch import Fetching
 from trainer.loops.fit import FitLoop
 from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
 from trainer.loops.precision import Precision
-from trainer.core.seed import deterministic_algorithms, seed_everything
+from trainer.core.seed import deterministic_algorithms, seed_everything, seeded_workers
 from trainer.core.state import TrainerState
+from trainer.core.module import overridden
+from trainer.core.utilities import rank_zero_only
 from trainer.checkpoint.state_dicts import load_plain_state_dict
 
 log = logging.getLogger("trainer")
@@ -88,6 +91,7 @@ def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
     trainer.state = TrainerState(**result["state"])
     trainer.callback_metrics, trainer.logged_metrics = result["callback_metrics"], result["logged_metrics"]
     trainer.run_dir = result["run_dir"]
+    attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match
     for cb, state in zip(trainer.callbacks, result["callbacks"]):
         cb.load_state_dict(state)
     trainer.profiler = result["profiler"]
@@ -116,10 +120,14 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     trainer._precision = strategy.precision = Precision(trainer.precision, strategy.root_device)
     trainer._module = model
     model._trainer = trainer
+    rank_zero_only.rank = strategy.global_rank
+    if overridden(model, "configure_model"):  # lazily built layers: before the strategy wraps them
+        model.configure_model()
     trainer._precision.convert_module(model)  # a true precision ("bf16-true", "64-true"): before any wrapper
     strategy.setup_module(model)
     if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
         strategy.compile(trainer.compile)
+    attach_model_callbacks(trainer, model)
     trainer._hooks = hooks = Hooks(trainer.callbacks, model)
     if trainer.profiler is not None:
         trainer.profiler.wrap_hooks(hooks)
@@ -136,6 +144,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         trainer.run_dir = strategy.broadcast_object(
             run_dir(trainer.default_root_dir, trainer.name, ckpt_path if stage == "fit" else None) if strategy.is_global_zero else None
         )
+    if datamodule is not None:
+        datamodule.trainer = trainer
     prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait
     if datamodule is not None:
         datamodule.setup(stage)
@@ -143,6 +153,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     on_device = trainer.data_on_device and strategy.root_device.type != "cpu"
     trainer._fetching = Fetching(trainer.batched_fetching, strategy.root_device if on_device else None)
     counters = None
+    adapted = adapt_steps(model)  # steps defined without batch_idx
     try:
         if stage == "fit":
             def fit_loaders() -> tuple[Any, Any]:  # again every n epochs with reload_dataloaders_every_n_epochs
@@ -150,11 +161,23 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
                 if data.loader is None:  # the model's or DataModule's: checked here, where they were made
                     check_train_loader(train)
                 val = stage_loader("validate", data.val_loader, model, datamodule)
+                if val is not None and not callable(getattr(model, "validation_step", None)):
+                    if strategy.is_global_zero and not warned:
+                        warnings.warn(
+                            f"A validation loader was given but {type(model).__name__} has no validation_step: "
+                            "training goes on without validation. Define validation_step(self, batch, batch_idx) "
+                            "to validate, or leave the validation loader out to silence this.", UserWarning, stacklevel=2,
+                        )
+                        warned.append(True)
+                    val = None
                 val = None if val is None else Loaders(val)
                 if trainer.overfit_batches:
                     train, val = overfit_loaders(train, val, trainer.overfit_batches)
+                for loader in [train, *(val or [])]:  # seed_everything(workers=True)
+                    seeded_workers(loader, strategy.global_rank)
                 return train, val
 
+            warned: list[bool] = []  # the missing validation_step is said once, not at each reload
             reload = fit_loaders if trainer.reload_dataloaders_every_n_epochs else None
             train, val = fit_loaders()
             FitLoop(trainer, model, train, val, ckpt_path, reload=reload).run()
@@ -168,6 +191,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             return None
         counters = evaluate_checkpoint(trainer, ckpt_path)
         loaders = Loaders(stage_loader(stage, data.loader, model, datamodule))
+        for loader in loaders:
+            seeded_workers(loader, strategy.global_rank)
         loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, stage))
         if stage == "predict":
             outputs = evaluation_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
@@ -179,8 +204,11 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     except BaseException as err:
         for fn in hooks.on_exception:
             fn(trainer, model, err)
+        if datamodule is not None:
+            datamodule.on_exception(err)
         raise
     finally:
+        restore_steps(model, adapted)
         trainer._fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
         if counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
             trainer.state.global_step, trainer.state.current_epoch = counters

@@ -1,0 +1,122 @@
+"""trainer/core/hparams.py: save_hyperparameters and hparams as Lightning has them, and checkpoints
+that stay loadable with weights_only=True when __init__ takes a network or partials."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from callbacks import ModelCheckpoint
+from tests._models import loader, quiet
+from trainer import DataModule, Trainer, TrainModule
+
+
+class AllArgs(TrainModule):
+    def __init__(self, lr: float = 0.1, hidden: int = 4, *, name: str = "x", **extra) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+
+def test_all_init_arguments_by_attribute_and_item():
+    model = AllArgs(0.5, name="y", depth=3)
+    assert model.hparams == {"lr": 0.5, "hidden": 4, "name": "y", "depth": 3}
+    assert model.hparams.lr == 0.5 and model.hparams["hidden"] == 4
+    model.hparams.lr = 0.25
+    assert model.hparams["lr"] == 0.25 and model.hparams_initial.lr == 0.5  # initial is frozen
+    with pytest.raises(AttributeError, match=r"hparams has no 'missing'.*\['depth', 'hidden', 'lr', 'name'\]"):
+        model.hparams.missing
+
+
+class Named(TrainModule):
+    def __init__(self, lr: float, hidden: int, seed: int) -> None:
+        super().__init__()
+        self.save_hyperparameters("lr", "hidden")
+
+
+class Ignoring(TrainModule):
+    def __init__(self, lr: float, hidden: int, seed: int) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["seed"], logger=False)
+
+
+class FromConfig(TrainModule):
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.save_hyperparameters(config)
+
+
+class Child(AllArgs):
+    def __init__(self, width: int = 2, lr: float = 0.3) -> None:
+        super().__init__(lr=lr)
+
+
+def test_named_ignored_dict_namespace_and_subclass_arguments():
+    assert Named(0.1, 8, 3).hparams == {"lr": 0.1, "hidden": 8}
+    ignoring = Ignoring(0.1, 8, 3)
+    assert ignoring.hparams == {"lr": 0.1, "hidden": 8} and ignoring._log_hyperparams is False
+    assert FromConfig({"a": 1}).hparams.a == 1
+    assert FromConfig(argparse.Namespace(b=2)).hparams == {"b": 2}
+    assert Child(width=5).hparams == {"width": 5, "lr": 0.3, "hidden": 4, "name": "x"}
+    with pytest.raises(ValueError, match=r"'depth' is not an argument of Bad.__init__ .*\['lr'\]"):
+        Bad()
+
+
+class Bad(TrainModule):
+    def __init__(self, lr: float = 1.0) -> None:
+        super().__init__()
+        self.save_hyperparameters("depth")
+
+
+class Template(TrainModule):
+    """The popular template: the network, and the optimizer and scheduler as partials."""
+
+    def __init__(self, net: nn.Module, optimizer, scheduler, lr: float = 0.1) -> None:
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.net = net
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        opt = self.hparams.optimizer(params=self.parameters())
+        return {"optimizer": opt, "lr_scheduler": self.hparams.scheduler(optimizer=opt)}
+
+
+def test_template_with_a_network_and_partials_checkpoints_plain_data_and_says_what_to_pass():
+    net = nn.Linear(8, 2)
+    with pytest.warns(UserWarning, match=r"'net' is an nn.Module.*ignore=\['net'\]"):
+        model = Template(net, functools.partial(torch.optim.SGD, lr=0.1), functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1))
+    assert model.hparams.net is net  # in memory, the very objects
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(model, loader(32))
+    left_out = [str(w.message) for w in caught if "not plain data" in str(w.message)]
+    assert len(left_out) == 1, left_out  # one warning for the run, naming both partials (not the network again)
+    assert "'optimizer' (partial), 'scheduler' (partial)" in left_out[0] and "net" not in left_out[0].split(":")[1]
+    path = os.path.join("ck", "last.ckpt")
+    ckpt = torch.load(path, weights_only=True)  # loadable without running pickled code
+    assert ckpt["hparams"] == {"lr": 0.1} and ckpt["hparams_left_out"] == ["net", "optimizer", "scheduler"]
+    with pytest.raises(TypeError, match=r"left out 'net', 'optimizer', 'scheduler'.*load_from_checkpoint\(path, net=\.\.\., optimizer=\.\.\., scheduler=\.\.\.\)"):
+        Template.load_from_checkpoint(path)
+    with pytest.warns(UserWarning, match="'net' is an nn.Module"):
+        loaded = Template.load_from_checkpoint(path, net=nn.Linear(8, 2), optimizer=None, scheduler=None, weights_only=True)
+    assert torch.equal(loaded.net.weight, model.net.weight) and not loaded.training
+
+
+class Data(DataModule):
+    def __init__(self, batch_size: int = 8, root: str = "data") -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+
+def test_datamodule_hparams():
+    dm = Data(batch_size=4)
+    assert dm.hparams.batch_size == 4 and dm.hparams == {"batch_size": 4, "root": "data"}

@@ -1,0 +1,148 @@
+"""self.log's Lightning keywords (trainer/core/log_options.py): on_step/on_epoch per hook, the
+name_step/name_epoch pair, reduce_fx, logger=False, add_dataloader_idx, torchmetrics Metrics,
+and the sentences for what cannot be logged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch import nn
+
+from tests._models import Classifier, loader, quiet
+from trainer import Trainer
+
+torchmetrics = pytest.importorskip("torchmetrics")
+
+
+class Keywords(Classifier):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("both", loss, on_step=True, on_epoch=True, prog_bar=True)
+        self.log("epoch_only", loss, on_step=False, on_epoch=True)
+        self.log("step_only", loss, on_epoch=False)
+        self.log("hidden", 7.0, logger=False)
+        self.log("total", 1.0, reduce_fx="sum", on_epoch=True, on_step=False)
+        self.log("biggest", float(batch_idx), reduce_fx=torch.max, on_step=False)
+        return loss
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self(x), y))
+        self.log("val_step_too", 1.0, on_step=True)
+        self.log("shared", 2.0, add_dataloader_idx=False)
+        self.log("val_hidden", 3.0, logger=False)
+
+
+def test_keywords_name_the_values_as_lightning_and_keep_logger_false_out_of_tensorboard():
+    model = Keywords()
+    trainer = Trainer(max_epochs=2, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(model, loader(64), [loader(32), loader(16)])  # 4 training batches per epoch
+    cm = trainer.callback_metrics
+    assert {"both", "both_step", "both_epoch", "epoch_only", "step_only", "hidden", "total", "biggest"} <= set(cm)
+    assert "epoch_only_step" not in cm and "step_only_epoch" not in cm
+    assert cm["total"] == 4.0 and cm["biggest"] == 3.0 and cm["hidden"] == 7.0
+    assert cm["both"] == cm["both_epoch"]  # at the epoch's end the plain name is the epoch value
+    assert cm["shared"] == 2.0 and "val_loss/dataloader_idx_0" in cm and "val_loss/dataloader_idx_1" in cm
+    assert "val_step_too_epoch/dataloader_idx_0" in cm and "val_hidden/dataloader_idx_1" in cm
+    assert "hidden" not in trainer.train_epoch_metrics and "val_hidden/dataloader_idx_0" not in trainer.logged_metrics
+    acc = EventAccumulator(trainer.run_dir)
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"both_step", "both_epoch", "step_only", "epoch_only_epoch", "total_epoch", "shared"} <= tags
+    assert not {t for t in tags if "hidden" in t}  # logger=False: callback_metrics only
+    assert "both_epoch_epoch" not in tags and "epoch_only" not in tags and "step_only_epoch" not in tags
+    assert len(acc.Scalars("both_step")) == 8  # every step (log_every_n_steps=1)
+
+
+class WithMetric(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_acc = torchmetrics.classification.BinaryAccuracy()
+        self.val_acc = torchmetrics.classification.BinaryAccuracy()
+        self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.train_acc(logits.argmax(-1), y)
+        self.log("train_acc", self.train_acc, on_step=True, on_epoch=True)
+        return nn.functional.cross_entropy(logits, y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        preds = self(x).argmax(-1)
+        self.seen.append((preds, y))
+        self.val_acc.update(preds, y)
+        self.log("val_acc", self.val_acc)
+
+
+def test_a_torchmetrics_metric_is_computed_at_the_epoch_end_and_reset():
+    model = WithMetric()
+    trainer = Trainer(max_epochs=1, num_sanity_val_steps=0, log_every_n_steps=1, **quiet())
+    trainer.fit(model, loader(64), loader(48, batch_size=20))  # batches of 20, 20, 8: a mean of means would differ
+    preds = torch.cat([p for p, _ in model.seen])
+    target = torch.cat([t for _, t in model.seen])
+    assert trainer.callback_metrics["val_acc"] == pytest.approx((preds == target).float().mean().item())
+    assert "train_acc_epoch" in trainer.callback_metrics and "train_acc_step" in trainer.callback_metrics
+    assert model.val_acc.update_count == 0 and model.train_acc.update_count == 0  # reset after compute
+
+
+def _fit_logging(value, where="training_step"):
+    class Logs(Classifier):
+        def training_step(self, batch, batch_idx):
+            if where == "training_step":
+                self.log("bad", value)
+            return super().training_step(batch, batch_idx)
+
+        def configure_optimizers(self):
+            if where == "configure_optimizers":
+                self.log("lr", 0.1)
+            return super().configure_optimizers()
+
+    Trainer(max_steps=1, **quiet()).fit(Logs(), loader(16))
+
+
+def test_what_cannot_be_logged_gets_a_sentence_naming_the_call():
+    with pytest.raises(TypeError, match=r"self.log\('bad', value='text'\).*Strings are not logged"):
+        _fit_logging("text")
+    with pytest.raises(ValueError, match=r"self.log\('bad', value\).*shape \(3,\).*value.mean\(\)"):
+        _fit_logging(torch.ones(3))
+    with pytest.raises(RuntimeError, match=r"self.log\('lr', ...\) was called from Logs.configure_optimizers"):
+        _fit_logging(None, where="configure_optimizers")
+    with pytest.raises(ValueError, match=r"reduce_fx must be 'mean', 'sum', 'max' or 'min'"):
+        Trainer(max_steps=1, **quiet()).fit(_Reduce(), loader(16))
+
+
+class _Reduce(Classifier):
+    def training_step(self, batch, batch_idx):
+        self.log("x", 1.0, reduce_fx="median")
+        return super().training_step(batch, batch_idx)
+
+
+def test_log_dict_takes_the_same_keywords():
+    class LogsDict(Classifier):
+        def validation_step(self, batch, batch_idx):
+            self.log_dict({"a": 1.0, "b": 2.0}, prog_bar=True, on_step=True, on_epoch=True, logger=False)
+
+    trainer = Trainer(max_epochs=1, num_sanity_val_steps=0, **quiet())
+    trainer.validate(LogsDict(), loader(32))
+    assert trainer.callback_metrics["a_epoch"] == 1.0 and trainer.callback_metrics["b"] == 2.0
+    assert trainer.logged_metrics == {} and {"a_epoch", "b_epoch"} <= trainer.prog_bar_names
+
+
+class Indexes(Classifier):
+    def training_step(self, batch, batch_idx):
+        self.log("idx", float(batch_idx), on_step=True, on_epoch=True, logger=False)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_mid_epoch_checkpoint_keeps_the_keywords_of_what_was_logged():
+    from callbacks import ModelCheckpoint
+
+    Trainer(max_steps=2, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(Indexes(), loader(64))
+    resumed = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet())
+    resumed.fit(Indexes(), loader(64), ckpt_path="ck/last.ckpt")  # batches 2 and 3 of the 4
+    assert resumed.callback_metrics["idx_epoch"] == 1.5  # the mean of 0, 1, 2, 3: both halves, still named idx_epoch
+    assert "idx" not in resumed.train_epoch_metrics and "idx_epoch" not in resumed.logged_metrics  # still logger=False

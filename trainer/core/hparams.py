@@ -1,0 +1,192 @@
+"""Hyperparameters: ``self.save_hyperparameters()`` and ``self.hparams``, for the module and the
+DataModule, as Lightning has them; and what of them a checkpoint can keep.
+
+A checkpoint is loaded with ``weights_only=True`` (no code in the file runs), so it keeps only
+plain data: numbers, strings, None, and lists, tuples and dicts of them. Anything else (an
+``nn.Module``, a ``functools.partial`` of an optimizer, a class) stays in ``self.hparams`` in
+memory and is left out of the file, named once in a warning; ``load_from_checkpoint`` then
+says which arguments to pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import inspect
+import types
+import warnings
+from typing import Any, Iterable
+
+from torch import nn
+
+
+class AttributeDict(dict):
+    """A dict whose keys are also attributes: ``hparams.lr`` is ``hparams["lr"]``."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(
+                f"hparams has no {key!r}; it holds {sorted(self) or 'nothing'}. Pass it to __init__ and call "
+                "self.save_hyperparameters(), or set self.hparams.<name> = value."
+            ) from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self[key] = value
+
+    def __delattr__(self, key: str) -> None:
+        del self[key]
+
+    def __repr__(self) -> str:
+        if not self:
+            return ""
+        width = max(len(str(k)) for k in self)
+        return "\n".join(f"{str(k)!r:>{width + 2}}: {v!r}" for k, v in sorted(self.items(), key=lambda kv: str(kv[0])))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "AttributeDict":
+        # a module or an optimizer's partial would be copied whole: keep the very objects
+        return AttributeDict({k: v if _keep_shared(v) else copy.deepcopy(v, memo) for k, v in self.items()})
+
+
+def _keep_shared(value: Any) -> bool:
+    return not is_plain(value)
+
+
+class HyperparametersMixin:
+    """``save_hyperparameters``, ``hparams`` and ``hparams_initial`` (the module and the DataModule)."""
+
+    def save_hyperparameters(
+        self, *args: Any, ignore: str | Iterable[str] | None = None, frame: types.FrameType | None = None, logger: bool = True
+    ) -> None:
+        """Record hyperparameters in ``self.hparams`` (checkpoints and the logger get them too).
+
+        With no ``args``: every argument of ``__init__`` (of each ``__init__`` in the class
+        chain, the subclass's winning), ``*args`` and ``**kwargs`` included. With names
+        (``save_hyperparameters("lr", "hidden")``): those arguments only. With one dict or
+        ``argparse.Namespace``: its items. ``ignore`` leaves names out; ``logger=False`` keeps
+        them from the logger's HParams (checkpoints still record them).
+        """
+        self._log_hyperparams = bool(logger)
+        if frame is None:
+            current = inspect.currentframe()
+            frame = current.f_back if current is not None else None
+        ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
+        init_args = _init_args(self, frame)
+        if len(args) == 1 and isinstance(args[0], (dict, argparse.Namespace)):
+            given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else dict(args[0])
+        elif args:
+            unknown = [a for a in args if not isinstance(a, str) or a not in init_args]
+            if unknown:
+                raise ValueError(
+                    f"save_hyperparameters({', '.join(map(repr, args))}): {', '.join(map(repr, unknown))} "
+                    f"{'is' if len(unknown) == 1 else 'are'} not an argument of {type(self).__name__}.__init__ "
+                    f"(its arguments: {sorted(init_args) or 'none'}). Pass argument names as strings, or one dict "
+                    "or argparse.Namespace."
+                )
+            given = {name: init_args[name] for name in args}
+        else:
+            given = init_args
+        given = {k: v for k, v in given.items() if k not in ignored}
+        modules = [k for k, v in given.items() if isinstance(v, nn.Module)]
+        if modules:
+            warnings.warn(
+                f"{type(self).__name__}.save_hyperparameters(): {', '.join(map(repr, modules))} "
+                f"{'is an nn.Module' if len(modules) == 1 else 'are nn.Modules'}, whose weights the checkpoint "
+                f"holds already; it is left out of the checkpoint's hyperparameters. Say so with "
+                f"self.save_hyperparameters(ignore={modules!r}), and pass it again to load_from_checkpoint.",
+                UserWarning, stacklevel=2,
+            )
+        self._warned_hparams = set(modules)  # already named: the checkpoint does not name them again
+        hparams = self.hparams
+        hparams.update(given)
+        self._hparams_initial = copy.deepcopy(hparams)
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """The hyperparameters: ``self.hparams.lr`` or ``self.hparams["lr"]``; changeable."""
+        try:
+            return self.__dict__["_hparams"]
+        except KeyError:
+            value = self.__dict__["_hparams"] = AttributeDict()
+            return value
+
+    @hparams.setter
+    def hparams(self, value: Any) -> None:
+        if isinstance(value, argparse.Namespace):
+            value = vars(value)
+        if not isinstance(value, dict):
+            raise TypeError(f"hparams = {value!r:.80} must be a dict (or argparse.Namespace).")
+        self.__dict__["_hparams"] = AttributeDict(value)
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of the hyperparameters as ``save_hyperparameters`` recorded them."""
+        return copy.deepcopy(self.__dict__.get("_hparams_initial", AttributeDict()))
+
+
+def _init_args(obj: Any, frame: types.FrameType | None) -> dict[str, Any]:
+    """The arguments of the ``__init__`` calls of ``obj`` on the stack from ``frame`` up (the
+    base class's first, so that the subclass's values win)."""
+    chain = []
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
+        chain.append(frame)
+        frame = frame.f_back
+    out: dict[str, Any] = {}
+    for f in reversed(chain):
+        info = inspect.getargvalues(f)
+        for name in info.args[1:]:
+            out[name] = info.locals[name]
+        if info.varargs and info.locals.get(info.varargs):
+            out[info.varargs] = info.locals[info.varargs]
+        if info.keywords:
+            out.update(info.locals.get(info.keywords, {}))
+    for k in ("__class__", "frame"):
+        out.pop(k, None)
+    return out
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``torch.load(weights_only=True)`` reads ``value`` back as it is."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and is_plain(v) for k, v in value.items())
+    return False
+
+
+def checkpoint_hparams(owner: Any) -> tuple[dict[str, Any], list[str]]:
+    """What of ``owner.hparams`` a checkpoint keeps (as a plain dict) and the names it leaves
+    out. The first time something is left out it is named in one warning."""
+    hparams = owner.__dict__.get("_hparams") if hasattr(owner, "__dict__") else None
+    if not hparams:
+        return {}, []
+    kept, left_out = {}, []
+    for k, v in hparams.items():
+        if is_plain(v):
+            kept[str(k)] = _as_plain(v)
+        else:
+            left_out.append(str(k))
+    warned = owner.__dict__.setdefault("_warned_hparams", set())
+    new = [k for k in left_out if k not in warned]
+    if new:
+        warned.update(new)
+        kinds = ", ".join(f"{k!r} ({type(hparams[k]).__name__})" for k in new)
+        warnings.warn(
+            f"{type(owner).__name__}.hparams: {kinds} {'is' if len(new) == 1 else 'are'} not plain data, which a "
+            "checkpoint loaded with weights_only=True cannot hold: left out of the checkpoint (it stays in "
+            f"self.hparams in memory). Pass {'it' if len(new) == 1 else 'them'} again to "
+            f"{type(owner).__name__}.load_from_checkpoint(path, {', '.join(f'{k}=...' for k in new)}).",
+            UserWarning, stacklevel=2,
+        )
+    return kept, left_out
+
+
+def _as_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _as_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_plain(v) for v in value) if type(value) in (list, tuple) else [_as_plain(v) for v in value]
+    return value

@@ -1,0 +1,115 @@
+"""Lightning's everyday utilities under their own names: ``rank_zero_only``, ``rank_zero_info``,
+``rank_zero_warn``, ``grad_norm``, and the module's ``all_gather``. Import them from ``trainer``
+(``from trainer import rank_zero_only, grad_norm``)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import warnings
+from typing import Any, Callable, TypeVar
+
+import torch
+from torch import nn
+
+log = logging.getLogger("trainer")
+T = TypeVar("T")
+
+
+def _rank_from_env() -> int:
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        value = os.environ.get(name)
+        if value is not None and value.isdigit():
+            return int(value)
+    return 0
+
+
+def rank_zero_only(fn: Callable[..., T]) -> Callable[..., T | None]:
+    """Decorator: ``fn`` runs on global rank 0 only (elsewhere it returns None).
+
+    ``rank_zero_only.rank`` is this process's global rank: read from the launcher's
+    environment at import, then set by the Trainer in each process it runs in.
+    """
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> T | None:
+        if rank_zero_only.rank == 0:
+            return fn(*args, **kwargs)
+        return None
+
+    return wrapped
+
+
+rank_zero_only.rank = _rank_from_env()  # type: ignore[attr-defined]
+
+
+@rank_zero_only
+def rank_zero_info(*args: Any, stacklevel: int = 2, **kwargs: Any) -> None:
+    """``logging.info`` on the "trainer" logger, on global rank 0 only."""
+    log.info(*args, stacklevel=stacklevel, **kwargs)
+
+
+@rank_zero_only
+def rank_zero_debug(*args: Any, stacklevel: int = 2, **kwargs: Any) -> None:
+    log.debug(*args, stacklevel=stacklevel, **kwargs)
+
+
+@rank_zero_only
+def rank_zero_warn(message: str | Warning, category: type[Warning] = UserWarning, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``warnings.warn`` on global rank 0 only."""
+    warnings.warn(message, category, stacklevel=stacklevel, **kwargs)
+
+
+def grad_norm(module: nn.Module, norm_type: float | int | str, group_separator: str = "/") -> dict[str, torch.Tensor]:
+    """The ``norm_type`` norm of each parameter's gradient, and of all of them together, under
+    Lightning's keys: ``grad_2.0_norm/<parameter>`` and ``grad_2.0_norm_total``. Parameters
+    without a gradient are left out. For ``self.log_dict`` in ``on_before_optimizer_step``."""
+    try:
+        p = float(norm_type)
+    except (TypeError, ValueError):
+        p = -1.0
+    if not p > 0:
+        raise ValueError(f"grad_norm(norm_type={norm_type!r}): norm_type must be a positive number or 'inf'.")
+    norms = {
+        f"grad_{p}_norm{group_separator}{name}": param.grad.detach().norm(p)
+        for name, param in module.named_parameters()
+        if param.grad is not None
+    }
+    if norms:
+        norms[f"grad_{p}_norm_total"] = torch.stack([n.float() for n in norms.values()]).norm(p)
+    return norms
+
+
+def all_gather(data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+    """Each tensor of ``data`` (a tensor, or a dict, list or tuple of them) from every process,
+    stacked along a new first dimension of size world size; on one process, ``data`` as it is.
+    ``sync_grads=True`` lets gradients flow back through the gather."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return data
+
+    def gather(t: torch.Tensor) -> torch.Tensor:
+        t = t.contiguous()
+        if sync_grads:
+            from torch.distributed.nn.functional import all_gather as differentiable
+
+            return torch.stack(differentiable(t, group=group or dist.group.WORLD))
+        out = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(out, t, group=group)
+        return torch.stack(out)
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return gather(x)
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            on_gpu = dist.get_backend(group) == "nccl"
+            return gather(torch.tensor(x, device=torch.cuda.current_device() if on_gpu else "cpu"))
+        if isinstance(x, dict):
+            return type(x)((k, walk(v)) for k, v in x.items())
+        if isinstance(x, (list, tuple)):
+            return type(x)(walk(v) for v in x) if not hasattr(x, "_fields") else type(x)(*(walk(v) for v in x))
+        return x
+
+    return walk(data)
