@@ -73,7 +73,6 @@ def test_bug_report_boring_model_fit_validate_test_predict_and_hook_order():
     assert len(predictions) == 3 and all(p.shape == (2, 2) for p in predictions)
 
 
-@pytest.mark.xfail(strict=True, reason="the Trainer half of issue 28: validate() and test() return a list, one dict per loader")
 def test_validate_returns_a_list_of_one_dict_per_loader():
     model = BoringModel()
     trainer = L.Trainer(log_dir=None, enable_progress_bar=False, enable_model_summary=False)

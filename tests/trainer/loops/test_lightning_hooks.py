@@ -42,7 +42,7 @@ def test_steps_without_batch_idx_and_with_dataloader_idx():
     trainer.fit(model, loader(32), [loader(16), loader(16)])
     assert model.seen[:2] == [("train", 16), ("train", 16)]
     assert model.seen[2:] == [("val", 0, 0), ("val", 0, 1)]
-    assert trainer.test(model, loader(16)) == {"n": 16.0}
+    assert trainer.test(model, loader(16)) == [{"n": 16.0}]
     assert "training_step" not in vars(model)  # the adapter goes with the stage
 
 
