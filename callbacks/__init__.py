@@ -1,8 +1,12 @@
 """Hooks into the training loop, and the callbacks that ship with the trainer.
 
-Learning rates need no callback of their own: ``TensorBoardLogger`` (on by default) writes
-``lr`` (``lr/group<i>`` per param group) at every logging step.
+The default logger (``loggers.TensorBoardLogger``, on by default) writes ``lr`` at every logging
+step; ``LearningRateMonitor`` adds Lightning's ``lr-<Optimizer>`` names to any logger.
+``callbacks.TensorBoardLogger`` is ``loggers.TensorBoardLogger`` (it was a callback before the
+loggers had a package of their own), imported on first use: the loggers sit beside the callbacks.
 """
+
+from typing import Any
 
 from .base import Callback
 from .early_stopping import EarlyStopping
@@ -11,10 +15,17 @@ from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
 from .progress import ProgressBar
-from .tensorboard import TensorBoardLogger
 from .timer import Timer
 
 __all__ = [
     "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
     "TensorBoardLogger", "Timer",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TensorBoardLogger":
+        from loggers import TensorBoardLogger
+
+        return TensorBoardLogger
+    raise AttributeError(f"module 'callbacks' has no attribute {name!r}")

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, TensorBoardLogger
+from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar
+from loggers import Logger
 from strategies import Strategy, select_strategy
 
 from trainer.checkpoint import files as ckpt_io
@@ -32,17 +33,20 @@ from trainer.core.state import TrainerState
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
 from trainer.loops.hooks import Hooks, check_callbacks
+from trainer.loops.log_writer import LoggerAccess, make_loggers, split_loggers
 from trainer.loops.manual import ManualOptimization
 from trainer.loops.optim import OptimizerSetup
 from trainer.loops.precision import Precision, check_precision_available, normalize_precision
 from trainer.loops.stage import StageData, absorb, run_stage
 
 
-class Trainer:
+class Trainer(LoggerAccess):
     """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a :class:`TrainModule`.
 
     All options are keyword-only. ``fit`` needs ``max_epochs`` or ``max_steps`` (or both:
-    whichever ends first). ``log_dir=None`` turns TensorBoard off.
+    whichever ends first). ``logger=True`` (the default) writes TensorBoard files into
+    ``<log_dir>/<name>/version_<n>``; ``logger=False`` (or ``log_dir=None``) writes no logs;
+    a :class:`loggers.Logger` or a list of them get everything logged.
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class Trainer:
         val_check_interval: int | float | None = None,
         log_every_n_steps: int = 50,
         log_dir: str | os.PathLike | None = "runs",
+        logger: bool | Logger | Iterable[Logger] | None = True,
         callbacks: Iterable[Callback] | None = None,
         enable_progress_bar: bool = True,
         enable_checkpointing: bool = True,
@@ -91,7 +96,7 @@ class Trainer:
         self.log_every_n_steps = positive_int("log_every_n_steps", log_every_n_steps)
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir={log_dir!r} must be a path (str or os.PathLike), or None to turn logging off.")
-        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self.default_root_dir = None if log_dir is None else os.fspath(log_dir)  # the folder runs go under
         if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
             raise (ValueError if isinstance(name, str) else TypeError)(
                 f"name={name!r} names the run folder: a non-empty string without {os.sep!r}, and not '.' or '..'."
@@ -132,14 +137,16 @@ class Trainer:
             self.max_epochs, self.max_steps, self.num_sanity_val_steps = 1, None, 0
             self.limit_train_batches = self.limit_val_batches = self.limit_test_batches = self.limit_predict_batches = n
             self.check_val_every_n_epoch, self.val_check_interval = 1, None
-            self.log_dir, self.enable_checkpointing, self.enable_progress_bar, self.enable_model_summary = None, False, False, False
+            self.enable_checkpointing, self.enable_progress_bar, self.enable_model_summary = False, False, False
         self.sanity_checking = False  # True while the sanity check runs
         self._strategy = select_strategy(strategy, devices)
         self.sync_batchnorm = flag("sync_batchnorm", sync_batchnorm)
         self._strategy.sync_batchnorm = self.sync_batchnorm or self._strategy.sync_batchnorm
+        callbacks, legacy = split_loggers(callbacks)  # no logger on fast_dev_run
+        self._loggers: list[Logger] = [] if self.fast_dev_run else make_loggers(logger, legacy, self.default_root_dir, name)
         given = check_callbacks(callbacks)
         if self.fast_dev_run:  # no bar, no files: a configured bar, logger or checkpointer is left out too
-            given = [cb for cb in given if not isinstance(cb, (ProgressBar, TensorBoardLogger, ModelCheckpoint, ModelSummary))]
+            given = [cb for cb in given if not isinstance(cb, (ProgressBar, ModelCheckpoint, ModelSummary))]
         self.callbacks: list[Callback] = given + self._default_callbacks(given)
         self.state = TrainerState()
         self.callback_metrics: dict[str, float] = {}
@@ -149,7 +156,8 @@ class Trainer:
         # Training samples this process has stepped through, updated every log_every_n_steps steps
         # and at each epoch's end (TensorBoard's throughput reads it then).
         self.samples_seen = 0
-        self.run_dir: str | None = None  # <log_dir>/<name>/version_<n>, set by the TensorBoard logger
+        self.run_dir: str | None = None  # the first logger's <save_dir>/<name>/version_<n>: checkpoints go there
+        self._log_dir: str | None = None  # the first logger's log_dir, once a stage resolved it
         self._fetching = Fetching(self.batched_fetching)  # a stage's, with data_on_device on its device
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
@@ -182,8 +190,6 @@ class Trainer:
         extra: list[Callback] = []
         if self.enable_progress_bar and wanted(ProgressBar):
             extra.append(ProgressBar())
-        if self.log_dir is not None and wanted(TensorBoardLogger):
-            extra.append(TensorBoardLogger())
         if self.enable_checkpointing and wanted(ModelCheckpoint):
             extra.append(ModelCheckpoint())
         if self.enable_model_summary and wanted(ModelSummary):
@@ -384,4 +390,5 @@ class Trainer:
         state["_module"] = None  # sent separately as fit's argument
         state["val_dataloaders"] = None  # likewise (and a dataset is costly to pickle twice)
         return state
+
 

@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trainer.loops.hooks import Hooks
 from trainer.checkpoint.resume import evaluate_checkpoint, resolve_path
-from trainer.checkpoint.run_dir import run_dir
 from trainer.loops.evaluation import evaluation_loop
+from trainer.loops.log_writer import LogWriter, logger_versions, resolve_run_dir, set_logger_versions
 from trainer.data.fetch import Fetching
 from trainer.loops.fit import FitLoop
 from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
 from trainer.loops.precision import Precision
 from trainer.core.seed import deterministic_algorithms, seed_everything
 from trainer.core.state import TrainerState
+from loggers import rank_zero_only
 from trainer.checkpoint.state_dicts import load_plain_state_dict
 
 log = logging.getLogger("trainer")
@@ -61,7 +62,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         "state": vars(trainer.state),
         "callback_metrics": trainer.callback_metrics,
         "logged_metrics": trainer.logged_metrics,
-        "run_dir": trainer.run_dir,
+        "run_dir": (trainer.run_dir, trainer._log_dir, logger_versions(trainer)),
         "callbacks": [cb.state_dict() for cb in trainer.callbacks],
     }
 
@@ -74,7 +75,8 @@ def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
     load_plain_state_dict(model, result["model"], assign=on_meta)  # plain keys, also into compiled submodules
     trainer.state = TrainerState(**result["state"])
     trainer.callback_metrics, trainer.logged_metrics = result["callback_metrics"], result["logged_metrics"]
-    trainer.run_dir = result["run_dir"]
+    trainer.run_dir, trainer._log_dir, versions = result["run_dir"]
+    set_logger_versions(trainer, versions)  # the folders rank 0 picked
     for cb, state in zip(trainer.callbacks, result["callbacks"]):
         cb.load_state_dict(state)
     return result["output"]
@@ -90,7 +92,10 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     strategy.setup_module(model)
     if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
         strategy.compile(trainer.compile)
-    trainer._hooks = hooks = Hooks(trainer.callbacks, model)
+    rank_zero_only.rank = strategy.global_rank  # loggers write on global rank 0 only
+    # The loggers are written from the LogWriter, after every callback, on global rank 0 only.
+    writer = [LogWriter(trainer.loggers)] if trainer.loggers and strategy.is_global_zero and stage != "predict" else []
+    trainer._hooks = hooks = Hooks(trainer.callbacks + writer, model)
     if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
         trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
         trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}
@@ -99,10 +104,11 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     else:
         trainer.state.stage = stage  # evaluation never moves the training counters
     # predict logs nothing, so it gets no run folder; evaluation after fit writes into fit's.
-    if trainer.log_dir is not None and stage != "predict" and (trainer.run_dir is None or stage == "fit"):
-        trainer.run_dir = strategy.broadcast_object(
-            run_dir(trainer.log_dir, trainer.name, ckpt_path if stage == "fit" else None) if strategy.is_global_zero else None
+    if stage != "predict" and (trainer.run_dir is None or stage == "fit"):
+        trainer.run_dir, trainer._log_dir, versions = strategy.broadcast_object(
+            resolve_run_dir(trainer, ckpt_path if stage == "fit" else None, stage == "fit") if strategy.is_global_zero else None
         )
+        set_logger_versions(trainer, versions)  # every rank's loggers name rank 0's folders
     prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait
     if datamodule is not None:
         datamodule.setup(stage)
