@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from typing import Any
 
@@ -60,7 +61,7 @@ def _yaml_lines(value: Any, indent: int) -> list[str]:
     lines: list[str] = []
     if isinstance(value, dict):
         for k, v in value.items():
-            key = _scalar(str(k))
+            key = _key(str(k))
             if _nested(v):
                 lines.append(f"{pad}{key}:\n")
                 lines += _yaml_lines(v, indent + 2)
@@ -74,6 +75,17 @@ def _yaml_lines(value: Any, indent: int) -> list[str]:
             else:
                 lines.append(f"{pad}- {_scalar(v)}\n")
     return lines
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
+
+
+def _key(key: str) -> str:
+    """A name as is when YAML reads it back as that string, else quoted."""
+    if _PLAIN_KEY.fullmatch(key) and key.lower() not in _YAML_WORDS:
+        return key
+    return json.dumps(key, ensure_ascii=False)
 
 
 def _nested(value: Any) -> bool:

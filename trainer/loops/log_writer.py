@@ -139,8 +139,7 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
     ``<save_dir>/<name>/<version>`` of the first logger; without a logger, ``log_dir``."""
     root = trainer.default_root_dir
     if not trainer.loggers:
-        where = None if root is None else os.path.abspath(root)
-        return where, where, []
+        return None if root is None else os.path.abspath(root), root, []
     if fit:
         for lg in trainer.loggers:
             start = getattr(lg, "_start_fit", None)
@@ -151,7 +150,7 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
     folder = version if isinstance(version, str) else f"version_{version}"
     save_dir = first.save_dir or root or os.getcwd()
     run_dir = os.path.abspath(os.path.join(save_dir, first.name or "", folder))
-    return run_dir, first.log_dir or first.save_dir or run_dir, logger_versions(trainer)
+    return run_dir, first.log_dir or first.save_dir or root or run_dir, logger_versions(trainer)
 
 
 def logger_versions(trainer: Trainer) -> list[Any]:

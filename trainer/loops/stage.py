@@ -93,8 +93,10 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
         strategy.compile(trainer.compile)
     rank_zero_only.rank = strategy.global_rank  # loggers write on global rank 0 only
-    # The loggers are written from the LogWriter, after every callback, on global rank 0 only.
-    writer = [LogWriter(trainer.loggers)] if trainer.loggers and strategy.is_global_zero and stage != "predict" else []
+    # The loggers are written from the LogWriter, after every callback, on global rank 0 only. The
+    # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
+    logs = trainer.loggers if strategy.is_global_zero else []
+    writer = [LogWriter(logs)] if trainer.loggers and stage != "predict" else []
     trainer._hooks = hooks = Hooks(trainer.callbacks + writer, model)
     if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
         trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
