@@ -14,12 +14,13 @@ from .lambda_callback import LambdaCallback
 from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
-from .progress import ProgressBar
+from .lr_monitor import LearningRateMonitor
+from .progress import ProgressBar, TQDMProgressBar
 from .timer import Timer
 
 __all__ = [
-    "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
-    "TensorBoardLogger", "Timer",
+    "Callback", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard",
+    "ProgressBar", "TQDMProgressBar", "TensorBoardLogger", "Timer",
 ]
 
 

@@ -112,7 +112,10 @@ def test_any_package_can_be_imported_first(first, script_env):
 # `from strategies import ...` are what users write, whatever the rooms behind them.
 PUBLIC = {
     "trainer": ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__", "seed_everything"],
-    "callbacks": ["Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "TensorBoardLogger", "Timer"],
+    "callbacks": [
+        "Callback", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard",
+        "ProgressBar", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+    ],
     "loggers": ["CSVLogger", "DummyExperiment", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],
 }

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar
+from callbacks import Callback, EarlyStopping, ModelCheckpoint, ModelSummary, ProgressBar
 from loggers import Logger
 from strategies import Strategy, select_strategy
 
@@ -250,6 +250,10 @@ class Trainer(LoggerAccess):
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:
         return next((cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)), None)
+
+    @property
+    def early_stopping_callback(self) -> EarlyStopping | None:
+        return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
 
     def step_metrics(self, prog_bar_only: bool = False) -> dict[str, float]:
         """The latest values logged in training_step, as floats (reads them off the device once per step)."""
