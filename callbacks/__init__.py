@@ -16,11 +16,12 @@ from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
 from .lr_monitor import LearningRateMonitor
 from .progress import ProgressBar, TQDMProgressBar
+from .stochastic_weight_avg import StochasticWeightAveraging
 from .timer import Timer
 
 __all__ = [
     "Callback", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard",
-    "ProgressBar", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+    "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
 ]
 
 

@@ -114,7 +114,7 @@ PUBLIC = {
     "trainer": ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__", "seed_everything"],
     "callbacks": [
         "Callback", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard",
-        "ProgressBar", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+        "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
     ],
     "loggers": ["CSVLogger", "DummyExperiment", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],
