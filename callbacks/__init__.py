@@ -10,6 +10,7 @@ from typing import Any
 
 from .base import Callback
 from .early_stopping import EarlyStopping
+from .gradient_accumulation_scheduler import GradientAccumulationScheduler
 from .lambda_callback import LambdaCallback
 from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
@@ -20,8 +21,9 @@ from .stochastic_weight_avg import StochasticWeightAveraging
 from .timer import Timer
 
 __all__ = [
-    "Callback", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard",
-    "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+    "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateMonitor",
+    "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging",
+    "TQDMProgressBar", "TensorBoardLogger", "Timer",
 ]
 
 

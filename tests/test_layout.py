@@ -113,8 +113,9 @@ def test_any_package_can_be_imported_first(first, script_env):
 PUBLIC = {
     "trainer": ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__", "seed_everything"],
     "callbacks": [
-        "Callback", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard",
-        "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+        "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback",
+        "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
+        "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
     ],
     "loggers": ["CSVLogger", "DummyExperiment", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],
