@@ -8,10 +8,10 @@ loggers had a package of their own), imported on first use: the loggers sit besi
 
 from typing import Any
 
-from .base import Callback
+from .base import Callback, LambdaCallback
 from .early_stopping import EarlyStopping
+from .finetuning import BackboneFinetuning, BaseFinetuning
 from .gradient_accumulation_scheduler import GradientAccumulationScheduler
-from .lambda_callback import LambdaCallback
 from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
@@ -21,7 +21,7 @@ from .stochastic_weight_avg import StochasticWeightAveraging
 from .timer import Timer
 
 __all__ = [
-    "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateMonitor",
+    "BackboneFinetuning", "BaseFinetuning", "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateMonitor",
     "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging",
     "TQDMProgressBar", "TensorBoardLogger", "Timer",
 ]

@@ -113,7 +113,7 @@ def test_any_package_can_be_imported_first(first, script_env):
 PUBLIC = {
     "trainer": ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__", "seed_everything"],
     "callbacks": [
-        "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback",
+        "BackboneFinetuning", "BaseFinetuning", "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback",
         "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
         "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
     ],

@@ -160,6 +160,11 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
     opt, strategy = trainer._opt, trainer.strategy
     load_model(strategy, ckpt, opt.optimizers)
+    states = ckpt.get("callbacks", {})
+    for cb in trainer.callbacks:  # before the optimizers: BaseFinetuning puts back the param groups it added
+        if cb.state_key in states:
+            cb.load_state_dict(states[cb.state_key])
+            getattr(cb, "_restore_param_groups", lambda trainer: None)(trainer)
     if "sharded" not in ckpt:  # a sharded folder's optimizer states were read with the weights
         _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer", strategy.load_optimizer_state_dict)
     _load_states(
@@ -167,10 +172,6 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
         lambda sched, state: sched.load_state_dict(state),
     )
     trainer._precision.load_state_dict(ckpt.get("precision", {}))
-    states = ckpt.get("callbacks", {})
-    for cb in trainer.callbacks:
-        if cb.state_key in states:
-            cb.load_state_dict(states[cb.state_key])
     loop = ckpt["loop"]
     trainer.state.global_step = loop["global_step"]
     trainer.state.current_epoch = loop["epoch"]
@@ -363,8 +364,7 @@ def _search_folder(trainer: Trainer) -> str | None:
 
 
 def _runs_base(trainer: Trainer) -> tuple[str | None, str | None]:
-    """(the first logger's ``<save_dir>/<name>``, its fixed version folder or None); (None,
-    None) without a logger."""
+    """(the first logger's ``<save_dir>/<name>``, its fixed version folder or None), or (None, None)."""
     if not trainer.loggers:
         return None, None
     first = trainer.loggers[0]
