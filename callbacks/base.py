@@ -27,7 +27,13 @@ class Callback:
 
     @property
     def state_key(self) -> str:
+        """The key of this callback's ``state_dict`` in checkpoints. A callback that may be
+        given twice with different arguments builds it with ``_generate_state_key``."""
         return type(self).__name__
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        """``MyCallback{'monitor': 'val_loss'}``: Lightning's form of a key told apart by arguments."""
+        return f"{type(self).__qualname__}{kwargs!r}"
 
     def wants(self, hook: str) -> bool:
         """Whether this run should call ``hook``, one this callback overrides; asked once at

@@ -184,3 +184,16 @@ def test_verbose_logs_each_improvement(trainer_log):
 def test_lightnings_options_are_checked(kwargs, error, message):
     with pytest.raises(error, match=message):
         EarlyStopping("score", **kwargs)
+
+
+def test_two_stoppers_are_told_apart_by_state_key_in_checkpoints():
+    script = [1.0, 0.8, 0.9, 0.85]
+    by_score, by_train = EarlyStopping("score", patience=5), EarlyStopping("train_score", mode="max", patience=5)
+    assert by_score.state_key != by_train.state_key
+    first = Trainer(**quiet(callbacks=[by_score, by_train], max_epochs=3, enable_checkpointing=True))
+    first.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8))
+    again = EarlyStopping("score", patience=5), EarlyStopping("train_score", mode="max", patience=5)
+    resumed = Trainer(**quiet(callbacks=list(again), max_epochs=3, enable_checkpointing=True))
+    resumed.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8), ckpt_path=first.checkpoint_callback.last_model_path)
+    assert again[0].state_dict() == by_score.state_dict() == {"wait_count": 1, "best_score": 0.8, "stopped_epoch": None}
+    assert again[1].state_dict() == by_train.state_dict() == {"wait_count": 2, "best_score": 1.0, "stopped_epoch": None}
