@@ -207,7 +207,10 @@ class FolderLogger(Logger):
         resumed = resumed_version(root, resume_path)
         if resumed is not None:
             return int(resumed[8:]) if resumed[8:].isdigit() else resumed
-        return claim_version(root, f"{self._kind}(save_dir={self._save_dir!r}, name={self._name!r})")
+        what = f"Trainer(log_dir={self._save_dir!r}, name={self._name!r})" if self._made_by_trainer else (
+            f"{self._kind}(save_dir={self._save_dir!r}, name={self._name!r})"
+        )
+        return claim_version(root, what)
 
     # --- the Trainer's side -----------------------------------------------------------
     def _adopt(self, save_dir: str, name: str) -> None:

@@ -26,7 +26,7 @@ def claim_version(base: str, what: str) -> int:
         raise type(err)(
             err.errno,
             f"Cannot create the run folder {base!r} for {what}: {err.strerror or err}. Pick a writable folder, "
-            "or Trainer(logger=False) to turn logging off.",
+            "or turn logging off with Trainer(logger=False) (or log_dir=None).",
         ) from None
     taken = [int(d[8:]) for d in os.listdir(base) if d.startswith("version_") and d[8:].isdigit()]
     n = max(taken, default=-1) + 1
