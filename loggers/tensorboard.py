@@ -114,7 +114,7 @@ class TensorBoardLogger(FolderLogger):
         (the ``trainer/`` options stay in TensorBoard only)."""
         params = params_dict(params)
         shown = {str(k): v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items() if v is not None}
-        self.experiment.file_writer.add_summary(session_start(shown), 0)
+        self.experiment.file_writer.add_summary(session_start(shown), self._last_step)  # a resumed fit's step
         self._session_open = True
         self._hparams.update({k: v for k, v in params.items() if not str(k).startswith("trainer/")})
         self._hparams_dirty = True
@@ -144,7 +144,11 @@ class TensorBoardLogger(FolderLogger):
             from trainer.data.batches import move_to_device
 
             input_array = move_to_device(input_array, device)
-        self.experiment.add_graph(model, input_array)
+        import warnings
+
+        with warnings.catch_warnings():  # add_graph traces with torch.jit, which torch now calls deprecated
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
+            self.experiment.add_graph(model, input_array)
 
     @rank_zero_only
     def save(self) -> None:

@@ -241,3 +241,13 @@ def test_callbacks_tensorboard_logger_is_the_logger_and_still_configures_the_def
     trainer.fit(Classifier(), loader(32))
     assert trainer.log_dir == os.path.join("runs", "default", "version_0")
     assert np.isfinite(trainer.callback_metrics["train_loss"])
+
+
+def test_log_graph_writes_the_models_graph_from_example_input_array():
+    model = Classifier()
+    model.example_input_array = torch.zeros(2, 8)
+    logger = TensorBoardLogger("tb", log_graph=True, default_hp_metric=False)
+    _fit(logger, model=model, max_epochs=1)
+    acc = EventAccumulator(logger.log_dir)
+    acc.Reload()
+    assert acc.Tags()["graph"] and len(acc.Graph().node) > 0
