@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import os
 from typing import Any
 
@@ -74,13 +75,9 @@ class ExperimentWriter:
         """A new column: the rows on disk (less a reopened last one) and the new ones, under the new header."""
         old: list[dict[str, Any]] = []
         if os.path.exists(self.metrics_file_path):
-            with open(self.metrics_file_path, newline="", encoding="utf-8") as f:
-                if self._reopened:
-                    f.seek(0)
-                    text = f.read(self._last_offset)
-                    old = list(csv.DictReader(text.splitlines()))
-                else:
-                    old = list(csv.DictReader(f))
+            with open(self.metrics_file_path, "rb") as raw:  # the offset counts bytes
+                data = raw.read(self._last_offset if self._reopened else -1).decode("utf-8")
+            old = list(csv.DictReader(io.StringIO(data, newline="")))
         header = ["step", *names]
         tmp = f"{self.metrics_file_path}.tmp{os.getpid()}"
         with open(tmp, "w", newline="", encoding="utf-8") as f:
@@ -151,6 +148,22 @@ class CSVLogger(FolderLogger):
     @rank_zero_only
     def finalize(self, status: str) -> None:
         self.save()
+
+    def _resume_at(self, step: int) -> None:
+        """Before a fit that resumes at ``step``: rows the crashed run wrote after it go."""
+        path = os.path.join(self.log_dir, ExperimentWriter.NAME_METRICS_FILE)
+        if not step or not os.path.exists(path):
+            return
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header, rows = reader.fieldnames or [], [r for r in reader if int(r["step"]) <= step]
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+        self._experiment = None  # reopened after the kept rows
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

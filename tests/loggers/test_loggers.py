@@ -11,6 +11,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from callbacks import ModelCheckpoint
 from loggers import CSVLogger, DummyExperiment, Logger, TensorBoardLogger, rank_zero_experiment, rank_zero_only
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -201,9 +202,9 @@ def test_tensorboard_logger_options_name_its_folder_and_tags():
     assert TensorBoardLogger("tb").version == 0 and TensorBoardLogger("tb").version == 1  # each claims its folder
 
 
-def test_a_resumed_fit_carries_on_in_a_user_loggers_folder():
-    first = _fit(CSVLogger("logs"), max_epochs=1)
-    ckpt = os.path.join(first.log_dir, "checkpoints", "last.ckpt")
+def test_a_resumed_fit_carries_on_in_a_user_loggers_folder_without_the_rows_after_the_checkpoint():
+    first = _fit(CSVLogger("logs"), max_epochs=2, callbacks=[ModelCheckpoint(save_top_k=-1)])
+    ckpt = glob.glob(os.path.join(first.log_dir, "checkpoints", "epoch=0-*.ckpt"))[0]  # step 4; the run went on to 8
     again = Trainer(max_epochs=2, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=False,
                     logger=CSVLogger("logs"))
     again.fit(Classifier(), loader(64), loader(32), ckpt_path=ckpt)
@@ -251,3 +252,20 @@ def test_log_graph_writes_the_models_graph_from_example_input_array():
     acc = EventAccumulator(logger.log_dir)
     acc.Reload()
     assert acc.Tags()["graph"] and len(acc.Graph().node) > 0
+
+
+def test_the_csv_writer_updates_a_written_row_when_its_step_comes_again():
+    from loggers.csv_logs import ExperimentWriter
+
+    writer = ExperimentWriter("out")
+    writer.log_metrics({"loss": 1.0, "é/ü": 2.0}, 1)
+    writer.save()
+    writer.log_metrics({"loss": 0.5}, 1)  # the same step, the same columns: the row on disk is rewritten
+    writer.log_metrics({"loss": 0.25}, 2)
+    writer.save()
+    writer.log_metrics({"acc": 0.9}, 2)  # a new column for the row on disk: the file is rewritten
+    writer.save()
+    assert _rows(os.path.join("out", "metrics.csv")) == [
+        {"step": "1", "acc": "", "loss": "0.5", "é/ü": "2.0"},
+        {"step": "2", "acc": "0.9", "loss": "0.25", "é/ü": ""},
+    ]

@@ -42,8 +42,8 @@ class LogWriter(Callback):
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
         hparams = _hparams(trainer, module)
         for logger in self.loggers:
+            getattr(logger, "_resume_at", lambda step: None)(trainer.global_step)  # a resumed fit drops what came after
             if isinstance(logger, TensorBoardLogger):
-                logger._resume_at(trainer.global_step)
                 logger.log_hyperparams(hparams)
             else:
                 logger.log_hyperparams({k: v for k, v in hparams.items() if not k.startswith("trainer/")})
