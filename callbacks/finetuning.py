@@ -26,6 +26,8 @@ class BaseFinetuning(Callback):
     ``finetune_function(module, epoch, optimizer)``, called at each epoch's start for each
     optimizer, unfreezes with ``unfreeze_and_add_param_group``. The param groups it added
     ride in checkpoints and come back on resume, before the optimizer's state is loaded.
+    Under ``ddp`` pass ``DDPStrategy(find_unused_parameters=True)``: the model is wrapped
+    before ``freeze_before_training``, and frozen parameters get no gradient to reduce.
     """
 
     def __init__(self) -> None:
