@@ -1,20 +1,35 @@
 """Hooks into the training loop, and the callbacks that ship with the trainer.
 
-Learning rates need no callback of their own: ``TensorBoardLogger`` (on by default) writes
-``lr`` (``lr/group<i>`` per param group) at every logging step.
+The default logger (``loggers.TensorBoardLogger``, on by default) writes ``lr`` at every logging
+step; ``LearningRateMonitor`` adds Lightning's ``lr-<Optimizer>`` names to any logger.
+``callbacks.TensorBoardLogger`` is ``loggers.TensorBoardLogger`` (it was a callback before the
+loggers had a package of their own), imported on first use: the loggers sit beside the callbacks.
 """
 
-from .base import Callback
+from typing import Any
+
+from .base import Callback, LambdaCallback
 from .early_stopping import EarlyStopping
-from .lambda_callback import LambdaCallback
+from .finetuning import BackboneFinetuning, BaseFinetuning
+from .gradient_accumulation_scheduler import GradientAccumulationScheduler
 from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
-from .progress import ProgressBar
-from .tensorboard import TensorBoardLogger
+from .lr_monitor import LearningRateMonitor
+from .progress import ProgressBar, TQDMProgressBar
+from .stochastic_weight_avg import StochasticWeightAveraging
 from .timer import Timer
 
 __all__ = [
-    "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
-    "TensorBoardLogger", "Timer",
+    "BackboneFinetuning", "BaseFinetuning", "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateMonitor",
+    "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging",
+    "TQDMProgressBar", "TensorBoardLogger", "Timer",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TensorBoardLogger":
+        from loggers import TensorBoardLogger
+
+        return TensorBoardLogger
+    raise AttributeError(f"module 'callbacks' has no attribute {name!r}")

@@ -1,8 +1,10 @@
-"""The Callback base class: every hook is a no-op until a subclass overrides it."""
+"""The Callback base class (every hook is a no-op until a subclass overrides it), and LambdaCallback."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
+
+from trainer.core.checks import suggest
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +27,13 @@ class Callback:
 
     @property
     def state_key(self) -> str:
+        """The key of this callback's ``state_dict`` in checkpoints. A callback that may be
+        given twice with different arguments builds it with ``_generate_state_key``."""
         return type(self).__name__
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        """``MyCallback{'monitor': 'val_loss'}``: Lightning's form of a key told apart by arguments."""
+        return f"{type(self).__qualname__}{kwargs!r}"
 
     def wants(self, hook: str) -> bool:
         """Whether this run should call ``hook``, one this callback overrides; asked once at
@@ -91,3 +99,27 @@ class Callback:
 HOOKS = tuple(
     name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown")
 )
+
+
+class LambdaCallback(Callback):
+    """Each keyword names a hook; its function gets the hook's arguments.
+
+    Example: ``LambdaCallback(on_train_epoch_end=lambda trainer, module: print(trainer.current_epoch))``.
+    Only the hooks given are ever called. Under ``strategy="ddp"`` (spawned workers) the
+    functions are pickled, so give module-level functions rather than lambdas there.
+    """
+
+    def __init__(self, **hooks: Callable[..., Any]) -> None:
+        for name, fn in hooks.items():
+            if name not in HOOKS:
+                raise TypeError(
+                    f"LambdaCallback got an unknown hook {name!r}.{suggest(name, HOOKS)} "
+                    f"Valid hooks: {', '.join(HOOKS)}."
+                )
+            if not callable(fn):
+                raise TypeError(
+                    f"LambdaCallback({name}={fn!r}): the value must be a function that takes the hook's "
+                    f"arguments, e.g. {name}=lambda trainer, module, *args: ..."
+                )
+            # An instance attribute: the Trainer's hook table counts it as an override.
+            setattr(self, name, fn)

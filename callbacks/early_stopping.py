@@ -23,24 +23,39 @@ class EarlyStopping(Callback):
     A check happens after each validation during fit or, when fit never validates (no
     validation loader, ``limit_val_batches=0``, or no validation schedule), at the
     end of each training epoch (monitor a training value then, e.g. ``"train_loss"``, whose
-    epoch mean is used). Improving means beating the best value so far by more than
-    ``min_delta`` (down for ``mode="min"``, up for ``mode="max"``). With ``check_finite``, a
-    NaN or infinite value stops at once.
+    epoch mean is used). ``check_on_train_epoch_end=True`` always checks at the training
+    epoch's end, ``False`` only after validations. Improving means beating the best value so
+    far by more than ``min_delta`` (down for ``mode="min"``, up for ``mode="max"``).
+
+    Fit also stops at once, in this order of precedence: with ``check_finite`` on a NaN or
+    infinite value; when the value reaches ``stopping_threshold`` (below it in ``min`` mode,
+    above in ``max``: good enough); when it crosses ``divergence_threshold`` (above in
+    ``min`` mode: hopeless). The reason goes to the log and to ``stopping_reason_message``
+    (``trainer.early_stopping_callback.stopping_reason_message``). ``verbose`` also logs
+    each improvement. ``strict=False`` skips a check whose monitor was not logged, instead
+    of the error that lists the logged names.
 
     The values come from ``trainer.callback_metrics``, which are already reduced across
     processes, so under DDP every rank takes the same decision and all stop at the same step.
-    The wait count and best score ride in checkpoints, so a resumed run keeps its patience.
+    Messages come from global rank 0 (``log_rank_zero_only=False``: from each rank, prefixed
+    with it). The wait count and best score ride in checkpoints, so a resumed run keeps its patience.
 
-    Example: ``EarlyStopping("val_loss", patience=5)``.
+    Example: ``EarlyStopping("val_loss", patience=5, stopping_threshold=0.05)``.
     """
 
     def __init__(
         self,
         monitor: str,
-        mode: str = "min",
-        patience: int = 3,
         min_delta: float = 0.0,
+        patience: int = 3,
+        verbose: bool = False,
+        mode: str = "min",
+        strict: bool = True,
         check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool | None = None,
+        log_rank_zero_only: bool = False,
     ) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise TypeError(f"EarlyStopping(monitor={monitor!r}) must be the name of a logged metric, e.g. 'val_loss'.")
@@ -50,13 +65,22 @@ class EarlyStopping(Callback):
         self.mode = one_of("EarlyStopping(mode)", mode, ("min", "max"))
         self.patience = positive_int("EarlyStopping(patience)", patience, minimum=0)
         self.min_delta = float(min_delta)
+        self.verbose = flag("EarlyStopping(verbose)", verbose)
+        self.strict = flag("EarlyStopping(strict)", strict)
         self.check_finite = flag("EarlyStopping(check_finite)", check_finite)
+        self.stopping_threshold = _threshold("stopping_threshold", stopping_threshold)
+        self.divergence_threshold = _threshold("divergence_threshold", divergence_threshold)
+        if check_on_train_epoch_end is not None:
+            flag("EarlyStopping(check_on_train_epoch_end)", check_on_train_epoch_end)
+        self.check_on_train_epoch_end = check_on_train_epoch_end
+        self.log_rank_zero_only = flag("EarlyStopping(log_rank_zero_only)", log_rank_zero_only)
         self._reset()
 
     def _reset(self) -> None:
         self.wait_count = 0
         self.best_score = math.inf if self.mode == "min" else -math.inf
         self.stopped_epoch: int | None = None  # the epoch in which fit was told to stop
+        self.stopping_reason_message: str | None = None
 
     @property
     def state_key(self) -> str:
@@ -68,46 +92,73 @@ class EarlyStopping(Callback):
             self._reset()  # a checkpoint being resumed loads its state after this
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.state.stage == "fit":
+        if trainer.state.stage == "fit" and not self._at_epoch_end(trainer):
             self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if not fit_validates(trainer):  # e.g. a validation loader with no schedule: it never runs
+        if self._at_epoch_end(trainer):
             self._check(trainer)
+
+    def _at_epoch_end(self, trainer: Trainer) -> bool:
+        if self.check_on_train_epoch_end is not None:
+            return self.check_on_train_epoch_end
+        return not fit_validates(trainer)  # e.g. a validation loader with no schedule: it never runs
 
     # --- the decision ------------------------------------------------------------------
     def _check(self, trainer: Trainer) -> None:
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
+            if not self.strict:
+                return
             raise ValueError(
                 f"EarlyStopping(monitor={self.monitor!r}) found no metric of that name. Logged metrics: "
                 f"{sorted(metrics) or 'none'}.{suggest(self.monitor, metrics)} Log it with "
                 f"self.log({self.monitor!r}, value) in validation_step (or in training_step when fit has no "
-                "validation), or fix the name."
+                "validation), fix the name, or pass strict=False to skip checks without it."
             )
         current = float(metrics[self.monitor])
+        before = self.best_score
         reason = self._judge(current)
+        if self.verbose and self.best_score != before:
+            self._say(trainer, f"Metric {self.monitor} improved" + (
+                f" by {abs(before - current):.6g} >= min_delta = {self.min_delta}" if math.isfinite(before) else ""
+            ) + f". New best score: {current:.6g}")
         if reason is not None:
             trainer.should_stop = True
             trainer.state.stop_reason = "early_stopping"
             self.stopped_epoch = trainer.current_epoch
-            if trainer.is_global_zero:
-                log.info("EarlyStopping: %s Stopping at epoch %d, step %d.", reason, trainer.current_epoch, trainer.global_step)
+            self.stopping_reason_message = reason
+            self._say(trainer, f"{reason} Stopping at epoch {trainer.current_epoch}, step {trainer.global_step}.")
+
+    def _say(self, trainer: Trainer, message: str) -> None:
+        if trainer.world_size > 1 and not self.log_rank_zero_only:
+            log.info("[rank: %d] EarlyStopping: %s", trainer.strategy.global_rank, message)
+        elif trainer.is_global_zero:
+            log.info("EarlyStopping: %s", message)
 
     def _judge(self, current: float) -> str | None:
         """Update the best score and wait count; returns why to stop, or None."""
+        better = "<" if self.mode == "min" else ">"
         if self.check_finite and not math.isfinite(current):
-            return f"{self.monitor} = {current} is not finite."
+            return f"Monitored metric {self.monitor} = {current} is not finite. Previous best value was {self.best_score:.6g}."
+        if self.stopping_threshold is not None and self._beats(current, self.stopping_threshold):
+            return f"Stopping threshold reached: {self.monitor} = {current:.6g} {better} {self.stopping_threshold}."
+        if self.divergence_threshold is not None and self._beats(self.divergence_threshold, current):
+            worse = ">" if self.mode == "min" else "<"
+            return f"Divergence threshold reached: {self.monitor} = {current:.6g} {worse} {self.divergence_threshold}."
         if self._improves(current):
             self.best_score, self.wait_count = current, 0
             return None
         self.wait_count += 1
         if self.wait_count >= self.patience:
             return (
-                f"{self.monitor} did not improve by more than {self.min_delta} for {self.wait_count} "
-                f"check(s); best {self.best_score:.6g}."
+                f"Monitored metric {self.monitor} did not improve by more than {self.min_delta} in the last "
+                f"{self.wait_count} check(s). Best score: {self.best_score:.6g}."
             )
         return None
+
+    def _beats(self, a: float, b: float) -> bool:
+        return a < b if self.mode == "min" else a > b
 
     def _improves(self, current: float) -> bool:
         if self.mode == "min":
@@ -122,3 +173,11 @@ class EarlyStopping(Callback):
         self.wait_count = int(state_dict.get("wait_count", 0))
         self.best_score = float(state_dict.get("best_score", self.best_score))
         self.stopped_epoch = state_dict.get("stopped_epoch")
+
+
+def _threshold(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise TypeError(f"EarlyStopping({name}={value!r}) must be a number (the monitored value's bound), or None.")
+    return float(value)

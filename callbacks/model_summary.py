@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -19,31 +19,36 @@ log = logging.getLogger("trainer")
 
 class ModelSummary(Callback):
     """On global rank 0 at ``on_fit_start``: the parameters of each submodule down to
-    ``max_depth`` (1: the top-level ones), then the trainable and frozen counts and their size
-    in MB. On by default; ``Trainer(enable_model_summary=False)`` turns it off. A parameter
-    shared by two submodules is counted once in the totals; a lazy one not yet built counts 0.
+    ``max_depth`` (1: the top-level ones, -1: all, 0: no table), then the trainable and frozen
+    counts and their size in MB. With ``model.example_input_array`` set, one forward pass (in
+    eval mode, without gradients) adds each row's input and output shapes. On by default;
+    ``Trainer(enable_model_summary=False)`` turns it off. A parameter shared by two submodules
+    is counted once in the totals; a lazy one not yet built counts 0.
     """
 
     def __init__(self, max_depth: int = 1) -> None:
-        self.max_depth = positive_int("ModelSummary(max_depth)", max_depth)
+        self.max_depth = positive_int("ModelSummary(max_depth)", max_depth, minimum=-1)
 
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
         if trainer.is_global_zero:
-            log.info("%s", summarize(module, self.max_depth))
+            # Not under fsdp: a forward pass on rank 0 alone would wait for the other ranks' shards.
+            example = None if trainer.strategy.name == "fsdp" else getattr(module, "example_input_array", None)
+            log.info("%s", summarize(module, self.max_depth, example))
 
 
-def summarize(model: nn.Module, max_depth: int = 1) -> str:
+def summarize(model: nn.Module, max_depth: int = 1, example_input: Any = None) -> str:
     """The summary table as text."""
     subs = _submodules(model, max_depth)
-    shapes = _shapes(model, subs)  # with an example_input_array: each layer's input and output shapes
+    shapes = _shapes(model, subs, example_input) if example_input is not None else None
     rows = [("", "Name", "Type", "Params", "Trainable") + (("In sizes", "Out sizes") if shapes else ())]
     for i, (name, sub) in enumerate(subs):
         total, trainable = _count(sub.parameters())
-        row = (str(i), name, type(sub).__name__, _human(total), _human(trainable))
-        rows.append(row + (shapes.get(name, ("?", "?")) if shapes else ()))
+        rows.append((str(i), name, type(sub).__name__, _human(total), _human(trainable)) + (shapes[name] if shapes else ()))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "-" * len(lines[0]))
+    if len(rows) == 1:  # max_depth=0: the totals only
+        lines = []
     total, trainable = _count(model.parameters())
     size_mb = sum(p.numel() * p.element_size() for p in _unique(model.parameters()) if not _lazy(p)) / 1e6
     head = f"{type(model).__name__}:"
@@ -57,52 +62,44 @@ def summarize(model: nn.Module, max_depth: int = 1) -> str:
     return "\n".join(lines)
 
 
-def _shapes(model: nn.Module, subs: list[tuple[str, nn.Module]]) -> dict[str, tuple[str, str]]:
-    """Run ``model.example_input_array`` through the model (eval mode, no grad, the RNG put back)
-    and note each submodule's input and output shapes; {} without an example."""
-    example = getattr(model, "example_input_array", None)
-    if example is None:
-        return {}
+def _shapes(model: nn.Module, subs: list[tuple[str, nn.Module]], example: Any) -> dict[str, tuple[str, str]]:
+    """Each row's (input, output) shapes from one forward pass over ``example``."""
     import torch
 
-    def shape(x: object) -> str:
-        if isinstance(x, torch.Tensor):
-            return str(list(x.shape))
-        if isinstance(x, (list, tuple)):
-            return str([list(t.shape) if isinstance(t, torch.Tensor) else "?" for t in x]) if len(x) != 1 else shape(x[0])
-        return "?"
+    from trainer.data.batches import move_to_device
 
-    shapes: dict[str, tuple[str, str]] = {}
+    seen = {name: ("?", "?") for name, _ in subs}
 
-    def noter(name: str):  # noqa: ANN202
-        def note(module: nn.Module, inputs: object, output: object) -> None:  # returns None: the output stays
-            shapes.setdefault(name, (shape(inputs), shape(output)))
+    def record(name: str) -> Any:
+        def hook(mod: nn.Module, args: Any, output: Any) -> None:
+            seen[name] = (_shape(args[0] if len(args) == 1 else args), _shape(output))
+        return hook
 
-        return note
-
-    handles = [sub.register_forward_hook(noter(name)) for name, sub in subs]
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    moved = example.to(device) if isinstance(example, torch.Tensor) else example
-    modes, rng = [m.training for m in model.modules()], torch.get_rng_state()
-    model.eval()
+    handles = [sub.register_forward_hook(record(name)) for name, sub in subs]
+    training = model.training
     try:
+        device = next((p.device for p in model.parameters() if not _lazy(p)), torch.device("cpu"))
+        example = move_to_device(example, device)
+        model.eval()
         with torch.no_grad():
-            out = model(**moved) if isinstance(moved, dict) else model(*moved) if isinstance(moved, (list, tuple)) else model(moved)
-        shapes[""] = (shape(moved), shape(out))
-    except Exception as err:  # noqa: BLE001 - a summary must not stop training
-        log.info("ModelSummary: the example_input_array did not run through the model (%s); shapes left out.", err)
-        return {}
+            model(*example) if isinstance(example, tuple) else model(**example) if isinstance(example, dict) else model(example)
     finally:
+        model.train(training)
         for h in handles:
             h.remove()
-        for m, mode in zip(model.modules(), modes):
-            m.training = mode
-        torch.set_rng_state(rng)
-    return shapes
+    return seen
+
+
+def _shape(value: Any) -> str:
+    if hasattr(value, "shape"):
+        return str(list(value.shape))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_shape(v) for v in value) + "]"
+    return "?"
 
 
 def _submodules(model: nn.Module, max_depth: int) -> list[tuple[str, nn.Module]]:
-    return [(name, m) for name, m in model.named_modules() if name and name.count(".") < max_depth]
+    return [(name, m) for name, m in model.named_modules() if name and (max_depth < 0 or name.count(".") < max_depth)]
 
 
 def _unique(params):  # noqa: ANN001, ANN202

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.core.checks import positive_number
+from trainer.core.checks import flag, positive_int, positive_number
 
 from .base import Callback
 
@@ -52,6 +52,7 @@ class ProgressBar(Callback):
         self._early_line = False  # whether the next epoch's first line comes after _FIRST_LINE_S
         self._epoch_open = False  # an epoch started and its line not yet written
         self._compiling = False  # Trainer(compile=...): until the first training batch ends
+        self._leave = True  # an epoch's bar stays on screen after it ends
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._active = trainer.is_global_zero
@@ -142,6 +143,7 @@ class ProgressBar(Callback):
         if self._bar is not None:
             if reason is not None:
                 self._bar.set_description(f"Epoch {epoch} (stopped: {reason})", refresh=False)
+            self._bar.leave = self._leave or reason is not None  # fit's last bar stays
             self._bar.n = done  # (not update(), which may draw: close draws the final line, once)
             self._bar.set_postfix(shown, refresh=False)
             self._bar.close()
@@ -210,6 +212,40 @@ class ProgressBar(Callback):
         state = self.__dict__.copy()
         state["_bar"] = state["_eval_bar"] = None
         return state
+
+
+class TQDMProgressBar(ProgressBar):
+    """Lightning's name and arguments for :class:`ProgressBar`.
+
+    ``refresh_rate`` is an upper bound: the bar redraws at most every ``refresh_rate``
+    batches, and at most every ``refresh_s`` seconds as ProgressBar does (0 turns it off).
+    ``leave=False`` clears each epoch's bar when the epoch ends, except the last one of fit;
+    ``leave=True`` keeps one per epoch.
+    """
+
+    def __init__(self, refresh_rate: int = 1, leave: bool = False, refresh_s: float = 0.2, line_every_s: float = 30.0) -> None:
+        super().__init__(refresh_s=refresh_s, line_every_s=line_every_s)
+        self.refresh_rate = positive_int("TQDMProgressBar(refresh_rate)", refresh_rate, minimum=0)
+        self._leave = flag("TQDMProgressBar(leave)", leave)
+        self._drawn_at = 0  # the batch of the last redraw
+
+    @property
+    def leave(self) -> bool:
+        return self._leave
+
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        super().setup(trainer, module, stage)
+        self._active = self._active and self.refresh_rate > 0
+
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        super().on_train_epoch_start(trainer, module)
+        self._drawn_at = trainer.state.batch_in_epoch
+
+    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if time.perf_counter() < self._next or batch_idx + 1 - self._drawn_at < self.refresh_rate:
+            return
+        self._drawn_at = batch_idx + 1
+        super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
 
 
 def _stop_reason(trainer: Trainer) -> str | None:

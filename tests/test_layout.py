@@ -10,12 +10,12 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("trainer", "callbacks", "strategies")
+PACKAGES = ("trainer", "callbacks", "strategies", "loggers")
 # Bottom to top: a module may import (at module level) only from its own room or the ones below.
-# strategies and callbacks share a rank: they sit on core, data and checkpoint, under the loops.
+# strategies, callbacks and loggers share a rank: they sit on core, data and checkpoint, under the loops.
 RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.checkpoint": 2,
-    "strategies": 3, "callbacks": 3, "trainer.loops": 4, "trainer.trainer": 5, "trainer.options": 5,
+    "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.loops": 4, "trainer.trainer": 5, "trainer.options": 5,
     "trainer.attributes": 5,
 }
 
@@ -64,7 +64,7 @@ def test_no_package_file_is_over_400_lines(path):
         assert sum(1 for _ in f) <= 400, f"{path} is over 400 lines: split it by concept"
 
 
-@pytest.mark.parametrize("package", ["trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "callbacks", "strategies"])
+@pytest.mark.parametrize("package", ["trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "callbacks", "strategies", "loggers"])
 def test_no_room_holds_more_than_12_modules_and_its_init_says_what_it_is_for(package):
     folder = os.path.join(ROOT, package)
     modules = [n for n in os.listdir(folder) if n.endswith(".py") and n != "__init__.py"]
@@ -94,7 +94,7 @@ def test_the_trainer_package_has_no_circle_through_its_init(script_env):
     """Importing the package loads only the bottom rooms: no loop, strategy or callback."""
     code = (
         "import sys, trainer\n"
-        "above = sorted(m for m in sys.modules if m.startswith(('trainer.loops', 'trainer.trainer', 'strategies', 'callbacks')))\n"
+        "above = sorted(m for m in sys.modules if m.startswith(('trainer.loops', 'trainer.trainer', 'strategies', 'callbacks', 'loggers')))\n"
         "print(above)"
     )
     done = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, timeout=120)
@@ -116,7 +116,12 @@ PUBLIC = {
         "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__",
         "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything",
     ],
-    "callbacks": ["Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "TensorBoardLogger", "Timer"],
+    "callbacks": [
+        "BackboneFinetuning", "BaseFinetuning", "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback",
+        "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
+        "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+    ],
+    "loggers": ["CSVLogger", "DummyExperiment", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],
 }
 

@@ -10,7 +10,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
+from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
 from strategies import Strategy
 
 if TYPE_CHECKING:
@@ -112,16 +112,18 @@ class TrainerAttributes:
         """The optimizer steps ``fit`` makes in all (from step 0, a resumed run included):
         ``max_steps``, or ``max_epochs`` epochs of this process's batches (its shard under DDP,
         after ``limit_train_batches``) in groups of ``accumulate_grad_batches``, the epoch's
-        last short group counting as a step; whichever is fewer. ``math.inf`` for an unsized
+        last short group counting as a step (a GradientAccumulationScheduler's groups per epoch);
+        whichever is fewer. ``math.inf`` for an unsized
         loader without ``max_steps``. Known from ``configure_optimizers`` on."""
         if self.state.stage != "fit" and self._opt is None:
             raise RuntimeError(
                 "trainer.estimated_stepping_batches is known once fit has its loaders: read it in "
                 "configure_optimizers (e.g. for OneCycleLR's total_steps) or later during fit."
             )
-        batches = self.num_training_batches
-        per_epoch = math.inf if batches == math.inf else math.ceil(batches / self.accumulate_grad_batches)
-        by_epochs = math.inf if self.max_epochs is None else per_epoch * self.max_epochs
+        batches, epochs = self.num_training_batches, range(self.max_epochs or 0)
+        scheduler = next((cb for cb in self.callbacks if isinstance(cb, GradientAccumulationScheduler)), None)
+        groups = [self.accumulate_grad_batches if scheduler is None else scheduler.get_accumulate_grad_batches(e) for e in epochs]
+        by_epochs = math.inf if self.max_epochs is None or batches == math.inf else sum(math.ceil(batches / g) for g in groups)
         return min(math.inf if self.max_steps is None else self.max_steps, by_epochs)
 
     # --- the run's objects --------------------------------------------------------------

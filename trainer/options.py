@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Iterable
 
-from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, TensorBoardLogger, Timer
+from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from strategies import select_strategy
 
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
 from trainer.loops.hooks import check_callbacks
+from trainer.loops.log_writer import make_loggers, split_loggers
 from trainer.loops.precision import normalize_precision
 from trainer.loops.profiler import SimpleProfiler
 
@@ -244,15 +245,17 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
     t._strategy.sync_batchnorm = t.sync_batchnorm or t._strategy.sync_batchnorm
     t.use_distributed_sampler = flag("use_distributed_sampler", o["use_distributed_sampler"])
     t._strategy.use_distributed_sampler = t.use_distributed_sampler
-    given = check_callbacks(o["callbacks"])
-    if t.fast_dev_run:  # no bar, no files: a configured bar, logger or checkpointer is left out too
-        given = [cb for cb in given if not isinstance(cb, (ProgressBar, TensorBoardLogger, ModelCheckpoint, ModelSummary))]
+    callbacks, legacy = split_loggers(o["callbacks"])  # a TensorBoardLogger passed as a callback, as before loggers/
+    t._loggers = [] if t.fast_dev_run else make_loggers(o["logger"], legacy, t.default_root_dir, t.name)
+    given = check_callbacks(callbacks)
+    if t.fast_dev_run:  # no bar, no files: a configured bar or checkpointer is left out too
+        given = [cb for cb in given if not isinstance(cb, (ProgressBar, ModelCheckpoint, ModelSummary))]
     t.callbacks = given + default_callbacks(t, given, max_time)
 
 
 def default_callbacks(t: Trainer, given: list[Callback], max_time: float | None) -> list[Callback]:
     """The built-ins, except those the user passed configured (e.g. ``ProgressBar(refresh_s=1)``):
-    two bars would both draw, and two loggers or checkpointers would write the same files. A
+    two bars would both draw, and two checkpointers would write the same files. A
     Timer given in ``callbacks`` wins over ``max_time``, as in Lightning."""
 
     def wanted(kind: type) -> bool:
@@ -263,8 +266,6 @@ def default_callbacks(t: Trainer, given: list[Callback], max_time: float | None)
         extra.append(Timer(max_time))
     if t.enable_progress_bar and wanted(ProgressBar):
         extra.append(ProgressBar())
-    if t.default_root_dir is not None and wanted(TensorBoardLogger):
-        extra.append(TensorBoardLogger())
     if t.enable_checkpointing and wanted(ModelCheckpoint):
         extra.append(ModelCheckpoint())
     if t.enable_model_summary and wanted(ModelSummary):

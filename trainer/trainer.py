@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from callbacks import Callback
+from loggers import Logger
 from strategies import Strategy
 
 from trainer.attributes import TrainerAttributes
@@ -31,6 +32,7 @@ from trainer.core.state import TrainerState
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
 from trainer.loops.hooks import Hooks
+from trainer.loops.log_writer import LoggerAccess
 from trainer.loops.manual import ManualOptimization
 from trainer.loops.optim import OptimizerSetup
 from trainer.loops.precision import Precision, check_precision_available
@@ -40,13 +42,15 @@ from trainer.loops.stage import StageData, absorb, run_stage
 from trainer.options import RUNS, check_names, check_weights_only, configure, fit_end_message
 
 
-class Trainer(TrainerAttributes):
+class Trainer(TrainerAttributes, LoggerAccess):
     """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a ``TrainModule``.
 
     All options are keyword-only, with Lightning's names and meanings (docs/trainer-arguments.md
     lists each and says where this one differs). ``fit`` needs ``max_epochs`` or ``max_steps``
     (or both: whichever ends first). ``default_root_dir`` (alias ``log_dir``) is where the run
-    folder goes; ``log_dir=None`` turns TensorBoard and the run folder off.
+    folder goes; ``log_dir=None`` turns TensorBoard and the run folder off. ``logger=True`` (the
+    default) writes TensorBoard files into ``<default_root_dir>/<name>/version_<n>``;
+    ``logger=False`` writes no logs; a ``loggers.Logger`` or a list of them get everything logged.
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class Trainer(TrainerAttributes):
         sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0,
         default_root_dir: str | os.PathLike | None = None,
+        logger: bool | Logger | Iterable[Logger] | None = True,
         # This trainer's own options:
         log_dir: str | os.PathLike | None = RUNS,
         name: str = "default",
@@ -115,7 +120,8 @@ class Trainer(TrainerAttributes):
         # Training samples this process has stepped through, updated every log_every_n_steps steps
         # and at each epoch's end (TensorBoard's throughput reads it then).
         self.samples_seen = 0
-        self.run_dir: str | None = None  # <default_root_dir>/<name>/version_<n>, set by the TensorBoard logger
+        self.run_dir: str | None = None  # the first logger's <save_dir>/<name>/version_<n>: checkpoints go there
+        self._log_dir: str | None = None  # the first logger's log_dir, once a stage resolved it
         self._fetching = Fetching(self.batched_fetching)  # a stage's, with data_on_device on its device
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf

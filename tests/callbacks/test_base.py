@@ -200,3 +200,20 @@ def test_on_train_log_runs_every_log_every_n_steps_optimizer_steps_with_the_logg
     assert [step for step, _ in watcher.calls] == [2, 4]
     assert [m["train_loss"] for _, m in watcher.calls] == [model.losses[3], model.losses[7]]
     assert all(set(m) == {"train_loss"} and type(m["train_loss"]) is float for _, m in watcher.calls)
+
+
+def test_two_stateful_callbacks_with_one_state_key_are_warned_about_and_generated_keys_tell_them_apart():
+    import pytest
+
+    from callbacks import EarlyStopping
+    from trainer import Trainer
+
+    with pytest.warns(UserWarning, match=r"state_key 'EarlyStopping\[monitor=val_loss,mode=min\]'"):
+        Trainer(callbacks=[EarlyStopping("val_loss"), EarlyStopping("val_loss", patience=5)])
+
+    class Counter(EarlyStopping):
+        @property
+        def state_key(self):
+            return self._generate_state_key(monitor=self.monitor, patience=self.patience)
+
+    assert Counter("a", patience=2).state_key.endswith("Counter{'monitor': 'a', 'patience': 2}")  # the class's __qualname__

@@ -127,3 +127,73 @@ def test_validate_alone_does_not_count_as_a_check():
     for _ in range(3):
         trainer.validate(model, loader(8, batch_size=8))
     assert stopper.wait_count == 0 and not trainer.should_stop
+
+
+# --- Lightning's other options --------------------------------------------------------------
+def test_stopping_threshold_stops_once_the_value_is_good_enough(trainer_log):
+    trainer = _fit(EarlyStopping("score", patience=100, stopping_threshold=0.5), [1.0, 0.7, 0.4, 0.3, 0.2])
+    assert trainer.current_epoch == 3  # stopped in epoch 2, the first at 0.4 < 0.5
+    message = trainer.early_stopping_callback.stopping_reason_message
+    assert message == "Stopping threshold reached: score = 0.4 < 0.5."
+    assert any(message in line for line in trainer_log)
+
+
+def test_divergence_threshold_stops_once_the_value_is_hopeless():
+    trainer = _fit(EarlyStopping("score", mode="max", patience=100, divergence_threshold=0.1), [0.5, 0.6, 0.05, 0.7])
+    assert trainer.current_epoch == 3
+    assert trainer.early_stopping_callback.stopping_reason_message == "Divergence threshold reached: score = 0.05 < 0.1."
+
+
+def test_not_finite_comes_before_the_thresholds_and_patience_has_lightnings_wording():
+    stopper = EarlyStopping("score", stopping_threshold=10.0)
+    _fit(stopper, [math.inf, 0.1])
+    assert stopper.stopping_reason_message.startswith("Monitored metric score = inf is not finite.")
+    stopper = EarlyStopping("score", patience=1)
+    _fit(stopper, [1.0, 2.0, 0.1])
+    assert stopper.stopping_reason_message == "Monitored metric score did not improve by more than 0.0 in the last 1 check(s). Best score: 1."
+
+
+def test_strict_false_skips_checks_without_the_metric():
+    stopper = EarlyStopping("missing", strict=False)
+    trainer = _fit(stopper, [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert trainer.current_epoch == 5 and stopper.stopping_reason_message is None
+
+
+def test_check_on_train_epoch_end_chooses_where_the_check_happens():
+    flat = [1.0] * 6  # never improves: with patience=1 the second check stops
+    # At every training epoch's end, although fit validates (every other epoch).
+    trainer = _fit(EarlyStopping("train_score", patience=1, check_on_train_epoch_end=True), flat, check_val_every_n_epoch=2)
+    assert trainer.current_epoch == 2
+    # After validations only (epochs 1 and 3).
+    trainer = _fit(EarlyStopping("train_score", patience=1, check_on_train_epoch_end=False), flat, check_val_every_n_epoch=2)
+    assert trainer.current_epoch == 4
+
+
+def test_verbose_logs_each_improvement(trainer_log):
+    _fit(EarlyStopping("score", verbose=True), [1.0, 0.5])
+    improved = [line for line in trainer_log if "improved" in line]
+    assert len(improved) == 2 and "New best score: 0.5" in improved[1] and "by 0.5 >= min_delta = 0.0" in improved[1]
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(patience=-1), ValueError, r"EarlyStopping\(patience\)=-1"),
+    (dict(stopping_threshold="low"), TypeError, r"EarlyStopping\(stopping_threshold='low'\) must be a number"),
+    (dict(check_on_train_epoch_end="yes"), TypeError, r"check_on_train_epoch_end\)='yes' must be True or False"),
+    (dict(strict=1), TypeError, r"EarlyStopping\(strict\)=1"),
+])
+def test_lightnings_options_are_checked(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        EarlyStopping("score", **kwargs)
+
+
+def test_two_stoppers_are_told_apart_by_state_key_in_checkpoints():
+    script = [1.0, 0.8, 0.9, 0.85]
+    by_score, by_train = EarlyStopping("score", patience=5), EarlyStopping("train_score", mode="max", patience=5)
+    assert by_score.state_key != by_train.state_key
+    first = Trainer(**quiet(callbacks=[by_score, by_train], max_epochs=3, enable_checkpointing=True))
+    first.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8))
+    again = EarlyStopping("score", patience=5), EarlyStopping("train_score", mode="max", patience=5)
+    resumed = Trainer(**quiet(callbacks=list(again), max_epochs=3, enable_checkpointing=True))
+    resumed.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8), ckpt_path=first.checkpoint_callback.last_model_path)
+    assert again[0].state_dict() == by_score.state_dict() == {"wait_count": 1, "best_score": 0.8, "stopped_epoch": None}
+    assert again[1].state_dict() == by_train.state_dict() == {"wait_count": 2, "best_score": 1.0, "stopped_epoch": None}

@@ -224,3 +224,22 @@ def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar
     assert "Validation" in out
     assert "Epoch 0 (stopped: max_steps=2):  50%" in out and "2/4" in out  # the second fit, cut short
     assert not _lines(out)  # the no-terminal lines are not printed as well
+
+
+# --- TQDMProgressBar: Lightning's name and arguments ----------------------------------------
+def test_tqdm_progress_bar_refresh_rate_bounds_the_redraws_and_zero_turns_it_off(capfd):
+    from callbacks import TQDMProgressBar
+
+    bar = TQDMProgressBar(refresh_rate=3, line_every_s=1e-9)  # every batch is due by time: the rate decides
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar])
+    trainer.fit(Classifier(), loader(128))  # 8 batches
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("epoch 0 batch")]
+    assert [line.split()[3] for line in lines] == ["3/8", "6/8"]
+    assert [cb for cb in trainer.callbacks if isinstance(cb, ProgressBar)] == [bar] and bar.leave is False
+
+    off = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, enable_model_summary=False,
+                  callbacks=[TQDMProgressBar(refresh_rate=0)])
+    off.fit(Classifier(), loader(64))
+    assert "epoch 0" not in capfd.readouterr().err
+    with pytest.raises(ValueError, match=r"TQDMProgressBar\(refresh_rate\)=-1"):
+        TQDMProgressBar(refresh_rate=-1)

@@ -165,6 +165,12 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
     opt, strategy = trainer._opt, trainer.strategy
     load_model(strategy, ckpt, opt.optimizers)
+    states = ckpt.get("callbacks", {})
+    for cb in trainer.callbacks:  # before the optimizers: BaseFinetuning puts back the param groups it added
+        key = cb.state_key if cb.state_key in states else getattr(cb, "legacy_state_key", None)  # an older file's key
+        if key in states:
+            cb.load_state_dict(states[key])
+            getattr(cb, "_restore_param_groups", lambda trainer: None)(trainer)
     if "sharded" not in ckpt:  # a sharded folder's optimizer states were read with the weights
         _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer", strategy.load_optimizer_state_dict)
     _load_states(
@@ -172,11 +178,6 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
         lambda sched, state: sched.load_state_dict(state),
     )
     trainer._precision.load_state_dict(ckpt.get("precision", {}))
-    states = ckpt.get("callbacks", {})
-    for cb in trainer.callbacks:
-        key = cb.state_key if cb.state_key in states else getattr(cb, "legacy_state_key", None)  # an older file's key
-        if key in states:
-            cb.load_state_dict(states[key])
     datamodule = trainer.datamodule
     if datamodule is not None and "datamodule" in ckpt:
         datamodule.load_state_dict(ckpt["datamodule"])
@@ -235,7 +236,7 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
     if path == "last":
         folder, found = _last_checkpoint(trainer)
         if found is None:
-            where = folder or f"{trainer.default_root_dir}/{trainer.name} (no fit of that name with checkpoints)"
+            where = folder or f"{_runs_base(trainer)[0]} (no fit of that name with checkpoints)"
             raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
         path = found
     ckpt = ckpt_io.load(path)
@@ -336,7 +337,7 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     folder, path = _last_checkpoint(trainer)
     if path is None and strategy.is_global_zero:
         if folder is None:
-            where = f"no earlier fit of name={trainer.name!r} in {os.path.join(trainer.default_root_dir, trainer.name)}"
+            where = f"no earlier fit in {_runs_base(trainer)[0]}"
         else:
             where = f"no checkpoint in {folder}"
         log.info("ckpt_path='last': %s; starting from scratch.", where)
@@ -352,9 +353,10 @@ def _last_checkpoint(trainer: Trainer) -> tuple[str | None, str | None]:
 
 
 def _search_folder(trainer: Trainer) -> str | None:
-    """Where ``"last"`` looks: the ModelCheckpoint's ``dirpath`` when given; else, without
-    logging, ``./checkpoints``; else the checkpoints of the latest fit of this run name only,
-    the newest ``<log_dir>/<name>/version_<n>`` with a ``checkpoints`` folder (None if none).
+    """Where ``"last"`` looks: the ModelCheckpoint's ``dirpath`` when given; else, without a
+    logger, ``<log_dir>/checkpoints`` (``./checkpoints`` with ``log_dir=None``); else the
+    checkpoints of the first logger's latest fit only: its fixed version's folder, or the
+    newest ``<save_dir>/<name>/version_<n>`` with a ``checkpoints`` folder (None if none).
 
     Never any older version: with the default ``name="default"`` they belong to other runs,
     and the latest fit, killed before its first save, must start afresh, not resume one of them.
@@ -362,9 +364,12 @@ def _search_folder(trainer: Trainer) -> str | None:
     cb = trainer.checkpoint_callback
     if cb is not None and cb.dirpath_given is not None:
         return cb.dirpath_given
-    if trainer.default_root_dir is None:
-        return os.path.join(os.getcwd(), "checkpoints")
-    base = os.path.join(trainer.default_root_dir, trainer.name)
+    base, fixed = _runs_base(trainer)
+    if base is None:
+        return os.path.join(os.path.abspath(trainer.default_root_dir or os.getcwd()), "checkpoints")
+    if fixed is not None:
+        folder = os.path.join(base, fixed, "checkpoints")
+        return folder if os.path.isdir(folder) else None
     try:
         names = os.listdir(base)
     except OSError:  # no run of this name yet
@@ -375,6 +380,16 @@ def _search_folder(trainer: Trainer) -> str | None:
         if d.startswith("version_") and d[8:].isdigit() and os.path.isdir(os.path.join(base, d, "checkpoints"))
     ]
     return os.path.join(base, f"version_{max(fits)}", "checkpoints") if fits else None
+
+
+def _runs_base(trainer: Trainer) -> tuple[str | None, str | None]:
+    """(the first logger's ``<save_dir>/<name>``, its fixed version folder or None), or (None, None)."""
+    if not trainer.loggers:
+        return None, None
+    first = trainer.loggers[0]
+    base = os.path.join(first.save_dir or trainer.default_root_dir or os.getcwd(), first.name or "")
+    version = getattr(first, "_version", None) if getattr(first, "_fixed_version", False) else None
+    return base, None if version is None else (version if isinstance(version, str) else f"version_{version}")
 
 
 def _find_last(folder: str) -> str | None:

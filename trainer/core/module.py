@@ -329,6 +329,17 @@ class TrainModule(HyperparametersMixin, nn.Module):
         return self._trainer
 
     @property
+    def logger(self) -> Any:
+        """The Trainer's first logger (``self.logger.experiment`` is TensorBoard's
+        ``SummaryWriter`` by default); None without a Trainer or with ``logger=False``."""
+        return None if self._trainer is None else self._trainer.logger
+
+    @property
+    def loggers(self) -> list[Any]:
+        """All the Trainer's loggers ([] without a Trainer)."""
+        return [] if self._trainer is None else self._trainer.loggers
+
+    @property
     def device(self) -> torch.device:
         for p in self.parameters():
             return p.device

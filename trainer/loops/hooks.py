@@ -4,6 +4,7 @@ callbacks override which hook."""
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, Callable
 
 from callbacks.base import HOOKS, Callback
@@ -73,6 +74,13 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
             raise TypeError(f"callbacks contains the class {cb.__name__}, not an instance: pass {cb.__name__}().")
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks contains {cb!r:.80}, which is not a callbacks.Callback.")
+    keys = [cb.state_key for cb in callbacks if overrides_state(cb)]
+    for key in sorted({k for k in keys if keys.count(k) > 1}):
+        warnings.warn(
+            f"Two callbacks keep state under state_key {key!r}: a checkpoint holds only one of them, and a resumed "
+            "run gives it to both. Give them different arguments (e.g. another monitor), or a state_key of their own.",
+            stacklevel=3,
+        )
     return callbacks
 
 
@@ -147,3 +155,7 @@ def attach_model_callbacks(trainer: Any, model: Any) -> None:
     check_callbacks(extra)
     types = {type(cb) for cb in extra}
     trainer.callbacks = [cb for cb in trainer.callbacks if type(cb) not in types] + extra
+
+
+def overrides_state(callback: Callback) -> bool:
+    return type(callback).state_dict is not Callback.state_dict

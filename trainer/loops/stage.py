@@ -17,8 +17,8 @@ import torch
 
 from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, batch_transfer, restore_steps
 from trainer.checkpoint.resume import evaluate_checkpoint, resolve_path
-from trainer.checkpoint.run_dir import run_dir
 from trainer.loops.evaluation import evaluation_loop
+from trainer.loops.log_writer import LogWriter, logger_versions, resolve_run_dir, set_logger_versions
 from trainer.data.fetch import Fetching
 from trainer.loops.fit import FitLoop
 from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
@@ -75,7 +75,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         "state": vars(trainer.state),
         "callback_metrics": trainer.callback_metrics,
         "logged_metrics": trainer.logged_metrics,
-        "run_dir": trainer.run_dir,
+        "run_dir": (trainer.run_dir, trainer._log_dir, logger_versions(trainer)),
         "callbacks": [cb.state_dict() for cb in trainer.callbacks],
         "profiler": trainer.profiler,
         "batches": (trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches),
@@ -90,7 +90,8 @@ def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
     load_plain_state_dict(model, result["model"], assign=on_meta)  # plain keys, also into compiled submodules
     trainer.state = TrainerState(**result["state"])
     trainer.callback_metrics, trainer.logged_metrics = result["callback_metrics"], result["logged_metrics"]
-    trainer.run_dir = result["run_dir"]
+    trainer.run_dir, trainer._log_dir, versions = result["run_dir"]
+    set_logger_versions(trainer, versions)  # the folders rank 0 picked
     attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match
     for cb, state in zip(trainer.callbacks, result["callbacks"]):
         cb.load_state_dict(state)
@@ -128,7 +129,11 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
         strategy.compile(trainer.compile)
     attach_model_callbacks(trainer, model)
-    trainer._hooks = hooks = Hooks(trainer.callbacks, model)
+    # The loggers are written from the LogWriter, after every callback, on global rank 0 only. The
+    # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
+    logs = trainer.loggers if strategy.is_global_zero else []
+    writer = [LogWriter(logs)] if trainer.loggers and stage != "predict" else []
+    trainer._hooks = hooks = Hooks(trainer.callbacks + writer, model)
     if trainer.profiler is not None:
         trainer.profiler.wrap_hooks(hooks)
     trainer.datamodule = datamodule
@@ -140,10 +145,11 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     else:
         trainer.state.stage = stage  # evaluation never moves the training counters
     # predict logs nothing, so it gets no run folder; evaluation after fit writes into fit's.
-    if trainer.default_root_dir is not None and stage != "predict" and (trainer.run_dir is None or stage == "fit"):
-        trainer.run_dir = strategy.broadcast_object(
-            run_dir(trainer.default_root_dir, trainer.name, ckpt_path if stage == "fit" else None) if strategy.is_global_zero else None
+    if stage != "predict" and (trainer.run_dir is None or stage == "fit"):
+        trainer.run_dir, trainer._log_dir, versions = strategy.broadcast_object(
+            resolve_run_dir(trainer, ckpt_path if stage == "fit" else None, stage == "fit") if strategy.is_global_zero else None
         )
+        set_logger_versions(trainer, versions)  # every rank's loggers name rank 0's folders
     if datamodule is not None:
         datamodule.trainer = trainer
     prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait

@@ -17,7 +17,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2, metadata
 
-from callbacks import Callback, ModelCheckpoint, TensorBoardLogger
+from callbacks import Callback, ModelCheckpoint
+from loggers import TensorBoardLogger
 from strategies._spawn import free_port
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -252,7 +253,7 @@ class CountsHandOffs(Callback):
     """Records the epoch of each event given to the writer (whose thread then wakes) while training runs."""
 
     def on_train_start(self, trainer, module):
-        writer = next(cb for cb in trainer.callbacks if isinstance(cb, TensorBoardLogger)).writer.file_writer
+        writer = trainer.logger.experiment.file_writer
         real, self.epochs, self.started = writer.add_summary, [], time.perf_counter()
 
         def spy(*args, **kwargs):
@@ -276,8 +277,6 @@ def test_short_epochs_hand_their_values_to_the_writer_at_most_once_a_second_and_
 
 
 def test_flush_secs_is_checked():
-    from callbacks import TensorBoardLogger
-
     with pytest.raises(ValueError, match=r"TensorBoardLogger\(flush_secs\)=0"):
         TensorBoardLogger(flush_secs=0)
 

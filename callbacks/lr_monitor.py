@@ -1,0 +1,112 @@
+"""LearningRateMonitor: each optimizer's learning rate (and momentum, weight decay) under Lightning's names."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from trainer.core.checks import flag
+
+from .base import Callback
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainer import Trainer, TrainModule
+
+
+class LearningRateMonitor(Callback):
+    """Logs ``lr-<Optimizer>`` to every logger: ``lr-Adam``, ``lr-Adam/pg1`` and ``lr-Adam/pg2``
+    with several param groups (or ``lr-Adam/<name>`` for a group with a ``"name"``),
+    ``lr-Adam-1`` for a second Adam; ``-momentum`` (SGD's ``momentum`` or Adam's first
+    beta) and ``-weight_decay`` after the name with ``log_momentum``/``log_weight_decay``.
+
+    ``logging_interval="step"`` logs every ``log_every_n_steps`` optimizer steps,
+    ``"epoch"`` at each epoch's start, and ``None`` follows each scheduler's ``interval``
+    (an optimizer without a scheduler at both). The values also go to
+    ``trainer.callback_metrics``. A Trainer without a logger is an error, as in Lightning.
+    (The default TensorBoard logger already writes ``lr`` without this callback.)
+    """
+
+    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False) -> None:
+        if logging_interval not in (None, "step", "epoch"):
+            raise ValueError(
+                f"LearningRateMonitor(logging_interval={logging_interval!r}) must be 'step', 'epoch' or None "
+                "(each scheduler's own interval)."
+            )
+        self.logging_interval = logging_interval
+        self.log_momentum = flag("LearningRateMonitor(log_momentum)", log_momentum)
+        self.log_weight_decay = flag("LearningRateMonitor(log_weight_decay)", log_weight_decay)
+        self.lrs: dict[str, list[float]] = {}
+
+    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        if not trainer.loggers:
+            raise ValueError(
+                "LearningRateMonitor needs a logger to write to, and this Trainer has none (logger=False or "
+                "log_dir=None). Pass Trainer(logger=True) or a logger, or drop the callback."
+            )
+        if self.log_momentum and any("momentum" not in o.defaults and "betas" not in o.defaults for o in trainer.optimizers):
+            import warnings
+
+            warnings.warn("LearningRateMonitor(log_momentum=True): an optimizer has no momentum; 0 is logged for it.", RuntimeWarning, stacklevel=2)
+        self.lrs = {name: [] for name in self._names(trainer)[0]}
+
+    def wants(self, hook: str) -> bool:
+        if hook == "on_train_log":
+            return self.logging_interval != "epoch"
+        if hook == "on_train_epoch_start":
+            return self.logging_interval != "step"
+        return True
+
+    def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
+        self._log(trainer, "step" if self.logging_interval is None else "any")
+
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._log(trainer, "epoch" if self.logging_interval is None else "any")
+
+    def _log(self, trainer: Trainer, interval: str) -> None:
+        names, optimizers, intervals = self._names(trainer)
+        stats: dict[str, float] = {}
+        i = 0
+        for opt, when in zip(optimizers, intervals):
+            groups = opt.param_groups
+            for group in groups:
+                name = names[i]
+                i += 1
+                if interval != "any" and when not in (interval, None):
+                    continue
+                stats[name] = float(group["lr"])
+                self.lrs.setdefault(name, []).append(stats[name])
+                if self.log_momentum:
+                    stats[f"{name}-momentum"] = float(group["betas"][0] if "betas" in opt.defaults else group.get("momentum", 0))
+                if self.log_weight_decay:
+                    stats[f"{name}-weight_decay"] = float(group.get("weight_decay", 0))
+        if stats:
+            trainer.callback_metrics.update(stats)
+            for logger in trainer.loggers:
+                logger.log_metrics(stats, trainer.global_step)
+
+    @staticmethod
+    def _names(trainer: Trainer) -> tuple[list[str], list[torch.optim.Optimizer], list[str | None]]:
+        """One name per param group: optimizers with a scheduler first, as Lightning orders them."""
+        opt_setup = getattr(trainer, "_opt", None)
+        configs = list(getattr(opt_setup, "schedulers", []) or [])
+        ordered: list[tuple[Any, str | None, str | None]] = []  # (optimizer, scheduler's name, interval)
+        for config in configs:
+            ordered.append((config.scheduler.optimizer, getattr(config, "name", None), config.interval))
+        seen = [o for o, _, _ in ordered]
+        ordered += [(o, None, None) for o in trainer.optimizers if o not in seen]
+        counts: defaultdict[type, int] = defaultdict(int)
+        names: list[str] = []
+        for opt, given, _ in ordered:
+            counts[type(opt)] += 1
+            base = given or f"lr-{type(opt).__name__}"
+            if given is None and counts[type(opt)] > 1:
+                base += f"-{counts[type(opt)] - 1}"
+            groups = opt.param_groups
+            for j, group in enumerate(groups):
+                if len(groups) > 1:
+                    names.append(f"{base}/{group.get('name', f'pg{j + 1}')}")
+                else:
+                    names.append(f"{base}/{group['name']}" if group.get("name") else base)
+        return names, [o for o, _, _ in ordered], [w for _, _, w in ordered]

@@ -1,0 +1,114 @@
+"""Hyperparameters on disk: TensorBoard's HParams records, and ``hparams.yaml`` (written by hand)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from typing import Any
+
+
+# The HParams tab reads one "session start" (the values) per run and builds its columns from
+# all runs; its metric columns are the runs' scalars. We write no "experiment" summary:
+# TensorBoard would take the first run's as the whole experiment's, hiding the columns
+# that other runs add. (tensorboard's own summary helpers need TensorFlow: built here.)
+def session_start(hparams: dict[str, bool | int | float | str]) -> Any:
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    info = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
+    for name, value in hparams.items():
+        if isinstance(value, bool):  # before int: True is an int too
+            info.hparams[name].bool_value = value
+        elif isinstance(value, (int, float)):
+            info.hparams[name].number_value = value
+        else:
+            info.hparams[name].string_value = value
+    return _hparams_summary("session_start_info", plugin_data_pb2.HParamsPluginData(session_start_info=info))
+
+
+def session_end_success() -> Any:
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    info = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
+    return _hparams_summary("session_end_info", plugin_data_pb2.HParamsPluginData(session_end_info=info))
+
+
+def _hparams_summary(kind: str, data: Any) -> Any:
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import metadata
+
+    tag = {"session_start_info": metadata.SESSION_START_INFO_TAG, "session_end_info": metadata.SESSION_END_INFO_TAG}[kind]
+    return Summary(value=[Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)])
+
+
+# --- hparams.yaml ------------------------------------------------------------------------
+def write_yaml(path: str, params: dict[str, Any]) -> None:
+    """``params`` as YAML (a temp file renamed into place). Strings are JSON-quoted, which
+    YAML reads as the same string; numbers, bools and None as YAML's; dicts and lists
+    nested; any other object as its ``str``."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    text = "".join(_yaml_lines(params, 0)) if params else "{}\n"
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _yaml_lines(value: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key = _key(str(k))
+            if _nested(v):
+                lines.append(f"{pad}{key}:\n")
+                lines += _yaml_lines(v, indent + 2)
+            else:
+                lines.append(f"{pad}{key}: {_scalar(v)}\n")
+    else:  # a non-empty list or tuple
+        for v in value:
+            if _nested(v):
+                lines.append(f"{pad}-\n")
+                lines += _yaml_lines(v, indent + 2)
+            else:
+                lines.append(f"{pad}- {_scalar(v)}\n")
+    return lines
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
+
+
+def _key(key: str) -> str:
+    """A name as is when YAML reads it back as that string, else quoted."""
+    if _PLAIN_KEY.fullmatch(key) and key.lower() not in _YAML_WORDS:
+        return key
+    return json.dumps(key, ensure_ascii=False)
+
+
+def _nested(value: Any) -> bool:
+    return isinstance(value, (dict, list, tuple)) and len(value) > 0
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        return repr(value)
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, (list, tuple)):
+        return "[]"
+    if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1:  # a one-element tensor
+        return _scalar(value.item())
+    return json.dumps(str(value), ensure_ascii=False)

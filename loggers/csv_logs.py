@@ -1,0 +1,171 @@
+"""CSVLogger: ``metrics.csv`` and ``hparams.yaml`` in a version folder, with the standard library only."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from typing import Any
+
+from trainer.core.checks import positive_int
+
+from ._hparams import write_yaml
+from .logger import FolderLogger, add_prefix, params_dict, rank_zero_experiment, rank_zero_only
+
+
+class ExperimentWriter:
+    """``metrics.csv``: a ``step`` column then one column per name (sorted), one row per
+    logged step. Values logged for the same step in several calls (training, the epoch's
+    means, validation) share its row; a name not logged at a step leaves its cell empty.
+    Rows wait in memory until ``save``; a header that gains a column rewrites the file."""
+
+    NAME_METRICS_FILE = "metrics.csv"
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.metrics_file_path = os.path.join(log_dir, self.NAME_METRICS_FILE)
+        self.hparams: dict[str, Any] = {}
+        self._rows: list[dict[str, Any]] = []  # not yet on disk (the first may be the last one written, reopened)
+        self._header: list[str] = []  # the columns on disk
+        self._last: dict[str, Any] | None = None  # the last row on disk, and where it starts
+        self._last_offset = 0
+        self._reopened = False  # self._rows[0] replaces the last row on disk
+        os.makedirs(log_dir, exist_ok=True)
+        if os.path.exists(self.metrics_file_path):  # a resumed run: carry on after the rows there
+            with open(self.metrics_file_path, newline="", encoding="utf-8") as f:
+                self._header = next(csv.reader(f), [])
+            self._last_offset = os.path.getsize(self.metrics_file_path)
+
+    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        values = {k: _value(v) for k, v in metrics.items()}
+        if self._rows and self._rows[-1]["step"] == step:
+            self._rows[-1].update(values)
+        elif not self._rows and self._last is not None and self._last["step"] == step:
+            self._rows.append({**self._last, **values})  # the row on disk gets these too
+            self._reopened = True
+        else:
+            self._rows.append({"step": step, **values})
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        self.hparams.update(params)
+
+    def save(self) -> None:
+        if self.hparams:
+            write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+        if not self._rows:
+            return
+        names = {k for row in self._rows for k in row} - {"step"}
+        if not self._header or not names <= set(self._header):
+            self._rewrite(sorted(names | set(self._header) - {"step"}))
+        else:
+            with open(self.metrics_file_path, "r+" if os.path.exists(self.metrics_file_path) else "w", newline="", encoding="utf-8") as f:
+                f.seek(self._last_offset if self._reopened else 0, os.SEEK_SET if self._reopened else os.SEEK_END)
+                f.truncate()
+                self._append(f, self._header)
+        self._rows, self._reopened = [], False
+
+    def _append(self, f: Any, header: list[str]) -> None:
+        writer = csv.DictWriter(f, fieldnames=header, restval="")
+        for row in self._rows:
+            self._last_offset = f.tell()
+            writer.writerow(row)
+        self._last = self._rows[-1]
+
+    def _rewrite(self, names: list[str]) -> None:
+        """A new column: the rows on disk (less a reopened last one) and the new ones, under the new header."""
+        old: list[dict[str, Any]] = []
+        if os.path.exists(self.metrics_file_path):
+            with open(self.metrics_file_path, "rb") as raw:  # the offset counts bytes
+                data = raw.read(self._last_offset if self._reopened else -1).decode("utf-8")
+            old = list(csv.DictReader(io.StringIO(data, newline="")))
+        header = ["step", *names]
+        tmp = f"{self.metrics_file_path}.tmp{os.getpid()}"
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=header, restval="")
+            writer.writeheader()
+            writer.writerows(old)
+            self._append(f, header)
+        os.replace(tmp, self.metrics_file_path)
+        self._header = header
+
+
+def _value(value: Any) -> Any:
+    if hasattr(value, "item"):  # a tensor (read when the step is logged, as Lightning does)
+        return value.item()
+    return value
+
+
+class CSVLogger(FolderLogger):
+    """Writes ``<save_dir>/<name>/version_<n>/metrics.csv`` and ``hparams.yaml`` beside it.
+
+    ``metrics.csv`` has a ``step`` column and one column per logged name; the rows reach the
+    file at ``save`` (epoch ends and validations, at most once a second), every
+    ``flush_logs_every_n_steps`` steps, and when the stage ends. ``hparams.yaml`` holds the
+    model's ``save_hyperparameters`` arguments. Read them with ``csv.DictReader`` (or pandas).
+    """
+
+    LOGGER_JOIN_CHAR = "-"
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike | None = None,
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        super().__init__(save_dir, name, version, "CSVLogger")
+        if not isinstance(prefix, str):
+            raise TypeError(f"CSVLogger(prefix={prefix!r}) must be a string, put before each name with '-'.")
+        self._prefix = prefix
+        self._flush_every = positive_int("CSVLogger(flush_logs_every_n_steps)", flush_logs_every_n_steps)
+        self._experiment: ExperimentWriter | None = None
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        """The writer of ``metrics.csv`` (its folder is made on first use)."""
+        if self._experiment is None:
+            self._experiment = ExperimentWriter(self.log_dir)
+        return self._experiment
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        step = len(self.experiment._rows) if step is None else int(step)
+        self.experiment.log_metrics(add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR), step)
+        if (step + 1) % self._flush_every == 0:
+            self.save()
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any) -> None:
+        self.experiment.log_hparams({k: v for k, v in params_dict(params).items() if not str(k).startswith("trainer/")})
+
+    @rank_zero_only
+    def save(self) -> None:
+        if self._experiment is not None:
+            self._experiment.save()
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.save()
+
+    def _resume_at(self, step: int) -> None:
+        """Before a fit that resumes at ``step``: rows the crashed run wrote after it go."""
+        path = os.path.join(self.log_dir, ExperimentWriter.NAME_METRICS_FILE)
+        if not step or not os.path.exists(path):
+            return
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header, rows = reader.fieldnames or [], [r for r in reader if int(r["step"]) <= step]
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+        self._experiment = None  # reopened after the kept rows
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_experiment"] = None
+        return state

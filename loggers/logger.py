@@ -1,0 +1,213 @@
+"""The Logger base class, rank-zero guards, and the version folders of file loggers."""
+
+from __future__ import annotations
+
+import functools
+import os
+from abc import ABC, abstractmethod
+from typing import Any, Callable
+
+from trainer.checkpoint.run_dir import claim_version, resumed_version
+from trainer.core.utilities import rank_zero_only
+
+
+class DummyExperiment:
+    """What ``logger.experiment`` is on ranks other than 0: every call does nothing."""
+
+    def nop(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return self.nop
+
+    def __getitem__(self, index: Any) -> DummyExperiment:  # self.logger.experiment[0].add_image(...)
+        return self
+
+    def __setitem__(self, *args: Any) -> None:
+        return None
+
+
+def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """For a logger's ``experiment`` property: the real object on rank 0, a
+    :class:`DummyExperiment` elsewhere (so user code may call it on every rank)."""
+
+    @functools.wraps(fn)
+    def experiment(self: Any) -> Any:
+        if rank_zero_only.rank > 0:
+            return DummyExperiment()
+        return fn(self)
+
+    return experiment
+
+
+class Logger(ABC):
+    """What the Trainer writes to: subclass it for a tracking service (about 20 lines).
+
+    The Trainer calls these on global rank 0 only: ``log_hyperparams`` when fit starts (the
+    model's ``save_hyperparameters`` arguments), ``log_graph`` then too, ``log_metrics`` at
+    each logging step (every ``log_every_n_steps`` optimizer steps), at each epoch's end and
+    after each validation and test, ``save`` at most once a second at epoch ends and
+    validations, and ``finalize("success")`` (or ``"failed"``) when a stage ends. The values
+    it gets are floats, or tensors the logger turns into numbers when it writes them.
+    """
+
+    @property
+    @abstractmethod
+    def name(self) -> str | None:
+        """The experiment's name."""
+
+    @property
+    @abstractmethod
+    def version(self) -> int | str | None:
+        """The experiment's version (``version_<n>`` folders for file loggers)."""
+
+    @property
+    def root_dir(self) -> str | None:
+        """The folder holding all versions of this experiment (None if nothing is saved locally)."""
+        return None
+
+    @property
+    def log_dir(self) -> str | None:
+        """This version's folder (None if nothing is saved locally)."""
+        return None
+
+    @property
+    def save_dir(self) -> str | None:
+        """The folder under which the logger writes (None if nothing is saved locally)."""
+        return None
+
+    @property
+    def group_separator(self) -> str:
+        return "/"
+
+    @property
+    def experiment(self) -> Any:
+        """The service's own object (a ``SummaryWriter`` for TensorBoard), for what the
+        interface does not cover. Wrap an override with :func:`rank_zero_experiment`."""
+        return DummyExperiment()
+
+    @abstractmethod
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Record ``metrics`` (name -> number) at ``step`` (the global step)."""
+
+    @abstractmethod
+    def log_hyperparams(self, params: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        """Record the hyperparameters (a dict, or an ``argparse.Namespace``)."""
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Record the model's graph (most loggers do nothing)."""
+
+    def save(self) -> None:
+        """Make what was logged durable (write buffered values)."""
+
+    def finalize(self, status: str) -> None:
+        """The stage ended with ``status`` ("success" or "failed"): save, release resources."""
+        self.save()
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Called after a checkpoint is written (e.g. to upload it)."""
+
+
+def params_dict(params: Any) -> dict[str, Any]:
+    """Hyperparameters as a dict: ``argparse.Namespace`` and other objects with ``vars``."""
+    if params is None:
+        return {}
+    if isinstance(params, dict):
+        return dict(params)
+    if hasattr(params, "__dict__"):
+        return dict(vars(params))
+    raise TypeError(f"log_hyperparams(params={params!r:.80}) must be a dict or an argparse.Namespace.")
+
+
+def add_prefix(metrics: dict[str, Any], prefix: str, separator: str = "-") -> dict[str, Any]:
+    """``{"loss": 1}`` with prefix ``"train"`` -> ``{"train-loss": 1}``, as Lightning joins them."""
+    if not prefix:
+        return metrics
+    return {f"{prefix}{separator}{k}": v for k, v in metrics.items()}
+
+
+class FolderLogger(Logger):
+    """A logger that writes files into ``<save_dir>/<name>/version_<n>``.
+
+    ``version=None`` takes the next free ``n`` (the folder is made at once, so two loggers
+    never share one), or, when fit resumes a checkpoint from one of this logger's version
+    folders, that folder; an int gives ``version_<n>``, a string names the folder itself.
+    ``save_dir=None`` means the Trainer's ``log_dir`` (and, left at its default, the
+    Trainer's ``name``), filled in when the logger is given to a Trainer.
+    """
+
+    _default_name = "lightning_logs"
+    _made_by_trainer = False  # Trainer(logger=True)'s: a new version for each fit
+
+    def __init__(self, save_dir: str | os.PathLike | None, name: str | None, version: int | str | None, kind: str) -> None:
+        if save_dir is not None and not isinstance(save_dir, (str, os.PathLike)):
+            raise TypeError(f"{kind}(save_dir={save_dir!r}) must be a folder path (str or os.PathLike).")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{kind}(name={name!r}) must be a string (the experiment's folder), or None or '' for none.")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
+            raise TypeError(f"{kind}(version={version!r}) must be an int (version_<n>), a string (the folder's name) or None (the next free one).")
+        self._kind = kind
+        self._save_dir = None if save_dir is None else os.fspath(save_dir)
+        self._name = name or ""
+        self._name_given = name is not None and name != self._default_name
+        self._version = version
+        self._fixed_version = version is not None
+
+    @property
+    def save_dir(self) -> str | None:
+        return self._save_dir
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def root_dir(self) -> str | None:
+        if self._save_dir is None:
+            return None
+        return os.path.join(self._save_dir, self._name)
+
+    @property
+    def version(self) -> int | str:
+        if self._version is None:
+            self._version = self._claim(None)
+        return self._version
+
+    @property
+    def log_dir(self) -> str | None:
+        """``<save_dir>/<name>/version_<n>``."""
+        if self.root_dir is None:
+            return None
+        version = self.version
+        return os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+
+    def _claim(self, resume_path: str | None) -> int | str:
+        root = self.root_dir
+        if root is None:
+            raise RuntimeError(
+                f"{self._kind}(save_dir=None) writes under the Trainer's log_dir: give it to a Trainer first, "
+                f"or pass {self._kind}(save_dir=...)."
+            )
+        resumed = resumed_version(root, resume_path)
+        if resumed is not None:
+            return int(resumed[8:]) if resumed[8:].isdigit() else resumed
+        what = f"Trainer(log_dir={self._save_dir!r}, name={self._name!r})" if self._made_by_trainer else (
+            f"{self._kind}(save_dir={self._save_dir!r}, name={self._name!r})"
+        )
+        return claim_version(root, what)
+
+    # --- the Trainer's side -----------------------------------------------------------
+    def _adopt(self, save_dir: str, name: str) -> None:
+        """Given to a Trainer without a save_dir: write under the Trainer's folder."""
+        if self._save_dir is None:
+            self._save_dir = save_dir
+            if not self._name_given:
+                self._name = name
+
+    def _start_fit(self, resume_path: str | None, new_version: bool) -> None:
+        """Rank 0, before fit: pick the version (the resumed run's folder, or with
+        ``new_version`` a fresh one for a logger the Trainer made itself)."""
+        if self._fixed_version:
+            return
+        if new_version or (self._version is None):
+            self._version = self._claim(resume_path)

@@ -1,0 +1,234 @@
+"""TensorBoardLogger: what ``tensorboard --logdir runs`` shows for a run, with no configuration."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from trainer.core.checks import flag, positive_number
+
+from ._hparams import session_end_success, session_start, write_yaml
+from .logger import FolderLogger, add_prefix, params_dict, rank_zero_experiment, rank_zero_only
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+# Scalars wait this long before going to the writer. Each hand-off wakes the writer's thread,
+# which then takes the GIL from the loop: milliseconds on a busy machine, every
+# log_every_n_steps otherwise. save(), finalize() and any other write hand them off first.
+_HAND_OFF_S = 10.0
+
+
+class TensorBoardLogger(FolderLogger):
+    """Writes TensorBoard event files into ``<save_dir>/<name>/version_<n>[/<sub_dir>]``.
+
+    ``Trainer(logger=True)`` (the default) makes one under the Trainer's ``log_dir`` and
+    ``name``. What the Trainer writes to it, against ``global_step``:
+
+    - every value logged in ``training_step``, under its own name, every ``log_every_n_steps``
+      optimizer steps, and its epoch mean as ``<name>_epoch`` at each epoch's end;
+    - values logged in ``validation_step``/``test_step``: their means, under their own names;
+    - ``lr`` (``lr/group<i>`` with several param groups, ``lr/optimizer<i>`` with several
+      optimizers), ``epoch``, ``grad_norm`` (before clipping) when ``gradient_clip_val`` is
+      set, and ``throughput/samples_per_sec`` and ``throughput/steps_per_sec`` (training only);
+    - the Trainer's options (``trainer/<option>``) and the model's ``save_hyperparameters``
+      arguments in the HParams tab, whose metric columns are the run's scalars.
+
+    ``experiment`` is the ``torch.utils.tensorboard.SummaryWriter`` itself: ``add_image``,
+    ``add_histogram``, ``add_figure``, ``add_text`` land in the same run. A resumed fit
+    appends to its own folder and drops what the crashed run wrote after the checkpoint
+    (``purge_step``). Scalars are handed to the writer in batches (every 10 s, at ``save``
+    and ``finalize``), off the training steps. ``**kwargs`` go to ``SummaryWriter``
+    (``flush_secs=30`` by default, ``max_queue``, ``filename_suffix``, ...).
+    """
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike | None = None,
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(save_dir, name, version, "TensorBoardLogger")
+        self._log_graph = flag("TensorBoardLogger(log_graph)", log_graph)
+        self._default_hp_metric = flag("TensorBoardLogger(default_hp_metric)", default_hp_metric)
+        if not isinstance(prefix, str):
+            raise TypeError(f"TensorBoardLogger(prefix={prefix!r}) must be a string, put before each name with '-'.")
+        self._prefix = prefix
+        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
+        kwargs.setdefault("flush_secs", 30.0)
+        positive_number("TensorBoardLogger(flush_secs)", kwargs["flush_secs"], allow_none=False)
+        self._kwargs = kwargs
+        self._experiment: SummaryWriter | None = None
+        self._purge_step: int | None = None
+        self._session_open = False  # an HParams session started in this writer, to be marked finished
+        self._hparams: dict[str, Any] = {}
+        self._hparams_dirty = False
+        # Scalars not yet given to the writer: (step, wall time, (name, value) pairs).
+        self._pending: list[tuple[int, float, tuple[tuple[str, Any], ...]]] = []
+        self._handed_off = time.perf_counter()
+
+    @property
+    def flush_secs(self) -> float:
+        return self._kwargs["flush_secs"]
+
+    @property
+    def sub_dir(self) -> str | None:
+        return self._sub_dir
+
+    @property
+    def log_dir(self) -> str | None:
+        folder = super().log_dir
+        if folder is None or self._sub_dir is None:
+            return folder
+        return os.path.join(folder, os.path.expandvars(os.path.expanduser(self._sub_dir)))
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> SummaryWriter:
+        """The ``SummaryWriter`` of this run (opened on first use)."""
+        if self._experiment is None:
+            self._experiment = _summary_writer()(self.log_dir, purge_step=self._purge_step, **self._kwargs)
+            self._purge_step = None
+        return self._experiment
+
+    # --- what the Trainer (or the user) logs -------------------------------------------
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Queued, and handed to the writer every 10 s or at ``save``; numbers or tensors."""
+        metrics = add_prefix(metrics, self._prefix)
+        self._pending.append((0 if step is None else int(step), time.time(), tuple(metrics.items())))
+        if time.perf_counter() - self._handed_off >= _HAND_OFF_S:
+            self._hand_off()
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, metrics: dict[str, Any] | None = None) -> None:
+        """One HParams session: ``params`` become columns (their values shown as bool, number
+        or string), and the run's scalars its metrics. ``hparams.yaml`` gets the model's
+        (the ``trainer/`` options stay in TensorBoard only)."""
+        params = params_dict(params)
+        shown = {str(k): v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items() if v is not None}
+        self.experiment.file_writer.add_summary(session_start(shown), self._last_step)  # a resumed fit's step
+        self._session_open = True
+        self._hparams.update({k: v for k, v in params.items() if not str(k).startswith("trainer/")})
+        self._hparams_dirty = True
+        if metrics is None and self._default_hp_metric:
+            metrics = {"hp_metric": -1}
+        if metrics:
+            self.log_metrics(metrics, 0)
+        self._hand_off()
+        self.experiment.flush()  # the run shows up in TensorBoard at once
+
+    @rank_zero_only
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        if not self._log_graph:
+            return
+        if input_array is None:
+            input_array = getattr(model, "example_input_array", None)
+        if input_array is None:
+            import warnings
+
+            warnings.warn(
+                "TensorBoardLogger(log_graph=True) needs an input: set model.example_input_array "
+                "(a tensor, or a tuple of them) or call logger.log_graph(model, input_array).", stacklevel=2
+            )
+            return
+        device = getattr(model, "device", None)
+        if device is not None:
+            from trainer.data.batches import move_to_device
+
+            input_array = move_to_device(input_array, device)
+        import warnings
+
+        with warnings.catch_warnings():  # add_graph traces with torch.jit, which torch now calls deprecated
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
+            self.experiment.add_graph(model, input_array)
+
+    @rank_zero_only
+    def save(self) -> None:
+        self._hand_off()
+        if self._experiment is not None:
+            self._experiment.flush()
+        if self._hparams_dirty and self.root_dir is not None:
+            write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self._hparams)
+            self._hparams_dirty = False
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """Writes what waits, marks a finished fit's HParams session a success, and closes
+        the writer (a later ``experiment`` opens a new event file in the same folder)."""
+        self._hand_off()
+        if self._experiment is not None:
+            if status == "success" and self._session_open:
+                self._experiment.file_writer.add_summary(session_end_success(), self._last_step)
+            self._session_open = False
+        self.save()
+        if self._experiment is not None:
+            self._experiment.close()
+            self._experiment = None
+
+    # --- internals ---------------------------------------------------------------------
+    _last_step = 0
+
+    def _hand_off(self) -> None:
+        """Give the queued scalars to the writer: one event per logged step."""
+        self._handed_off = time.perf_counter()
+        if not self._pending:
+            return
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        pending, self._pending = self._pending, []
+        writer = self.experiment.file_writer
+        for step, walltime, items in pending:
+            values = [Summary.Value(tag=tag, simple_value=_number(tag, value)) for tag, value in items]
+            if values:
+                writer.add_summary(Summary(value=values), step, walltime)
+            self._last_step = max(self._last_step, step)
+
+    def _resume_at(self, step: int) -> None:
+        """Before a fit that resumes at ``step``: the events the crashed run wrote after it go."""
+        self._last_step = step
+        if step and self._experiment is None:
+            self._purge_step = step + 1
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_experiment"] = None  # never pickled into DDP workers
+        state["_pending"] = []
+        return state
+
+
+def _number(tag: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"TensorBoardLogger.log_metrics: {tag}={value!r:.80} is not a number (a float, int or one-element tensor).") from None
+
+
+def _summary_writer() -> type[SummaryWriter]:
+    """torch's SummaryWriter, imported without boto3.
+
+    tensorboard imports boto3 whenever it is installed, for ``s3://`` log dirs, which the run
+    folder never is: about 10 MiB of memory and 0.3 s of start-up for nothing. A boto3 that
+    is already imported is left alone. tensorboard decides once, at import, whether S3 works:
+    code that uses tensorboard with ``s3://`` paths in the same process imports boto3 first.
+    """
+    missing = object()
+    saved = {name: sys.modules.get(name, missing) for name in ("boto3", "botocore")}
+    if saved["boto3"] is missing:
+        sys.modules.update(dict.fromkeys(saved))  # None in sys.modules: `import boto3` raises ImportError
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    finally:
+        for name, module in saved.items():
+            if module is missing:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    return SummaryWriter

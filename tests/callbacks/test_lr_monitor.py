@@ -1,0 +1,92 @@
+"""LearningRateMonitor: Lightning's key names, read back from metrics.csv."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+import torch
+
+from callbacks import LearningRateMonitor
+from loggers import CSVLogger
+from tests._models import Classifier, loader
+from trainer import Trainer
+
+
+class TwoOptimizers(Classifier):
+    """Adam (two param groups) with a per-epoch scheduler, and an SGD with momentum."""
+
+    def configure_optimizers(self):
+        adam = torch.optim.Adam([
+            {"params": self.net[0].weight}, {"params": self.net[3].parameters(), "lr": 0.01},
+        ], lr=0.1, weight_decay=0.5)
+        sgd = torch.optim.SGD([self.net[0].bias], lr=0.2, momentum=0.9)
+        return [
+            {"optimizer": adam, "lr_scheduler": torch.optim.lr_scheduler.StepLR(adam, 1, gamma=0.5), "interval": "epoch"},
+            {"optimizer": sgd},
+        ]
+
+
+class ManualTwo(TwoOptimizers):
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        for opt in self.optimizers():
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(self(x), y)
+            self.manual_backward(loss)
+            opt.step()
+        self.log("train_loss", loss)
+
+
+def _rows(logger: CSVLogger) -> list[dict[str, str]]:
+    with open(os.path.join(logger.log_dir, "metrics.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _fit(model, monitor, max_epochs=2):
+    logger = CSVLogger("logs")
+    trainer = Trainer(max_epochs=max_epochs, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False,
+                      logger=logger, callbacks=[monitor])
+    trainer.fit(model, loader(64))
+    return trainer, logger
+
+
+def test_keys_follow_lightning_per_optimizer_and_param_group():
+    monitor = LearningRateMonitor(logging_interval="step", log_momentum=True, log_weight_decay=True)
+    trainer, logger = _fit(ManualTwo(), monitor)
+    rows = _rows(logger)
+    keys = {"lr-Adam/pg1", "lr-Adam/pg2", "lr-SGD", "lr-Adam/pg1-momentum", "lr-SGD-momentum", "lr-Adam/pg2-weight_decay"}
+    assert keys <= set(rows[0])
+    by_step = {int(r["step"]): r for r in rows}
+    # Manual optimization steps its own scheduler never here, so the rates stay as configured.
+    assert float(by_step[2]["lr-Adam/pg1"]) == 0.1 and float(by_step[2]["lr-Adam/pg2"]) == 0.01
+    assert float(by_step[2]["lr-SGD"]) == 0.2 and float(by_step[2]["lr-SGD-momentum"]) == 0.9
+    assert float(by_step[2]["lr-Adam/pg1-momentum"]) == 0.9 and float(by_step[2]["lr-Adam/pg2-weight_decay"]) == 0.5
+    assert monitor.lrs["lr-SGD"] == [0.2] * 4 and trainer.callback_metrics["lr-SGD"] == 0.2
+
+
+class Scheduled(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5), "interval": "epoch"}
+
+
+def test_epoch_interval_logs_at_each_epoch_start_and_none_follows_the_scheduler():
+    _, logger = _fit(Scheduled(), LearningRateMonitor(logging_interval="epoch"), max_epochs=3)
+    logged = [(int(r["step"]), float(r["lr-SGD"])) for r in _rows(logger) if r.get("lr-SGD")]
+    assert logged == [(0, 0.1), (4, 0.05), (8, 0.025)]
+    _, logger = _fit(Scheduled(), LearningRateMonitor(), max_epochs=3)  # the scheduler steps per epoch
+    assert [(int(r["step"]), float(r["lr-SGD"])) for r in _rows(logger) if r.get("lr-SGD")] == logged
+
+
+def test_it_needs_a_logger_and_a_known_interval():
+    with pytest.raises(ValueError, match=r"LearningRateMonitor\(logging_interval='batch'\) must be 'step', 'epoch' or None"):
+        LearningRateMonitor(logging_interval="batch")
+    trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_checkpointing=False, callbacks=[LearningRateMonitor()])
+    with pytest.raises(ValueError, match="LearningRateMonitor needs a logger"):
+        trainer.fit(Classifier(), loader(32))

@@ -1,0 +1,52 @@
+"""Loggers under DDP(2), on CPU with gloo: rank 0 writes, the other ranks' loggers do nothing."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from loggers import CSVLogger, TensorBoardLogger
+from strategies import DDPStrategy
+from tests._models import Classifier, loader
+from trainer import Trainer
+
+pytestmark = pytest.mark.slow
+
+
+class WritesOnEveryRank(Classifier):
+    """Calls the experiment on every rank, as user code does, and notes what each rank got."""
+
+    def training_step(self, batch, batch_idx):
+        rank = self.trainer.strategy.global_rank
+        writer = self.logger.experiment
+        writer.add_scalar(f"from_rank{rank}", 1.0, self.trainer.global_step)
+        with open(f"rank{rank}.txt", "w") as f:
+            f.write(f"{type(writer).__name__} {self.logger.log_dir} {self.trainer.log_dir}")
+        return super().training_step(batch, batch_idx)
+
+
+def test_rank_zero_writes_and_the_other_rank_gets_a_logger_that_does_nothing():
+    tb, csv_logger = TensorBoardLogger("tb", name="ddp"), CSVLogger("csv")
+    trainer = Trainer(strategy=DDPStrategy(timeout=20), devices=2, max_epochs=1, log_every_n_steps=1, enable_progress_bar=False,
+                      enable_model_summary=False, logger=[tb, csv_logger])
+    trainer.fit(WritesOnEveryRank(), loader(64, batch_size=8), loader(32, batch_size=8))
+    folder = os.path.join("tb", "ddp", "version_0")
+    assert glob.glob(os.path.join("tb", "ddp", "*")) == [folder]  # one version, made by rank 0
+    assert glob.glob(os.path.join("csv", "lightning_logs", "*")) == [os.path.join("csv", "lightning_logs", "version_0")]
+    assert len(glob.glob(os.path.join(folder, "events.out.tfevents.*"))) == 1
+    acc = EventAccumulator(folder)
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert "from_rank0" in tags and "from_rank1" not in tags and "train_loss" in tags
+    zero, one = (open(f"rank{r}.txt").read().split() for r in (0, 1))
+    assert zero[0] == "SummaryWriter" and one[0] == "DummyExperiment"
+    assert zero[1:] == one[1:] == [folder, folder]  # every rank names rank 0's folder
+    # The caller's loggers know the folders the workers used, and checkpoints are there.
+    assert tb.log_dir == trainer.log_dir == folder and csv_logger.version == 0
+    assert glob.glob(os.path.join(folder, "checkpoints", "last.ckpt"))
+    with open(os.path.join("csv", "lightning_logs", "version_0", "metrics.csv"), newline="") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]

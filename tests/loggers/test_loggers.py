@@ -1,0 +1,271 @@
+"""Trainer(logger=...), CSVLogger, a Logger subclass, and self.logger.experiment: read back from the files."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from callbacks import ModelCheckpoint
+from loggers import CSVLogger, DummyExperiment, Logger, TensorBoardLogger, rank_zero_experiment, rank_zero_only
+from tests._models import Classifier, loader
+from trainer import Trainer
+
+
+def _fit(logger, model=None, **options):
+    opts = dict(max_epochs=2, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=False, logger=logger)
+    opts.update(options)
+    trainer = Trainer(**opts)
+    trainer.fit(model or Classifier(), loader(64), loader(32))  # 4 steps per epoch
+    return trainer
+
+
+def _rows(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_csv_logger_writes_one_row_per_logged_step_and_the_hparams_beside_it():
+    trainer = _fit(CSVLogger("logs", name="exp"), model=Classifier(hidden=12, optimizer="adam"))
+    folder = os.path.join("logs", "exp", "version_0")
+    assert trainer.log_dir == folder and trainer.logger.log_dir == folder
+    rows = _rows(os.path.join(folder, "metrics.csv"))
+    assert [int(r["step"]) for r in rows] == [2, 4, 6, 8]  # training, epoch means and validation share a step's row
+    header = list(rows[0])
+    assert header[0] == "step" and header[1:] == sorted(header[1:])
+    assert {"train_loss", "train_loss_epoch", "val_loss", "val_acc", "lr", "epoch", "throughput/steps_per_sec"} <= set(header)
+    assert [r["val_loss"] != "" for r in rows] == [False, True, False, True]  # empty where not logged
+    assert float(rows[-1]["val_loss"]) == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
+    assert [float(r["lr"]) for r in rows] == [pytest.approx(0.1)] * 4 and [r["epoch"] for r in rows] == ["0", "0", "1", "1"]
+    yaml_text = open(os.path.join(folder, "hparams.yaml")).read()
+    assert yaml_text.splitlines() == [
+        "features: 8", "hidden: 12", "classes: 2", "dropout: 0.0", "lr: 0.1", 'optimizer: "adam"',
+    ]  # the model's arguments; the trainer's options stay in TensorBoard's HParams tab
+    # Checkpoints go under the first logger's version folder.
+    assert glob.glob(os.path.join(folder, "checkpoints", "*.ckpt")) and trainer.run_dir == os.path.abspath(folder)
+
+
+def test_a_second_fit_with_a_new_column_rewrites_the_header_and_keeps_the_rows():
+    logger = CSVLogger("logs", version=3)
+    trainer = Trainer(max_steps=2, log_every_n_steps=1, enable_progress_bar=False, logger=logger, enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(32))  # no validation: no val_ columns yet
+    path = os.path.join("logs", "lightning_logs", "version_3", "metrics.csv")
+    assert "val_loss" not in _rows(path)[0]
+    trainer.validate(Classifier(), loader(16))
+    rows = _rows(path)
+    assert [int(r["step"]) for r in rows] == [1, 2] and rows[0]["val_loss"] == "" and rows[1]["val_loss"] != ""
+    assert rows[0]["train_loss"] != ""
+
+
+def test_several_loggers_get_everything_and_the_first_names_the_folders():
+    tb, csv_logger = TensorBoardLogger("tb", name="run"), CSVLogger("csv")
+    model = Classifier()
+    trainer = _fit([tb, csv_logger], model=model)
+    assert trainer.logger is tb and trainer.loggers == [tb, csv_logger]
+    assert model.logger is tb and model.loggers == [tb, csv_logger]
+    assert trainer.log_dir == os.path.join("tb", "run", "version_0")
+    assert glob.glob(os.path.join("tb", "run", "version_0", "checkpoints", "last.ckpt"))
+    acc = EventAccumulator(tb.log_dir)
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train_loss")] == [2, 4, 6, 8]
+    # Lightning's default: an hp_metric of -1 for the HParams tab (the Trainer's own logger leaves it out).
+    assert [(e.step, e.value) for e in acc.Scalars("hp_metric")] == [(0, -1.0)]
+    rows = _rows(os.path.join("csv", "lightning_logs", "version_0", "metrics.csv"))
+    tb_loss = [e.value for e in acc.Scalars("train_loss")]
+    assert [float(r["train_loss"]) for r in rows] == pytest.approx(tb_loss, rel=1e-6)
+    assert not os.path.exists("runs")  # no default logger beside them
+
+
+class DrawsInTensorBoard(Classifier):
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 0:
+            writer = self.logger.experiment
+            writer.add_image("input", torch.rand(1, 4, 4), self.global_step_for_test())
+            writer.add_histogram("weights", self.net[0].weight, self.global_step_for_test())
+            writer.add_text("note", "hello", self.global_step_for_test())
+        return super().training_step(batch, batch_idx)
+
+    def global_step_for_test(self) -> int:
+        return self.trainer.global_step
+
+
+def test_the_default_logger_experiment_is_the_summary_writer_of_the_run():
+    trainer = Trainer(max_epochs=2, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(DrawsInTensorBoard(), loader(64))
+    assert isinstance(trainer.logger, TensorBoardLogger)
+    assert trainer.log_dir == os.path.join("runs", "default", "version_0") == trainer.logger.log_dir
+    files = glob.glob(os.path.join(trainer.log_dir, "events.out.tfevents.*"))
+    assert len(files) == 1  # the user's images share the run's one event file
+    acc = EventAccumulator(trainer.log_dir, size_guidance={"images": 0, "histograms": 0})
+    acc.Reload()
+    assert acc.Tags()["images"] == ["input"] and [e.step for e in acc.Images("input")] == [0, 4]
+    assert [e.step for e in acc.Histograms("weights")] == [0, 4]
+    assert "train_loss" in acc.Tags()["scalars"] and "hp_metric" not in acc.Tags()["scalars"]
+
+
+def test_logger_false_writes_no_logs_and_checkpoints_go_under_log_dir():
+    model = Classifier()
+    trainer = _fit(False, model=model)
+    assert trainer.logger is None and trainer.loggers == [] and model.logger is None
+    assert not glob.glob("runs/**/events.out.tfevents.*", recursive=True)
+    assert glob.glob(os.path.join("runs", "checkpoints", "last.ckpt"))  # Lightning's <default_root_dir>/checkpoints
+    assert trainer.log_dir == "runs"
+
+
+class Recording(Logger):
+    """A logger for a tracking service, as a user writes one."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    @property
+    def name(self):
+        return "recording"
+
+    @property
+    def version(self):
+        return "run-1"
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        self.calls.append(("hparams", dict(params)))
+
+    def log_metrics(self, metrics, step=None):
+        self.calls.append(("metrics", step, dict(metrics)))
+
+    def finalize(self, status):
+        self.calls.append(("finalize", status))
+
+
+def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
+    logger = Recording()
+    trainer = _fit(logger, max_epochs=1)
+    kinds = [c[0] for c in logger.calls]
+    assert kinds[0] == "hparams" and kinds[-1] == "finalize" and logger.calls[-1] == ("finalize", "success")
+    assert logger.calls[0][1]["hidden"] == 16 and not any(k.startswith("trainer/") for k in logger.calls[0][1])
+    steps = [(c[1], sorted(c[2])) for c in logger.calls if c[0] == "metrics"]
+    assert steps[0][0] == 2 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])
+    assert (4, ["val_acc", "val_loss"]) in steps and (4, ["train_loss_epoch"]) in steps
+    # Checkpoints: <log_dir>/<name>/<version>/checkpoints, as Lightning puts them for any logger.
+    assert glob.glob(os.path.join("runs", "recording", "run-1", "checkpoints", "last.ckpt"))
+    assert isinstance(logger.experiment, DummyExperiment) and trainer.log_dir == "runs"  # no folder of its own
+
+    class Boom(Classifier):
+        def training_step(self, batch, batch_idx):
+            raise RuntimeError("boom")
+
+    failing = Recording()
+    with pytest.raises(RuntimeError, match="boom"):
+        _fit(failing, model=Boom())
+    assert failing.calls[-1] == ("finalize", "failed") and ("finalize", "success") not in failing.calls
+
+
+def test_only_rank_zero_writes_and_the_experiment_elsewhere_does_nothing(monkeypatch):
+    logger = TensorBoardLogger("tb")
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    experiment = logger.experiment
+    assert isinstance(experiment, DummyExperiment)
+    experiment.add_image("x", torch.zeros(1, 2, 2))  # nothing, and no error
+    experiment[0].add_scalar("y", 1.0)
+    logger.log_metrics({"a": 1.0}, 1)
+    logger.save()
+    logger.finalize("success")
+    assert not os.path.exists("tb")
+
+    class Service(Logger):
+        name, version = "s", 0
+
+        @property
+        @rank_zero_experiment
+        def experiment(self):
+            raise AssertionError("never built on rank 1")
+
+        def log_metrics(self, metrics, step=None): ...
+        def log_hyperparams(self, params, *args, **kwargs): ...
+
+    assert isinstance(Service().experiment, DummyExperiment)
+
+
+def test_tensorboard_logger_options_name_its_folder_and_tags():
+    logger = TensorBoardLogger("tb", name="", version="final", prefix="p", sub_dir="sub", flush_secs=5)
+    assert logger.log_dir == os.path.join("tb", "final", "sub") and logger.root_dir == os.path.join("tb", "")
+    trainer = _fit(logger, max_epochs=1)
+    acc = EventAccumulator(logger.log_dir)
+    acc.Reload()
+    assert "p-train_loss" in acc.Tags()["scalars"] and "train_loss" not in acc.Tags()["scalars"]
+    assert glob.glob(os.path.join("tb", "final", "checkpoints", "last.ckpt"))  # sub_dir is for the events only
+    assert trainer.log_dir == logger.log_dir
+    assert TensorBoardLogger("tb").version == 0 and TensorBoardLogger("tb").version == 1  # each claims its folder
+
+
+def test_a_resumed_fit_carries_on_in_a_user_loggers_folder_without_the_rows_after_the_checkpoint():
+    first = _fit(CSVLogger("logs"), max_epochs=2, callbacks=[ModelCheckpoint(save_top_k=-1)])
+    ckpt = glob.glob(os.path.join(first.log_dir, "checkpoints", "epoch=0-*.ckpt"))[0]  # step 4; the run went on to 8
+    again = Trainer(max_epochs=2, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=False,
+                    logger=CSVLogger("logs"))
+    again.fit(Classifier(), loader(64), loader(32), ckpt_path=ckpt)
+    assert again.log_dir == first.log_dir
+    assert [int(r["step"]) for r in _rows(os.path.join(first.log_dir, "metrics.csv"))] == [2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("tb", "logger='tb' must be True"),
+    ([CSVLogger("x"), "y"], "logger contains 'y', which is not a loggers.Logger"),
+    ([CSVLogger], "not an instance: pass CSVLogger"),
+])
+def test_bad_logger_arguments_say_what_is_accepted(bad, message):
+    with pytest.raises(TypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Trainer(logger=bad)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: TensorBoardLogger("x", flush_secs=0), r"TensorBoardLogger\(flush_secs\)=0"),
+    (lambda: TensorBoardLogger(3), r"TensorBoardLogger\(save_dir=3\) must be a folder path"),
+    (lambda: CSVLogger("x", version=1.5), r"CSVLogger\(version=1.5\) must be an int"),
+    (lambda: CSVLogger("x", flush_logs_every_n_steps=0), r"flush_logs_every_n_steps"),
+])
+def test_bad_logger_options_name_the_option(make, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        make()
+
+
+def test_callbacks_tensorboard_logger_is_the_logger_and_still_configures_the_default():
+    import callbacks
+
+    assert callbacks.TensorBoardLogger is TensorBoardLogger
+    trainer = Trainer(max_steps=2, enable_progress_bar=False, enable_checkpointing=False, callbacks=[TensorBoardLogger(flush_secs=5)])
+    assert trainer.logger.flush_secs == 5 and trainer.callbacks == [cb for cb in trainer.callbacks if not isinstance(cb, Logger)]
+    trainer.fit(Classifier(), loader(32))
+    assert trainer.log_dir == os.path.join("runs", "default", "version_0")
+    assert np.isfinite(trainer.callback_metrics["train_loss"])
+
+
+def test_log_graph_writes_the_models_graph_from_example_input_array():
+    model = Classifier()
+    model.example_input_array = torch.zeros(2, 8)
+    logger = TensorBoardLogger("tb", log_graph=True, default_hp_metric=False)
+    _fit(logger, model=model, max_epochs=1)
+    acc = EventAccumulator(logger.log_dir)
+    acc.Reload()
+    assert acc.Tags()["graph"] and len(acc.Graph().node) > 0
+
+
+def test_the_csv_writer_updates_a_written_row_when_its_step_comes_again():
+    from loggers.csv_logs import ExperimentWriter
+
+    writer = ExperimentWriter("out")
+    writer.log_metrics({"loss": 1.0, "é/ü": 2.0}, 1)
+    writer.save()
+    writer.log_metrics({"loss": 0.5}, 1)  # the same step, the same columns: the row on disk is rewritten
+    writer.log_metrics({"loss": 0.25}, 2)
+    writer.save()
+    writer.log_metrics({"acc": 0.9}, 2)  # a new column for the row on disk: the file is rewritten
+    writer.save()
+    assert _rows(os.path.join("out", "metrics.csv")) == [
+        {"step": "1", "acc": "", "loss": "0.5", "é/ü": "2.0"},
+        {"step": "2", "acc": "0.9", "loss": "0.25", "é/ü": ""},
+    ]
