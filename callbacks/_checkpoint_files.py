@@ -12,7 +12,7 @@ from typing import Any
 
 from trainer.checkpoint import files as ckpt_io
 
-LAST = "last.ckpt"
+from trainer.checkpoint.paths import LAST  # the newest state, which "last" resumes from
 
 #: What a ``save_weights_only`` file keeps: enough to evaluate it at its step, nothing to resume.
 WEIGHTS_ONLY_KEYS = ("format", "version", "model", "loop", "metrics", "hparams", "strategy")

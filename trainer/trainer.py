@@ -24,7 +24,8 @@ from trainer.attributes import TrainerAttributes
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
-from trainer.checkpoint.resume import best_checkpoint, capture
+from trainer.checkpoint.paths import best_checkpoint
+from trainer.checkpoint.resume import capture
 from trainer.core.metrics import MetricSink
 from trainer.core.module import TrainModule, check_model
 from trainer.core.signals import StopSignals

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import torch
 
-from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, batch_transfer, restore_steps
-from trainer.checkpoint.resume import evaluate_checkpoint, resolve_path
+from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, restore_steps
+from trainer.checkpoint.paths import resolve_path
+from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.loops.evaluation import evaluation_loop
 from trainer.loops.log_writer import LogWriter, logger_versions, resolve_run_dir, set_logger_versions
 from trainer.data.fetch import Fetching

@@ -1,0 +1,134 @@
+"""Which checkpoint file a ``ckpt_path`` names: ``"last"`` (the newest good file of the latest
+fit's folder), ``"best"`` (the checkpoint callback's), or a path; and whether a file can resume."""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint.files import CheckpointError
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+log = logging.getLogger("trainer")
+LAST = "last.ckpt"
+
+
+def best_checkpoint(callback: Any) -> str:
+    """``ckpt_path="best"`` for evaluation: the checkpoint callback's best file."""
+    if callback is None:
+        raise ValueError(
+            "ckpt_path='best' needs the ModelCheckpoint callback that ranked the checkpoints, and this Trainer "
+            "has none (enable_checkpointing=False). Pass the file's path, or 'last'."
+        )
+    if not callback.best_model_path:
+        raise ValueError(
+            "ckpt_path='best': no checkpoint has been saved by this Trainer's ModelCheckpoint yet. Run "
+            "trainer.fit(...) first, or pass a checkpoint's path, or 'last'."
+        )
+    return callback.best_model_path
+
+
+def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
+    """``"last"`` -> the newest good checkpoint of the folder :func:`_search_folder` picks (rank 0
+    looks, every rank gets its answer)."""
+    if ckpt_path is None:
+        return None
+    path = os.fspath(ckpt_path)
+    if path != "last":
+        return path
+    strategy = trainer.strategy
+    folder, path = last_checkpoint(trainer)
+    if path is None and strategy.is_global_zero:
+        if folder is None:
+            where = f"no earlier fit in {runs_base(trainer)[0]}"
+        else:
+            where = f"no checkpoint in {folder}"
+        log.info("ckpt_path='last': %s; starting from scratch.", where)
+    return path
+
+
+def last_checkpoint(trainer: Trainer) -> tuple[str | None, str | None]:
+    """(the folder searched, the newest good checkpoint in it): rank 0 looks, every rank gets
+    the path (the folder only on rank 0, for its messages)."""
+    strategy = trainer.strategy
+    folder = _search_folder(trainer) if strategy.is_global_zero else None
+    return folder, strategy.broadcast_object(_find_last(folder) if folder is not None else None)
+
+
+def _search_folder(trainer: Trainer) -> str | None:
+    """Where ``"last"`` looks: the ModelCheckpoint's ``dirpath`` when given; else, without a
+    logger, ``<log_dir>/checkpoints`` (``./checkpoints`` with ``log_dir=None``); else the
+    checkpoints of the first logger's latest fit only: its fixed version's folder, or the
+    newest ``<save_dir>/<name>/version_<n>`` with a ``checkpoints`` folder (None if none).
+
+    Never any older version: with the default ``name="default"`` they belong to other runs,
+    and the latest fit, killed before its first save, must start afresh, not resume one of them.
+    """
+    cb = trainer.checkpoint_callback
+    if cb is not None and cb.dirpath_given is not None:
+        return cb.dirpath_given
+    base, fixed = runs_base(trainer)
+    if base is None:
+        return os.path.join(os.path.abspath(trainer.default_root_dir or os.getcwd()), "checkpoints")
+    if fixed is not None:
+        folder = os.path.join(base, fixed, "checkpoints")
+        return folder if os.path.isdir(folder) else None
+    try:
+        names = os.listdir(base)
+    except OSError:  # no run of this name yet
+        return None
+    # A fit with checkpointing makes its version's checkpoints folder at its start; validate and test make none.
+    fits = [
+        int(d[8:]) for d in names
+        if d.startswith("version_") and d[8:].isdigit() and os.path.isdir(os.path.join(base, d, "checkpoints"))
+    ]
+    return os.path.join(base, f"version_{max(fits)}", "checkpoints") if fits else None
+
+
+def runs_base(trainer: Trainer) -> tuple[str | None, str | None]:
+    """(the first logger's ``<save_dir>/<name>``, its fixed version folder or None), or (None, None)."""
+    if not trainer.loggers:
+        return None, None
+    first = trainer.loggers[0]
+    base = os.path.join(first.save_dir or trainer.default_root_dir or os.getcwd(), first.name or "")
+    version = getattr(first, "_version", None) if getattr(first, "_fixed_version", False) else None
+    return base, None if version is None else (version if isinstance(version, str) else f"version_{version}")
+
+
+def _find_last(folder: str) -> str | None:
+    """The newest checkpoint in ``folder`` that loads safely; a corrupt, truncated or refused
+    newer file is skipped with a warning that names it."""
+    # Temp files of unfinished saves start with "." and never match.
+    files = [f for f in glob.glob(os.path.join(glob.escape(folder), "*.ckpt")) if os.path.exists(f)]  # no dangling link
+    # Newest first; last.ckpt is a hard link to the newest top-k file, so it wins their tie.
+    files.sort(key=lambda f: (os.stat(f).st_mtime_ns, os.path.basename(f) == LAST), reverse=True)
+    for f in files:
+        try:
+            load_good(f, mmap=True)  # mapped, not read: checks the structure cheaply
+        except CheckpointError as err:
+            warnings.warn(f"ckpt_path='last': skipping {f}: {err}", stacklevel=3)
+            continue
+        return f
+    return None
+
+
+def load_good(path: str, mmap: bool = False) -> dict[str, Any]:
+    ckpt = ckpt_io.load(path, mmap=mmap)
+    if ckpt.get("weights_only"):
+        raise CheckpointError(
+            f"{path!r} holds the model's weights only (ModelCheckpoint(save_weights_only=True)), no optimizer or "
+            "loop state, so fit cannot resume from it. Evaluate it with test(ckpt_path=...), or resume from a "
+            "file saved with save_weights_only=False."
+        )
+    if "loop" not in ckpt:
+        raise CheckpointError(
+            f"{path!r} holds model weights but no training state, so fit cannot resume from it. "
+            "Load the weights with model.load_state_dict(torch.load(path, weights_only=True)['model'])."
+        )
+    return ckpt
