@@ -11,7 +11,6 @@ import tempfile
 from typing import Any
 
 from trainer.checkpoint import files as ckpt_io
-
 from trainer.checkpoint.paths import LAST  # the newest state, which "last" resumes from
 
 #: What a ``save_weights_only`` file keeps: enough to evaluate it at its step, nothing to resume.
