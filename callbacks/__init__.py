@@ -10,11 +10,12 @@ from .lambda_callback import LambdaCallback
 from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
+from .prediction_writer import BasePredictionWriter
 from .progress import ProgressBar
 from .tensorboard import TensorBoardLogger
 from .timer import Timer
 
 __all__ = [
-    "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
+    "BasePredictionWriter", "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
     "TensorBoardLogger", "Timer",
 ]

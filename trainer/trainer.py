@@ -31,6 +31,7 @@ from trainer.core.signals import StopSignals
 from trainer.core.state import TrainerState
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
+from trainer.loops.after_fit import fitted_sources
 from trainer.loops.hooks import Hooks, check_callbacks
 from trainer.loops.manual import ManualOptimization
 from trainer.loops.optim import OptimizerSetup
@@ -161,6 +162,8 @@ class Trainer:
         self._opt: OptimizerSetup | None = None
         self._manual: ManualOptimization | None = None  # set while a fit with automatic_optimization=False runs
         self._module: TrainModule | None = None
+        self._fitted: tuple[Any, Any, Any] | None = None  # (model, datamodule, val_dataloaders) of the last fit
+        self.predict_loop: Any = None  # the last predict's state (trainer/loops/prediction.py), read by writers
         self._precision: Precision | None = None
         self._hooks = Hooks([])
         self._signals = StopSignals()
@@ -295,33 +298,41 @@ class Trainer:
         if self.max_epochs is None and self.max_steps is None:
             raise ValueError("fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both.")
         check_ckpt_path(ckpt_path)
+        self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model
         self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
 
     def validate(
-        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
+        self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
         datamodule: DataModule | None = None,
     ) -> Any:
         """The means of what ``validation_step`` logged (one dict; with several loaders, one
         per loader, in a list or dict as they were given). ``ckpt_path`` ("best", "last" or a
-        file) evaluates that checkpoint's weights, at its step. The training counters stay."""
+        file) evaluates that checkpoint's weights, at its step. The training counters stay.
+        No model, after fit: fit's model and data, the best checkpoint (``after_fit.py``)."""
         return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule)
 
     def test(
-        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
+        self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
         datamodule: DataModule | None = None,
     ) -> Any:
         """The means of what ``test_step`` logged, as ``validate`` returns them."""
         return self._evaluate("test", model, dataloaders, ckpt_path, datamodule)
 
     def predict(
-        self, model: TrainModule, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
-        datamodule: DataModule | None = None,
+        self, model: TrainModule | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
+        return_predictions: bool | None = None, ckpt_path: str | os.PathLike | None = None,
     ) -> Any:
         """``predict_step``'s outputs, in the loader's order (one list per loader with several).
-        Under DDP, global rank 0 gets every rank's (on the CPU) and the other ranks get None."""
-        return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule)
+        Under DDP, global rank 0 gets every rank's (on the CPU) and the other ranks get None.
+        ``return_predictions=False`` keeps nothing and returns None: write the outputs with a
+        ``callbacks.BasePredictionWriter``. With no model, after fit: see ``validate``."""
+        if return_predictions is not None and not isinstance(return_predictions, bool):
+            raise TypeError(f"return_predictions={return_predictions!r} must be True, False or None (True).")
+        return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule, return_predictions is not False)
 
-    def _evaluate(self, stage: str, model: TrainModule, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+    def _evaluate(self, stage: str, model: Any, dataloaders: Any, ckpt_path: Any, datamodule: Any, keep: bool = True) -> Any:
+        if model is None:  # after fit: its model and data, and the best checkpoint's weights
+            model, dataloaders, datamodule, ckpt_path = fitted_sources(self, stage, dataloaders, datamodule, ckpt_path)
         check_model(model, needs_training_step=False)
         step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
         if not callable(getattr(model, step, None)):
@@ -333,12 +344,12 @@ class Trainer:
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.checkpoint_callback)
-        return self._launch(stage, model, dataloaders, None, ckpt_path, datamodule)
+        return self._launch(stage, model, dataloaders, None, ckpt_path, datamodule, keep)
 
-    def _launch(self, stage: str, model: TrainModule, loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any = None) -> Any:
+    def _launch(self, stage: str, model: Any, loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any = None, keep: bool = True) -> Any:
         """Run ``stage`` in the strategy's processes (``stage.run_stage``) and take back its results."""
         check_precision_available(self.precision)  # here, not in each of several DDP workers
-        data = StageData(loader, val_loader, datamodule)
+        data = StageData(loader, val_loader, datamodule, keep)
         return absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
 
     # --- checkpoints -------------------------------------------------------------------
@@ -383,5 +394,6 @@ class Trainer:
         state = self.__dict__.copy()
         state["_module"] = None  # sent separately as fit's argument
         state["val_dataloaders"] = None  # likewise (and a dataset is costly to pickle twice)
+        state["_fitted"] = state["predict_loop"] = None  # a model, data, predictions: the caller's only
         return state
 
