@@ -14,8 +14,9 @@ from .prediction_writer import BasePredictionWriter
 from .progress import ProgressBar
 from .tensorboard import TensorBoardLogger
 from .timer import Timer
+from .tuning import BatchSizeFinder, LearningRateFinder
 
 __all__ = [
-    "BasePredictionWriter", "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
+    "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "LambdaCallback", "LearningRateFinder", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
     "TensorBoardLogger", "Timer",
 ]

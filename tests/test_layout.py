@@ -15,7 +15,7 @@ PACKAGES = ("trainer", "callbacks", "strategies")
 # strategies and callbacks share a rank: they sit on core, data and checkpoint, under the loops.
 RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.checkpoint": 2,
-    "strategies": 3, "callbacks": 3, "trainer.loops": 4, "trainer.trainer": 5,
+    "strategies": 3, "callbacks": 3, "trainer.loops": 4, "trainer.tuner": 5, "trainer.trainer": 5,
 }
 
 
@@ -111,8 +111,8 @@ def test_any_package_can_be_imported_first(first, script_env):
 # The public names, pinned: `from trainer import ...`, `from callbacks import ...` and
 # `from strategies import ...` are what users write, whatever the rooms behind them.
 PUBLIC = {
-    "trainer": ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__", "seed_everything"],
-    "callbacks": ["BasePredictionWriter", "Callback", "EarlyStopping", "LambdaCallback", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "TensorBoardLogger", "Timer"],
+    "trainer": ["CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "Tuner", "__version__", "seed_everything"],
+    "callbacks": ["BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "LambdaCallback", "LearningRateFinder", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "TensorBoardLogger", "Timer"],
     "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],
 }
 

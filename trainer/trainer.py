@@ -37,6 +37,7 @@ from trainer.loops.manual import ManualOptimization
 from trainer.loops.optim import OptimizerSetup
 from trainer.loops.precision import Precision, check_precision_available, normalize_precision
 from trainer.loops.stage import StageData, absorb, run_stage
+from trainer.tuner import tune_before_fit
 
 
 class Trainer:
@@ -162,8 +163,8 @@ class Trainer:
         self._opt: OptimizerSetup | None = None
         self._manual: ManualOptimization | None = None  # set while a fit with automatic_optimization=False runs
         self._module: TrainModule | None = None
-        self._fitted: tuple[Any, Any, Any] | None = None  # (model, datamodule, val_dataloaders) of the last fit
-        self.predict_loop: Any = None  # the last predict's state (trainer/loops/prediction.py), read by writers
+        # The last fit's (model, datamodule, val_dataloaders); the last predict's state, which writers read.
+        self._fitted: tuple[Any, Any, Any] | None = None; self.predict_loop: Any = None
         self._precision: Precision | None = None
         self._hooks = Hooks([])
         self._signals = StopSignals()
@@ -299,6 +300,7 @@ class Trainer:
             raise ValueError("fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both.")
         check_ckpt_path(ckpt_path)
         self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model
+        tune_before_fit(self, model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
         self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
 
     def validate(
@@ -324,8 +326,7 @@ class Trainer:
     ) -> Any:
         """``predict_step``'s outputs, in the loader's order (one list per loader with several).
         Under DDP, global rank 0 gets every rank's (on the CPU) and the other ranks get None.
-        ``return_predictions=False`` keeps nothing and returns None: write the outputs with a
-        ``callbacks.BasePredictionWriter``. With no model, after fit: see ``validate``."""
+        ``return_predictions=False`` keeps nothing, returns None: see ``callbacks.BasePredictionWriter``."""
         if return_predictions is not None and not isinstance(return_predictions, bool):
             raise TypeError(f"return_predictions={return_predictions!r} must be True, False or None (True).")
         return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule, return_predictions is not False)
