@@ -15,7 +15,7 @@ PACKAGES = ("trainer", "callbacks", "strategies")
 # strategies and callbacks share a rank: they sit on core, data and checkpoint, under the loops.
 RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.checkpoint": 2,
-    "strategies": 3, "callbacks": 3, "trainer.loops": 4, "trainer.tuner": 5, "trainer.trainer": 5,
+    "strategies": 3, "callbacks": 3, "trainer.loops": 4, "trainer.tuner": 5, "trainer.cli": 5, "trainer.trainer": 5,
 }
 
 
