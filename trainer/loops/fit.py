@@ -17,6 +17,7 @@ from trainer.core.checks import bad_loss, loss_of, non_finite_loss
 from trainer.checkpoint.resume import Resume
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
+from trainer.loops.closure import closure_step
 from trainer.loops.evaluation import evaluation_loop, limited, sanity_check, validation_every
 from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
 from trainer.loops.manual import ManualOptimization, check_manual
@@ -196,10 +197,11 @@ class FitLoop:
         own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
         backward = strategy.backward if own_backward else torch.Tensor.backward
         scaler, optimizer, manual = trainer._precision.scaler, opt.optimizer, trainer._manual
+        stepper = manual or closure_step(trainer, model, self._publish_step_metrics)  # LBFGS: the step runs the batch
         # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
         plain_step = (
             trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
-            and not opt.steps_at("step") and manual is None
+            and not opt.steps_at("step") and stepper is None
         )
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
         # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
@@ -235,6 +237,8 @@ class FitLoop:
                     samples += size
                     if training_step is None:
                         training_step = strategy.step_runner("training_step", batch)
+                        if stepper is not manual:
+                            training_step = stepper.wrap(training_step)
                     if batch_start:
                         for fn in batch_start:
                             fn(trainer, model, batch, batch_idx)
@@ -249,8 +253,8 @@ class FitLoop:
                             no_sync.enter_context(strategy.no_backward_sync())
 
                     output = training_step(batch, batch_idx)
-                    if manual is not None:  # the step stepped by hand; a batch that stepped counts one step
-                        loss, completes = manual.end_batch(output)
+                    if stepper is not None:  # the step stepped by hand (or LBFGS's closure); a batch that stepped counts one step
+                        loss, completes = stepper.end_batch(output)
                     else:
                         loss = output if type(output) is tensor else loss_of(output)
                         if before_backward:
@@ -277,7 +281,7 @@ class FitLoop:
                             optimizer.step()
                             optimizer.zero_grad()
                             state.global_step += 1
-                        elif manual is None:
+                        elif stepper is None:
                             automatic_step(trainer, model, self._publish_step_metrics)
                         if state.global_step % log_every == 0:
                             trainer.samples_seen = samples
