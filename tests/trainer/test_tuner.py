@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from callbacks import BatchSizeFinder, LearningRateFinder
 from tests._models import Classifier, dataset, loader, quiet
+from tests.conftest import requires_cuda
 from trainer import DataModule, Trainer, Tuner
 
 
@@ -171,3 +172,18 @@ def test_bad_input_gets_a_sentence():
 
     with pytest.raises(ValueError, match=r"built a DataLoader with batch_size=4: the loader ignores the attribute"):
         tuner.scale_batch_size(Ignores())
+
+
+@requires_cuda()
+def test_scale_batch_size_stops_at_a_real_cuda_out_of_memory():
+    class Hungry(Tunable):
+        def training_step(self, batch, batch_idx):
+            held = torch.empty(len(batch[0]) * 2**28, device=self.net[0].weight.device)  # 1 GiB per sample
+            return super().training_step(batch, batch_idx) + held[:1].sum() * 0
+
+    model = Hungry(n=4096)
+    before = torch.cuda.memory_allocated()
+    found = Tuner(Trainer(max_epochs=1, **quiet())).scale_batch_size(model, steps_per_trial=1, max_trials=12)
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    assert found in (2, 4, 8, 16, 32, 64, 128) and found <= total < 2 * found + 1
+    assert model.batch_size == found and torch.cuda.memory_allocated() <= before + 2**20  # the trials' memory is freed
