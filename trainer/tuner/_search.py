@@ -31,7 +31,7 @@ def search_trainer(trainer: Trainer, callbacks: list[Any], **options: Any) -> Tr
     t.num_sanity_val_steps, t.limit_val_batches, t.val_check_interval, t.fast_dev_run = 0, 0, None, 0
     t._hooks, t._opt, t._manual, t._module, t._train_sink = Hooks([]), None, None, None, None
     t.optimizer, t.lr_scheduler, t.optimizers, t.lr_schedulers = None, None, [], []
-    for name in ("logger", "loggers"):  # a Trainer(logger=...) writes nothing during a search either
+    for name in ("logger", "loggers", "profiler"):  # a Trainer(logger=...) or profiler records nothing of a search either
         if name in vars(t):
             setattr(t, name, [] if name == "loggers" else None)
     for name, value in options.items():
