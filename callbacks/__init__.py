@@ -10,11 +10,10 @@ from .lambda_callback import LambdaCallback
 from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
-from .prediction_writer import BasePredictionWriter
 from .progress import ProgressBar
 from .tensorboard import TensorBoardLogger
 from .timer import Timer
-from .tuning import BatchSizeFinder, LearningRateFinder
+from .toolbox import BasePredictionWriter, BatchSizeFinder, LearningRateFinder
 
 __all__ = [
     "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "LambdaCallback", "LearningRateFinder", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",

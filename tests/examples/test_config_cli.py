@@ -58,3 +58,28 @@ def test_fit_with_ddp_from_the_command_line_trains_with_two_processes(script_env
     assert done.returncode == 0, done.stderr
     (last,) = glob.glob(str(tmp_path / "runs/default/version_0/checkpoints/last.ckpt"))
     assert torch.load(last, weights_only=False)["loop"]["world_size"] == 2
+
+
+LIGHTNING_MAIN = '''\
+from trainer.cli import LightningCLI  # was: from lightning.pytorch.cli import LightningCLI
+
+if __name__ == "__main__":
+    LightningCLI(save_config_kwargs={"overwrite": True})
+'''
+
+
+def test_lightnings_one_file_main_with_the_import_renamed_runs_in_subclass_mode(script_env, tmp_path):
+    (tmp_path / "main.py").write_text(LIGHTNING_MAIN)
+    (tmp_path / "exp1.yaml").write_text(
+        "model:\n  class_path: config_cli.MLP\n  init_args:\n    hidden: 12\n"
+        "data:\n  class_path: config_cli.Blobs\n  init_args:\n    samples: 256\n"
+        "trainer:\n  enable_progress_bar: false\n"
+    )
+    env = {**script_env, "PYTHONPATH": EXAMPLES + os.pathsep + script_env["PYTHONPATH"]}
+    done = subprocess.run([sys.executable, "main.py", "fit", "--config", "exp1.yaml", "--trainer.max_epochs", "2"],
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    saved = yaml.safe_load(open(tmp_path / "runs/default/version_0/config.yaml"))
+    assert saved["model"]["class_path"] == "config_cli.MLP" and saved["model"]["init_args"]["hidden"] == 12
+    ckpt = torch.load(tmp_path / "runs/default/version_0/checkpoints/last.ckpt", weights_only=False)
+    assert ckpt["hparams"]["hidden"] == 12 and ckpt["loop"]["epoch"] == 2
