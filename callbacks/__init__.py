@@ -19,11 +19,12 @@ from .lr_monitor import LearningRateMonitor
 from .progress import ProgressBar, TQDMProgressBar
 from .stochastic_weight_avg import StochasticWeightAveraging
 from .timer import Timer
+from .toolbox import BasePredictionWriter, BatchSizeFinder, LearningRateFinder
 
 __all__ = [
-    "BackboneFinetuning", "BaseFinetuning", "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback", "LearningRateMonitor",
-    "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging",
-    "TQDMProgressBar", "TensorBoardLogger", "Timer",
+    "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping",
+    "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
+    "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
 ]
 
 

@@ -16,7 +16,7 @@ PACKAGES = ("trainer", "callbacks", "strategies", "loggers")
 RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.checkpoint": 2,
     "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.loops": 4, "trainer.trainer": 5, "trainer.options": 5,
-    "trainer.attributes": 5,
+    "trainer.attributes": 5, "trainer.tuner": 5, "trainer.cli": 5,
 }
 
 
@@ -113,13 +113,13 @@ def test_any_package_can_be_imported_first(first, script_env):
 # `from strategies import ...` are what users write, whatever the rooms behind them.
 PUBLIC = {
     "trainer": [
-        "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "__version__",
-        "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything",
+        "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "Tuner",
+        "__version__", "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything",
     ],
     "callbacks": [
-        "BackboneFinetuning", "BaseFinetuning", "Callback", "EarlyStopping", "GradientAccumulationScheduler", "LambdaCallback",
-        "LearningRateMonitor", "ModelCheckpoint", "ModelSummary", "NaNGuard", "ProgressBar",
-        "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+        "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping",
+        "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
+        "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
     ],
     "loggers": ["CSVLogger", "DummyExperiment", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],

@@ -8,6 +8,7 @@ The rooms, bottom to top; each imports only the ones before it (imports run one 
     strategies, callbacks   built on the three rooms above, never on the loops or the Trainer
     trainer.loops       the order of events: fit, evaluation, a stage, hooks, optimization, precision
     trainer.trainer     the Trainer: its options and its entry points
+    trainer.tuner       the Tuner (lr_find, scale_batch_size), beside the Trainer it drives
 
 ``Trainer`` sits on top of strategies and callbacks, so this ``__init__`` hands it out on first
 access (``__getattr__`` below, PEP 562) instead of importing it here: ``import strategies`` or
@@ -38,7 +39,7 @@ if not _log.handlers:
     _log.propagate = False
 
 __all__ = [
-    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState",
+    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "Tuner",
     "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything", "__version__",
 ]
 
@@ -48,8 +49,12 @@ def __getattr__(name: str) -> _Any:
         from trainer.trainer import Trainer
 
         return Trainer
+    if name == "Tuner":
+        from trainer.tuner import Tuner
+
+        return Tuner
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"Trainer"})
+    return sorted(set(globals()) | {"Trainer", "Tuner"})

@@ -32,6 +32,7 @@ from trainer.core.signals import StopSignals
 from trainer.core.state import TrainerState
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
+from trainer.loops.after_fit import fitted_sources
 from trainer.loops.hooks import Hooks
 from trainer.loops.log_writer import LoggerAccess
 from trainer.loops.manual import ManualOptimization
@@ -41,6 +42,7 @@ from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.stage import StageData, absorb, run_stage
 from trainer.options import RUNS, check_names, check_weights_only, configure, fit_end_message
+from trainer.tuner import tune_before_fit
 
 
 class Trainer(TrainerAttributes, LoggerAccess):
@@ -123,6 +125,8 @@ class Trainer(TrainerAttributes, LoggerAccess):
         self.samples_seen = 0
         self.run_dir: str | None = None  # the first logger's <save_dir>/<name>/version_<n>: checkpoints go there
         self._log_dir: str | None = None  # the first logger's log_dir, once a stage resolved it
+        self._fitted: tuple[Any, Any, Any] | None = None  # fit's (model, datamodule, val_dataloaders)
+        self.predict_loop: Any = None  # the running predict's record (loops/prediction.py)
         self._fetching = Fetching(self.batched_fetching)  # a stage's, with data_on_device on its device
         self.grad_norm: torch.Tensor | None = None
         self.num_training_batches: int | float = math.inf
@@ -206,6 +210,8 @@ class Trainer(TrainerAttributes, LoggerAccess):
             raise ValueError(problem)
         check_ckpt_path(ckpt_path)
         check_weights_only(weights_only)
+        self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model
+        tune_before_fit(self, model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
         self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
 
     def validate(
@@ -234,22 +240,17 @@ class Trainer(TrainerAttributes, LoggerAccess):
     ) -> Any:
         """``predict_step``'s outputs, in the loader's order (one list per loader with several).
         Under DDP, global rank 0 gets every rank's (on the CPU) and the other ranks get None.
-        ``return_predictions=False`` returns None (the outputs are still computed)."""
+        ``return_predictions=False`` keeps nothing, returns None: see ``callbacks.BasePredictionWriter``."""
         if return_predictions is not None and not isinstance(return_predictions, bool):
             raise TypeError(f"return_predictions={return_predictions!r} must be True, False or None.")
-        out = self._evaluate("predict", model, dataloaders, ckpt_path, datamodule, False, weights_only)
-        return None if return_predictions is False else out
+        return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule, False, weights_only, return_predictions is not False)
 
     def _evaluate(
         self, stage: str, model: TrainModule | None, dataloaders: Any, ckpt_path: Any, datamodule: Any,
-        verbose: bool, weights_only: bool | None,
+        verbose: bool, weights_only: bool | None, keep: bool = True,
     ) -> Any:
-        if model is None and self._module is None:
-            raise TypeError(
-                f"trainer.{stage}() needs a model: pass trainer.{stage}(model, ...); model=None means the "
-                "module of this Trainer's last fit, and none has run."
-            )
-        model = self._module if model is None else model
+        if model is None:  # after fit: its model and data, and the best checkpoint's weights
+            model, dataloaders, datamodule, ckpt_path = fitted_sources(self, stage, dataloaders, datamodule, ckpt_path)
         check_model(model, needs_training_step=False)
         check_weights_only(weights_only)
         if not isinstance(verbose, bool):
@@ -264,16 +265,19 @@ class Trainer(TrainerAttributes, LoggerAccess):
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.checkpoint_callback)
-        results = self._launch(stage, model, dataloaders, None, ckpt_path, datamodule)
+        results = self._launch(stage, model, dataloaders, None, ckpt_path, datamodule, keep)
         if verbose and stage != "predict" and self.is_global_zero:
             print(results_table(stage, results), flush=True)
         return results
 
-    def _launch(self, stage: str, model: TrainModule, loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any = None) -> Any:
+    def _launch(
+        self, stage: str, model: TrainModule, loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any = None,
+        keep: bool = True,
+    ) -> Any:
         """Run ``stage`` in the strategy's processes (``stage.run_stage``) and take back its results."""
         check_precision_available(self.precision)  # here, not in each of several DDP workers
         self.datamodule = datamodule
-        data = StageData(loader, val_loader, datamodule)
+        data = StageData(loader, val_loader, datamodule, keep)
         result = absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
         self._module = model  # after a spawned stage too: trainer.lightning_module, validate(model=None)
         return result
@@ -335,6 +339,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         state["_module"] = None  # sent separately as fit's argument
         # likewise (and a dataset is costly to pickle twice)
         state["val_dataloaders"] = state["train_dataloader"] = state["datamodule"] = None
+        state["_fitted"] = state["predict_loop"] = None  # a model, data, predictions: the caller's only
         return state
 
 

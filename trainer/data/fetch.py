@@ -59,16 +59,31 @@ class Fetching:
             )
 
 
-def batches(loader: Any, fetch: bool | Fetching = True) -> Iterator[Any]:
-    """``iter(loader)``, fetching each batch in one call where :func:`batch_fetcher` can."""
+def batches(loader: Any, fetch: bool | Fetching = True, drawn: Any = None) -> Iterator[Any]:
+    """``iter(loader)``, fetching each batch in one call where :func:`batch_fetcher` can.
+
+    ``drawn`` (a deque, or any object with ``append``) receives each batch's sample indices
+    as the loader's batch sampler hands them out, in order (a few batches ahead of the one
+    being used when workers prefetch); nothing is appended for a loader without a sampler."""
     fetching = fetch if isinstance(fetch, Fetching) else Fetching(bool(fetch))
     fetcher = batch_fetcher(loader, fetching) if fetching.batched else None
     if fetching.device is not None and (fetcher is None or not getattr(fetcher, "on_device", False)):
         fetching.not_on_device(loader)
     it = iter(loader)
+    if drawn is not None and hasattr(it, "_next_index"):
+        it._next_index = _recording(it._next_index, drawn)
     if fetcher is None or not hasattr(it, "_next_index"):
         return it
     return _fetched(it, fetcher)
+
+
+def _recording(next_index: Callable[[], Any], drawn: Any) -> Callable[[], Any]:
+    def record() -> Any:
+        indices = next_index()
+        drawn.append(list(indices) if isinstance(indices, (list, tuple)) else indices)
+        return indices
+
+    return record
 
 
 def _fetched(it: Any, fetch: Fetch) -> Iterator[Any]:

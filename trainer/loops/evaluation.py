@@ -98,7 +98,6 @@ def run_evaluation(
     strategy.broadcast_buffers()
     modes = [m.training for m in model.modules()]
     model.eval()
-    outputs: list[list[Any]] = [[] for _ in counts]
     means: dict[str, float] = {}
     prog_bar: set[str] = set()
     hidden: set[str] = set()  # logged with logger=False: callback_metrics only
@@ -119,17 +118,21 @@ def run_evaluation(
             with _no_grad(trainer), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
-                it = trainer._precision.convert_batches(batches(loader, trainer._fetching))
+                record = trainer.predict_loop if phase == "predict" else None
+                it = batches(loader, trainer._fetching, None if record is None else record.start_loader(loader))
+                it = trainer._precision.convert_batches(it)
                 it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
                 for batch_idx, batch in enumerate(it):
                     sink.batch_size = batch_size(batch)
+                    if record is not None:
+                        record.on_batch(i)
                     if transfer is not None:
                         batch = transfer(batch, i)
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
                     out = strategy.run_step(step_name, batch, batch_idx, *step_args)
-                    if phase == "predict":
-                        outputs[i].append(out)
+                    if record is not None:
+                        record.keep(i, out)
                     for fn in batch_end:
                         fn(trainer, model, out, batch, batch_idx, *hook_args)
             suffix = loaders.suffix(i)
@@ -158,7 +161,7 @@ def run_evaluation(
         set_sink(previous_sink)
         for m, mode in zip(model.modules(), modes):
             m.training = mode
-    return outputs if phase == "predict" else None
+    return trainer.predict_loop._predictions if phase == "predict" else None
 
 
 def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:

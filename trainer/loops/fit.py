@@ -13,10 +13,11 @@ import torch
 
 from strategies.base import Strategy
 
-from trainer.core.checks import bad_loss, loss_of, non_finite_loss
+from trainer.core.checks import bad_loss, loss_of
 from trainer.checkpoint.resume import Resume
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
+from trainer.loops.closure import closure_step
 from trainer.loops.evaluation import check_val_interval, evaluation_loop, limited, sanity_check, validation_every
 from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
 from trainer.loops.manual import ManualOptimization, check_manual
@@ -242,10 +243,11 @@ class FitLoop(StopRules):
         own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
         backward = strategy.backward if own_backward else torch.Tensor.backward
         scaler, optimizer, manual = trainer._precision.scaler, opt.optimizer, trainer._manual
+        stepper = manual or closure_step(trainer, model, self._publish_step_metrics)  # LBFGS: the step runs the batch
         # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
         plain_step = (
             trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
-            and not opt.steps_at("step") and manual is None and not opt.own and not hooks.on_before_zero_grad
+            and not opt.steps_at("step") and stepper is None and not opt.own and not hooks.on_before_zero_grad
         )
         transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
@@ -289,6 +291,8 @@ class FitLoop(StopRules):
                         training_step = strategy.step_runner("training_step", batch)
                         if profiler is not None:
                             training_step = profiler.timed("training_step", training_step)
+                        if stepper is not manual:
+                            training_step = stepper.wrap(training_step)
                     if batch_start and -1 in [fn(trainer, model, batch, batch_idx) for fn in batch_start]:
                         break  # Lightning's: on_train_batch_start returning -1 ends the epoch here
                     if accumulate > 1:
@@ -302,8 +306,8 @@ class FitLoop(StopRules):
                             no_sync.enter_context(strategy.no_backward_sync())
 
                     output = training_step(batch, batch_idx)
-                    if manual is not None:  # the step stepped by hand; a batch that stepped counts one step
-                        loss, completes = manual.end_batch(output)
+                    if stepper is not None:  # the step stepped by hand (or LBFGS's closure); a batch that stepped counts one step
+                        loss, completes = stepper.end_batch(output)
                     else:
                         loss = output if type(output) is tensor else loss_of(output)
                         if before_backward:
@@ -330,7 +334,7 @@ class FitLoop(StopRules):
                             optimizer.step()
                             optimizer.zero_grad()
                             state.global_step += 1
-                        elif manual is None:
+                        elif stepper is None:
                             trainer._last_loss = loss  # what an optimizer_step's closure returns
                             automatic_step(trainer, model, self._publish_step_metrics)
                         if state.global_step % log_every == 0:
@@ -388,11 +392,6 @@ class FitLoop(StopRules):
                 trainer.callback_metrics.update(metrics)
             self._published = (step, metrics)
         return self._published[1]
-
-    def _check_finite(self, loss: torch.Tensor) -> None:
-        """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
-        if self.trainer.strategy.any_rank(not math.isfinite(loss.item())):  # item(): one read, no tensor op
-            raise non_finite_loss(self.trainer.state.global_step, self.trainer.state.current_epoch)
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch

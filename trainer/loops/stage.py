@@ -24,6 +24,7 @@ from trainer.data.fetch import Fetching
 from trainer.loops.fit import FitLoop
 from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
 from trainer.loops.precision import Precision
+from trainer.loops.prediction import PredictLoop
 from trainer.core.seed import deterministic_algorithms, seed_everything, seeded_workers
 from trainer.core.state import TrainerState
 from trainer.core.module import overridden
@@ -43,6 +44,7 @@ class StageData(NamedTuple):
     loader: Any  # fit's train_dataloaders, or evaluation's dataloaders
     val_loader: Any  # fit's val_dataloaders
     datamodule: Any
+    return_predictions: bool = True  # predict's: keep and return the outputs
 
 
 def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any) -> Any:
@@ -202,8 +204,14 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             seeded_workers(loader, strategy.global_rank)
         loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, stage))
         if stage == "predict":
-            outputs = evaluation_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
-            return loaders.pack([strategy.gather_predictions(out) for out in outputs])
+            trainer.predict_loop = PredictLoop(data.return_predictions, trainer.callbacks, len(loaders))
+            try:
+                outputs = evaluation_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
+                if not data.return_predictions:
+                    return None
+                return loaders.pack([strategy.gather_predictions(out) for out in outputs])
+            finally:
+                trainer.predict_loop.release()
         phase = "validation" if stage == "validate" else "test"
         limit = trainer.limit_val_batches if stage == "validate" else trainer.limit_test_batches
         evaluation_loop(trainer, phase, loaders, limit)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from trainer.core.checks import non_finite_loss
 from trainer.core.signals import Interrupted
 
 if TYPE_CHECKING:
@@ -27,6 +28,11 @@ class StopRules:
     trainer: Trainer
     model: TrainModule
     _told_min: bool
+
+    def _check_finite(self, loss: torch.Tensor) -> None:
+        """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
+        if self.trainer.strategy.any_rank(not math.isfinite(loss.item())):  # item(): one read, no tensor op
+            raise non_finite_loss(self.trainer.state.global_step, self.trainer.state.current_epoch)
 
     def _stopping_now(self) -> bool:
         """True at a step boundary where fit must end. On several processes, stop requests

@@ -1,0 +1,136 @@
+"""The rest of a Lightning user's toolbox, as callbacks: prediction writers and the Tuner's searches.
+
+``BasePredictionWriter`` writes ``predict``'s outputs as they come, instead of keeping them.
+Subclass it and override ``write_on_batch_end`` (``write_interval="batch"``), or
+``write_on_epoch_end`` (``"epoch"``), or both (``"batch_and_epoch"``); then call
+``trainer.predict(model, loader, return_predictions=False)``. With ``"batch"`` nothing is kept:
+memory stays flat over any number of batches. ``"epoch"`` keeps this process's outputs until
+the end of the pass.
+
+``batch_indices`` are the batch's sample indices in the dataset (as the loader's sampler drew
+them; None for an ``IterableDataset`` or a loader that is not a ``DataLoader``). Under
+``strategy="ddp"`` each process predicts its own contiguous share and writes its own part:
+saving ``batch_indices`` next to the predictions (with ``trainer.global_rank`` in the file
+name) lets you put the parts back in the dataset's order.
+
+``LearningRateFinder`` and ``BatchSizeFinder`` are the Tuner's searches as callbacks. Given to
+``Trainer(callbacks=[...])``, each runs its search when ``fit`` is called, before the
+fit builds its loaders and optimizer, so the fit trains with the value found. The search
+itself is ``trainer.tuner`` (it leaves the weights, RNG and counters as they were).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .base import Callback
+
+if TYPE_CHECKING:
+    from trainer import Trainer, TrainModule
+
+INTERVALS = ("batch", "epoch", "batch_and_epoch")
+
+
+class BasePredictionWriter(Callback):
+    """Calls ``write_on_batch_end`` after each predict batch and/or ``write_on_epoch_end``
+    after each predict pass, as ``write_interval`` says."""
+
+    def __init__(self, write_interval: str = "batch") -> None:
+        if write_interval not in INTERVALS:
+            raise ValueError(f"write_interval={write_interval!r}: use one of {', '.join(map(repr, INTERVALS))}.")
+        self.write_interval = write_interval
+        self.on_batch = write_interval in ("batch", "batch_and_epoch")
+        self.on_epoch = write_interval in ("epoch", "batch_and_epoch")
+
+    # Read by trainer.predict: what it must keep for this writer.
+    @property
+    def wants_batch_indices(self) -> bool:
+        return True
+
+    @property
+    def wants_epoch_predictions(self) -> bool:
+        return self.on_epoch
+
+    def wants(self, hook: str) -> bool:
+        if hook == "on_predict_batch_end":
+            return self.on_batch
+        if hook == "on_predict_epoch_end":
+            return self.on_epoch
+        return True
+
+    def write_on_batch_end(
+        self, trainer: Trainer, pl_module: TrainModule, prediction: Any, batch_indices: Sequence[int] | None,
+        batch: Any, batch_idx: int, dataloader_idx: int,
+    ) -> None:
+        """Write one batch's ``prediction``."""
+        raise NotImplementedError(
+            f"{type(self).__name__}(write_interval={self.write_interval!r}) must override write_on_batch_end("
+            "trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx)."
+        )
+
+    def write_on_epoch_end(
+        self, trainer: Trainer, pl_module: TrainModule, predictions: Sequence[Any], batch_indices: Sequence[Any],
+    ) -> None:
+        """Write the whole pass: ``predictions`` is one list of batch outputs (one list per
+        loader with several); ``batch_indices`` is one list per loader of each batch's indices."""
+        raise NotImplementedError(
+            f"{type(self).__name__}(write_interval={self.write_interval!r}) must override write_on_epoch_end("
+            "trainer, pl_module, predictions, batch_indices)."
+        )
+
+    def on_predict_batch_end(
+        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        indices = trainer.predict_loop.current_batch_indices
+        self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, dataloader_idx)
+
+    def on_predict_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        loop = trainer.predict_loop
+        self.write_on_epoch_end(trainer, module, loop.predictions, loop.epoch_batch_indices)
+
+
+
+class LearningRateFinder(Callback):
+    """Runs ``Tuner.lr_find`` at the start of each ``fit``; ``optimal_lr`` is the result (an
+    ``LRFinder``: ``optimal_lr.suggestion()``, ``optimal_lr.results``)."""
+
+    def __init__(
+        self, min_lr: float = 1e-8, max_lr: float = 1.0, num_training_steps: int = 100, mode: str = "exponential",
+        early_stop_threshold: float | None = 4.0, update_attr: bool = True, attr_name: str = "",
+    ) -> None:
+        if mode not in ("exponential", "linear"):
+            raise ValueError(f"LearningRateFinder(mode={mode!r}): use 'exponential' or 'linear'.")
+        self._options = dict(
+            min_lr=min_lr, max_lr=max_lr, num_training=num_training_steps, mode=mode,
+            early_stop_threshold=early_stop_threshold, update_attr=update_attr, attr_name=attr_name,
+        )
+        self.optimal_lr: Any = None
+
+    def lr_find(self, tuner: Any, model: Any, train: Any = None, val: Any = None, datamodule: Any = None) -> Any:
+        self.optimal_lr = tuner.lr_find(model, train, val, datamodule=datamodule, **self._options)
+        return self.optimal_lr
+
+    _search_before_fit = lr_find
+
+
+class BatchSizeFinder(Callback):
+    """Runs ``Tuner.scale_batch_size`` at the start of each ``fit``; ``optimal_batch_size`` is
+    the size found (also set on the model's or DataModule's ``batch_arg_name``)."""
+
+    def __init__(
+        self, mode: str = "power", steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
+        batch_arg_name: str = "batch_size",
+    ) -> None:
+        if mode not in ("power", "binsearch"):
+            raise ValueError(f"BatchSizeFinder(mode={mode!r}): use 'power' or 'binsearch'.")
+        self._options = dict(
+            mode=mode, steps_per_trial=steps_per_trial, init_val=init_val, max_trials=max_trials,
+            batch_arg_name=batch_arg_name,
+        )
+        self.optimal_batch_size: int | None = None
+
+    def scale_batch_size(self, tuner: Any, model: Any, train: Any = None, val: Any = None, datamodule: Any = None) -> int | None:
+        self.optimal_batch_size = tuner.scale_batch_size(model, train, val, datamodule=datamodule, **self._options)
+        return self.optimal_batch_size
+
+    _search_before_fit = scale_batch_size

@@ -1,0 +1,145 @@
+"""trainer.cli.TrainerCLI in-process, with args= (the subprocess runs are in tests/examples/test_config_cli.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+pytest.importorskip("jsonargparse")
+
+from tests._models import Classifier  # noqa: E402
+from trainer.cli import LightningCLI, TrainerCLI  # noqa: E402
+
+QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "limit_train_batches": 2, "limit_val_batches": 1}
+
+
+def _exit_code(capsys, **kwargs) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as info:
+        TrainerCLI(Classifier, **kwargs)
+    return info.value.code, capsys.readouterr().err
+
+
+def test_lightning_cli_is_the_same_class():
+    assert LightningCLI is TrainerCLI
+
+
+@pytest.mark.parametrize("args, key", [
+    (["fit", "--trainer.max_epochz=1"], "--trainer.max_epochz"),
+    (["fit", "--trainer.max_epochs=many"], "trainer.max_epochs"),
+    (["fit", "--model.hidden=1.5"], "model.hidden"),
+    (["fit", "--config=missing.yaml"], "missing.yaml"),
+    (["fit", "--trainer.precision=64-true"], "precision"),  # the Trainer's own check, still exit 2
+])
+def test_bad_input_exits_2_naming_the_key_and_writes_nothing(capsys, args, key):
+    code, err = _exit_code(capsys, args=args)
+    assert code == 2 and key in err
+    assert os.listdir(".") == [] or os.listdir(".") == ["missing.yaml"]
+
+
+def test_a_yaml_that_does_not_parse_exits_2(capsys):
+    with open("bad.yaml", "w") as f:
+        f.write("trainer: [max_epochs: 1\n")
+    code, err = _exit_code(capsys, args=["fit", "--config=bad.yaml"])
+    assert code == 2 and "Problems parsing config" in err
+    assert os.listdir(".") == ["bad.yaml"]
+
+
+def test_subclass_mode_needs_a_model(capsys):
+    with pytest.raises(SystemExit) as info:
+        TrainerCLI(args=["fit"])
+    assert info.value.code == 2 and "model" in capsys.readouterr().err
+
+
+def test_run_false_builds_the_objects_from_a_dict_and_a_later_fit_uses_them():
+    cli = TrainerCLI(Classifier, args={"trainer": {"max_epochs": 1, "log_dir": None, **QUIET}, "model": {"hidden": 4}, "seed_everything": 3}, run=False)
+    assert isinstance(cli.model, Classifier) and cli.model.hparams["hidden"] == 4
+    assert cli.trainer.max_epochs == 1 and cli.datamodule is None and cli.subcommand is None
+    expected = torch.manual_seed(3) and Classifier(hidden=4)
+    assert all(torch.equal(a, b) for a, b in zip(cli.model.parameters(), expected.parameters()))  # seeded before the model
+
+
+def test_configs_merge_in_order_and_flags_override_them(tmp_path):
+    (tmp_path / "a.yaml").write_text("trainer:\n  max_epochs: 5\n  log_dir: null\nmodel:\n  hidden: 3\n")
+    (tmp_path / "b.yaml").write_text("model:\n  hidden: 6\n  lr: 0.5\n")
+    cli = TrainerCLI(Classifier, args=["--config=a.yaml", "--config=b.yaml", "--model.lr=0.25"], run=False)
+    assert (cli.trainer.max_epochs, cli.model.hparams["hidden"], cli.model.lr) == (5, 6, 0.25)
+
+
+class WithLoaders(Classifier):
+    def train_dataloader(self):
+        from tests._models import loader
+        return loader(32, 8)
+
+    def val_dataloader(self):
+        from tests._models import loader
+        return loader(16, 8)
+
+
+def test_fit_saves_the_config_and_refuses_to_overwrite_another_runs(tmp_path):
+    args = ["fit", "--trainer.max_epochs=1", "--trainer.log_dir=null", "--trainer.enable_progress_bar=false", "--model.hidden=5"]
+    TrainerCLI(WithLoaders, args=args)
+    saved = yaml.safe_load(open("config.yaml"))
+    assert saved["model"]["hidden"] == 5 and saved["trainer"]["max_epochs"] == 1 and isinstance(saved["seed_everything"], int)
+    with pytest.raises(RuntimeError, match="config.yaml exists: it is another run's config"):
+        TrainerCLI(WithLoaders, args=args)
+    TrainerCLI(WithLoaders, args=args[:-1] + ["--model.hidden=7"], save_config_kwargs={"overwrite": True})
+    assert yaml.safe_load(open("config.yaml"))["model"]["hidden"] == 7
+
+
+def test_optimizer_and_scheduler_from_the_command_line_are_in_the_checkpoint():
+    class NoOptim(WithLoaders):
+        configure_optimizers = None  # replaced below by the class's base
+
+    NoOptim.configure_optimizers = Classifier.__mro__[1].configure_optimizers  # TrainModule's: returns None
+    cli = TrainerCLI(NoOptim, args=[
+        "fit", "--trainer.max_epochs=2", "--trainer.enable_progress_bar=false", "--optimizer=AdamW", "--optimizer.lr=0.01",
+        "--lr_scheduler=StepLR", "--lr_scheduler.step_size=1", "--lr_scheduler.gamma=0.5",
+    ])
+    assert isinstance(cli.trainer.optimizer, torch.optim.AdamW)
+    assert cli.trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.0025)  # two epochs of gamma 0.5
+    ckpt = torch.load(cli.trainer.checkpoint_callback.last_model_path, weights_only=False)
+    (scheduler,) = ckpt["lr_schedulers"]
+    assert scheduler["step_size"] == 1 and scheduler["gamma"] == 0.5 and scheduler["last_epoch"] == 2
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0025)
+
+
+def test_env_variables_when_asked(monkeypatch):
+    monkeypatch.setenv("TRAINER_TRAINER__MAX_EPOCHS", "9")
+    cli = TrainerCLI(Classifier, args=["--trainer.log_dir=null"], run=False, parser_kwargs={"default_env": True})
+    assert cli.trainer.max_epochs == 9
+
+
+def test_link_arguments_and_hooks():
+    calls = []
+
+    class CLI(TrainerCLI):
+        def add_arguments_to_parser(self, parser):
+            parser.add_argument("--width", type=int, default=3)
+            parser.link_arguments("width", "model.hidden")
+
+        def before_fit(self):
+            calls.append(("before", self.trainer.global_step))
+
+        def after_fit(self):
+            calls.append(("after", self.trainer.global_step))
+
+    cli = CLI(WithLoaders, args=["fit", "--width=11", "--trainer.max_epochs=1", "--trainer.log_dir=null", "--trainer.enable_progress_bar=false"])
+    assert cli.model.hparams["hidden"] == 11 and calls == [("before", 0), ("after", 4)]
+
+
+def test_without_jsonargparse_building_the_cli_is_one_sentence_and_import_trainer_does_not_need_it(script_env):
+    code = (
+        "import sys; sys.modules['jsonargparse'] = None\n"
+        "import trainer, trainer.trainer\n"
+        "assert 'trainer.cli' not in sys.modules\n"
+        "from trainer.cli import TrainerCLI\n"
+        "try:\n    TrainerCLI()\nexcept ModuleNotFoundError as e:\n    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "jsonargparse, which is not installed: pip install" in done.stdout and ".[cli]" in done.stdout

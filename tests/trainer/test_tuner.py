@@ -1,0 +1,189 @@
+"""The Tuner: lr_find and scale_batch_size, and their callbacks. A search leaves no trace."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from callbacks import BatchSizeFinder, LearningRateFinder
+from tests._models import Classifier, dataset, loader, quiet
+from tests.conftest import requires_cuda
+from trainer import DataModule, Trainer, Tuner
+
+
+class Tunable(Classifier):
+    """Reads self.lr and self.batch_size; 'runs out of memory' on batches above ``oom_above``."""
+
+    def __init__(self, lr: float = 0.1, batch_size: int = 4, oom_above: int | None = None, n: int = 64) -> None:
+        super().__init__(lr=lr, dropout=0.2)
+        self.batch_size, self.oom_above, self.n = batch_size, oom_above, n
+        self.sizes: list[int] = []
+
+    def train_dataloader(self):
+        return DataLoader(dataset(self.n), batch_size=self.batch_size, shuffle=True)
+
+    def training_step(self, batch, batch_idx):
+        self.sizes.append(len(batch[0]))
+        if self.oom_above is not None and len(batch[0]) > self.oom_above:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate a batch of {len(batch[0])}")
+        return super().training_step(batch, batch_idx)
+
+
+def weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def same(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_lr_find_records_the_range_and_sets_the_suggestion_on_the_model_and_hparams():
+    model = Tunable()
+    finder = Tuner(Trainer(max_epochs=1, **quiet())).lr_find(model, min_lr=1e-4, max_lr=1.0, num_training=30, early_stop_threshold=None)
+    lrs, losses = finder.results["lr"], finder.results["loss"]
+    assert len(lrs) == len(losses) == 30
+    assert lrs[0] == pytest.approx(1e-4) and lrs[-1] == pytest.approx(1.0)
+    assert all(b / a == pytest.approx(lrs[1] / lrs[0]) for a, b in zip(lrs, lrs[1:]))  # evenly spread on a log scale
+    suggestion = finder.suggestion()
+    assert 1e-4 <= suggestion <= 1.0
+    assert model.lr == suggestion and model.hparams["lr"] == suggestion
+    linear = Tuner(Trainer(max_epochs=1, **quiet())).lr_find(Tunable(), min_lr=0.01, max_lr=0.5, num_training=5, mode="linear", update_attr=False)
+    assert linear.results["lr"] == pytest.approx([0.01, 0.1325, 0.255, 0.3775, 0.5])
+
+
+def test_a_search_leaves_no_trace(tmp_path):
+    model = Tunable(oom_above=16)
+    trainer = Trainer(max_epochs=1, enable_progress_bar=False)  # TensorBoard and checkpoints on
+    callbacks_before = list(trainer.callbacks)
+    states_before = [cb.state_dict() for cb in trainer.callbacks]
+    before, rng = weights(model), torch.get_rng_state()
+    tuner = Tuner(trainer)
+    tuner.lr_find(model, num_training=20)
+    tuner.scale_batch_size(model, max_trials=4)
+    assert same(weights(model), before) and torch.equal(torch.get_rng_state(), rng)
+    assert model.training and model._trainer is None  # attached to no Trainer, as before
+    assert (trainer.global_step, trainer.current_epoch, trainer.optimizer, trainer.callback_metrics) == (0, 0, None, {})
+    assert trainer.callbacks == callbacks_before and [cb.state_dict() for cb in trainer.callbacks] == states_before
+    assert os.listdir(tmp_path) == []  # no TensorBoard run, no checkpoint
+
+
+@pytest.mark.parametrize("search", ["lr", "batch_size"])
+def test_a_fit_after_a_search_equals_a_fresh_run_with_the_value_set_by_hand(search):
+    torch.manual_seed(0)
+    tuned = Tunable(oom_above=8)
+    if search == "lr":
+        Tuner(Trainer(max_epochs=1, **quiet())).lr_find(tuned, num_training=20, min_lr=1e-3)
+    else:
+        assert Tuner(Trainer(max_epochs=1, **quiet())).scale_batch_size(tuned) == 8
+    Trainer(max_epochs=2, **quiet()).fit(tuned)
+    torch.manual_seed(0)
+    by_hand = Tunable(oom_above=8)
+    by_hand.lr, by_hand.batch_size = tuned.lr, tuned.batch_size
+    Trainer(max_epochs=2, **quiet()).fit(by_hand)
+    assert same(weights(tuned), weights(by_hand))
+    steps = 2 * 64 // tuned.batch_size
+    assert tuned.sizes[-steps:] == by_hand.sizes == [tuned.batch_size] * steps
+
+
+def test_lr_find_stops_early_when_the_loss_diverges():
+    finder = Tuner(Trainer(max_epochs=1, **quiet())).lr_find(Tunable(), min_lr=1e-2, max_lr=1e4, num_training=60, update_attr=False)
+    assert 2 < len(finder.results["lr"]) < 60
+
+
+def test_too_little_data_for_a_suggestion_is_none_with_a_warning():
+    finder = Tuner(Trainer(max_epochs=1, **quiet())).lr_find(Tunable(), num_training=5, update_attr=False)
+    with pytest.warns(UserWarning, match="too few for a suggestion"):
+        assert finder.suggestion() is None
+    assert finder.suggestion(skip_begin=0, skip_end=0) is not None
+
+
+def test_plot_without_matplotlib_says_to_install_it(monkeypatch):
+    finder = Tuner(Trainer(max_epochs=1, **quiet())).lr_find(Tunable(), num_training=5, update_attr=False)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ModuleNotFoundError, match="pip install matplotlib"):
+        finder.plot(suggest=True)
+
+
+def test_plot_draws_a_figure_with_matplotlib():
+    pytest.importorskip("matplotlib")
+    finder = Tuner(Trainer(max_epochs=1, **quiet())).lr_find(Tunable(), num_training=15, update_attr=False)
+    fig = finder.plot(suggest=True)
+    assert len(fig.axes[0].lines) == 2  # the curve and the suggestion
+
+
+@pytest.mark.parametrize("mode, found, tried", [
+    ("power", 16, [2, 4, 8, 16, 32]),
+    ("binsearch", 24, [2, 4, 8, 16, 32, 24, 28, 26, 25]),
+])
+def test_scale_batch_size_grows_until_out_of_memory(mode, found, tried):
+    model = Tunable(oom_above=24, n=200)
+    assert Tuner(Trainer(max_epochs=1, **quiet())).scale_batch_size(model, mode=mode, steps_per_trial=1) == found
+    assert model.batch_size == found
+    assert model.sizes == tried
+
+
+def test_scale_batch_size_never_goes_beyond_the_dataset_and_sets_a_datamodule():
+    class Data(DataModule):
+        def __init__(self):
+            super().__init__()
+            self.batch_size = 3
+
+        def train_dataloader(self):
+            return DataLoader(dataset(20), batch_size=self.batch_size)
+
+    data, model = Data(), Classifier()
+    assert Tuner(Trainer(max_epochs=1, **quiet())).scale_batch_size(model, datamodule=data, init_val=3) == 20
+    assert data.batch_size == 20
+
+
+def test_the_callbacks_search_before_the_fit_builds_its_loader_and_optimizer():
+    model = Tunable(oom_above=8, n=64)
+    sizes, lr = BatchSizeFinder(steps_per_trial=1), LearningRateFinder(num_training_steps=20)
+    trainer = Trainer(max_epochs=1, callbacks=[sizes, lr], **quiet())
+    trainer.fit(model)
+    assert sizes.optimal_batch_size == model.batch_size == 8
+    assert lr.optimal_lr.suggestion() == model.lr == trainer.optimizer.param_groups[0]["lr"]
+    assert trainer.global_step == 8  # one epoch of 64 samples in batches of 8
+
+
+def test_bad_input_gets_a_sentence():
+    tuner, model = Tuner(Trainer(max_epochs=1, **quiet())), Tunable()
+    with pytest.raises(ValueError, match=r"min_lr=0.1, max_lr=0.01\): min_lr must be below max_lr"):
+        tuner.lr_find(model, min_lr=0.1, max_lr=0.01)
+    with pytest.raises(ValueError, match=r"mode='cosine'\): use 'exponential'"):
+        tuner.lr_find(model, mode="cosine")
+    with pytest.raises(ValueError, match=r"mode='double'\): use 'power'"):
+        tuner.scale_batch_size(model, mode="double")
+    with pytest.raises(ValueError, match=r"Classifier has no attribute 'rate'.*attr_name="):
+        tuner.lr_find(Classifier(), attr_name="rate")
+    with pytest.raises(ValueError, match=r"batch_arg_name='batch_size'.*neither Classifier"):
+        tuner.scale_batch_size(Classifier())
+    with pytest.raises(ValueError, match="a loader passed in has its batch size fixed"):
+        tuner.scale_batch_size(model, train_dataloaders=loader())
+
+    class Ignores(Tunable):
+        def train_dataloader(self):
+            return DataLoader(dataset(64), batch_size=4)
+
+    with pytest.raises(ValueError, match=r"built a DataLoader with batch_size=4: the loader ignores the attribute"):
+        tuner.scale_batch_size(Ignores())
+
+
+@requires_cuda()
+def test_scale_batch_size_stops_at_a_real_cuda_out_of_memory():
+    class Hungry(Tunable):
+        def training_step(self, batch, batch_idx):
+            held = torch.empty(len(batch[0]) * 2**28, device=self.net[0].weight.device)  # 1 GiB per sample
+            return super().training_step(batch, batch_idx) + held[:1].sum() * 0
+
+    model = Hungry(n=4096)
+    before = torch.cuda.memory_allocated()
+    found = Tuner(Trainer(max_epochs=1, **quiet())).scale_batch_size(model, steps_per_trial=1, max_trials=12)
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    assert found in (2, 4, 8, 16, 32, 64, 128) and found <= total < 2 * found + 1
+    assert model.batch_size == found and torch.cuda.memory_allocated() <= before + 2**20  # the trials' memory is freed

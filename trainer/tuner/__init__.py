@@ -1,0 +1,74 @@
+"""The Tuner: find a learning rate (``lr_find``) and the largest batch size that fits
+(``scale_batch_size``) before training, as Lightning's ``lightning.pytorch.tuner.Tuner`` does.
+
+A search leaves no trace: it runs on a throwaway copy of the Trainer (no progress bar, logger,
+checkpoint or validation), and puts back the model's weights, every RNG and the loaders'
+generators. The Trainer's counters, optimizers and callbacks are never touched. A ``fit`` that
+follows is the run you would get by setting the value found by hand.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trainer.tuner.batch_size import scale_batch_size
+from trainer.tuner.lr_finder import LRFinder, lr_find
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+__all__ = ["LRFinder", "Tuner", "tune_before_fit"]
+
+
+class Tuner:
+    """``Tuner(trainer)``; its searches use the Trainer's strategy, precision and accumulation."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        if not hasattr(trainer, "fit") or not hasattr(trainer, "strategy"):
+            raise TypeError(f"Tuner(trainer={trainer!r:.80}) needs a trainer.Trainer.")
+        self._trainer = trainer
+
+    def lr_find(
+        self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, dataloaders: Any = None,
+        datamodule: Any = None, method: str = "fit", min_lr: float = 1e-8, max_lr: float = 1.0,
+        num_training: int = 100, mode: str = "exponential", early_stop_threshold: float | None = 4.0,
+        update_attr: bool = True, attr_name: str = "",
+    ) -> LRFinder | None:
+        """Train ``num_training`` steps with the learning rate rising from ``min_lr`` to
+        ``max_lr`` (``"exponential"`` or ``"linear"``), stopping early once the smoothed loss
+        exceeds ``early_stop_threshold`` x its best (None: never). Returns an :class:`LRFinder`
+        (``results``, ``suggestion()``, ``plot()``). With ``update_attr``, the suggestion is set
+        on ``attr_name``, else ``lr`` or ``learning_rate``: on the model, its ``hparams`` or the
+        DataModule, wherever it is."""
+        if method != "fit":
+            raise ValueError(f"lr_find(method={method!r}): the learning rate is searched by training; only method='fit'.")
+        if dataloaders is not None:
+            raise ValueError("lr_find trains: pass train_dataloaders= (and val_dataloaders=), not dataloaders=.")
+        return lr_find(
+            self._trainer, model, train_dataloaders, val_dataloaders, datamodule, min_lr, max_lr, num_training, mode,
+            early_stop_threshold, update_attr, attr_name,
+        )
+
+    def scale_batch_size(
+        self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, dataloaders: Any = None,
+        datamodule: Any = None, method: str = "fit", mode: str = "power", steps_per_trial: int = 3,
+        init_val: int = 2, max_trials: int = 25, batch_arg_name: str = "batch_size",
+    ) -> int | None:
+        """Run ``steps_per_trial`` steps of ``method`` at growing batch sizes, from ``init_val``:
+        doubling until one runs out of memory (``"power"``), then bisecting (``"binsearch"``),
+        never beyond the dataset's length, at most ``max_trials`` trials. Sets the largest size
+        that ran on ``batch_arg_name`` (model, its ``hparams`` or the DataModule) and returns it."""
+        return scale_batch_size(
+            self._trainer, model, train_dataloaders, val_dataloaders, dataloaders, datamodule, method, mode,
+            steps_per_trial, init_val, max_trials, batch_arg_name,
+        )
+
+
+def tune_before_fit(trainer: Trainer, model: Any, train_dataloaders: Any, val_dataloaders: Any, datamodule: Any) -> None:
+    """``callbacks.BatchSizeFinder`` and ``callbacks.LearningRateFinder`` in ``trainer.callbacks``:
+    their searches, in that order, before the fit starts (so its loaders and optimizer are
+    built with the values found)."""
+    for cb in trainer.callbacks:
+        search = getattr(cb, "_search_before_fit", None)
+        if search is not None:
+            search(Tuner(trainer), model, train_dataloaders, val_dataloaders, datamodule)

@@ -1,0 +1,113 @@
+"""What both searches share: a throwaway copy of the Trainer that writes nothing, the state put
+back afterwards (weights, RNG, loaders' generators), and the attribute a search updates."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import logging
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+
+from trainer.checkpoint import files as ckpt_io
+from trainer.core.state import TrainerState
+from trainer.loops.hooks import Hooks
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+
+def search_trainer(trainer: Trainer, callbacks: list[Any], **options: Any) -> Trainer:
+    """A shallow copy of ``trainer`` that runs with only ``callbacks`` (no bar, logger,
+    checkpoints or summary, no sanity check, no validation), with fresh counters and metrics.
+    The user's Trainer, its callbacks and its counters are not touched."""
+    t = copy.copy(trainer)
+    t.callbacks = list(callbacks)
+    t.log_dir, t.run_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, None, False, False, False
+    t.state = TrainerState()
+    t.callback_metrics, t.logged_metrics, t.train_epoch_metrics, t.prog_bar_names = {}, {}, {}, set()
+    t.num_sanity_val_steps, t.limit_val_batches, t.val_check_interval, t.fast_dev_run = 0, 0, None, 0
+    t._hooks, t._opt, t._manual, t._module, t._train_sink = Hooks([]), None, None, None, None
+    t.optimizer, t.lr_scheduler, t.optimizers, t.lr_schedulers = None, None, [], []
+    for name in ("logger", "loggers", "profiler"):  # a Trainer(logger=...) or profiler records nothing of a search either
+        if name in vars(t):
+            setattr(t, name, [] if name == "loggers" else None)
+    for name, value in options.items():
+        setattr(t, name, value)
+    return t
+
+
+@contextlib.contextmanager
+def quiet_fit() -> Iterator[None]:
+    """The search's own fits say nothing (each would log its strategy line); the search logs its steps."""
+    logger = logging.getLogger("trainer")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def leaves_no_trace(model: torch.nn.Module, *loaders: Any) -> Iterator[None]:
+    """Everything a search changes is put back on the way out, error or not: the model's
+    weights and buffers (copied on their device), each module's train/eval mode, the model's
+    trainer, every RNG, and the generators of the loaders given."""
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    modes = [m.training for m in model.modules()]
+    owner = getattr(model, "_trainer", None)
+    rng = ckpt_io.rng_state()
+    generators = [ckpt_io.generator_states(loader) for loader in loaders]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            model.load_state_dict(weights)
+        for m, mode in zip(model.modules(), modes):
+            m.training = mode
+        model._trainer = owner
+        ckpt_io.set_rng_state(rng)
+        for loader, states in zip(loaders, generators):
+            ckpt_io.set_generator_states(loader, states)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def holders(model: Any, datamodule: Any, name: str) -> list[tuple[Any, str]]:
+    """Where attribute ``name`` lives: ``(obj, "attr")`` for the model or DataModule attribute,
+    ``(dict, "key")`` for their ``hparams``; every place that has it (they must agree)."""
+    found: list[tuple[Any, str]] = []
+    for owner in (model, datamodule):
+        if owner is None:
+            continue
+        hparams = getattr(owner, "hparams", None)
+        if name in vars(owner) or isinstance(getattr(type(owner), name, None), property):
+            found.append((owner, "attr"))
+        if isinstance(hparams, dict) and name in hparams:
+            found.append((hparams, "key"))
+    return found
+
+
+def set_value(places: list[tuple[Any, str]], name: str, value: Any) -> None:
+    for owner, kind in places:
+        if kind == "key":
+            owner[name] = value
+        else:
+            setattr(owner, name, value)
+
+
+def get_value(places: list[tuple[Any, str]], name: str) -> Any:
+    owner, kind = places[0]
+    return owner[name] if kind == "key" else getattr(owner, name)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """torch's out-of-memory error (CUDA, MPS, XPU), or a RuntimeError that says it ran out."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text)
