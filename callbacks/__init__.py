@@ -10,16 +10,15 @@ from typing import Any
 
 from .base import Callback, LambdaCallback
 from .early_stopping import EarlyStopping
-from .finetuning import BackboneFinetuning, BaseFinetuning
-from .gradient_accumulation_scheduler import GradientAccumulationScheduler
+from .finders import BatchSizeFinder, LearningRateFinder
 from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
 from .nan_guard import NaNGuard
 from .lr_monitor import LearningRateMonitor
 from .progress import ProgressBar, TQDMProgressBar
-from .stochastic_weight_avg import StochasticWeightAveraging
+from .prediction_writer import BasePredictionWriter
 from .timer import Timer
-from .toolbox import BasePredictionWriter, BatchSizeFinder, LearningRateFinder
+from .training import BackboneFinetuning, BaseFinetuning, GradientAccumulationScheduler, StochasticWeightAveraging
 
 __all__ = [
     "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping",

@@ -11,7 +11,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from trainer.core.checks import flag, positive_int
 
-from .base import Callback
+from ..base import Callback
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import Callback
+from ..base import Callback
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

@@ -10,7 +10,7 @@ import torch
 
 from trainer.core.checks import one_of, positive_int
 
-from .base import Callback
+from ..base import Callback
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
