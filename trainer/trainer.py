@@ -35,8 +35,8 @@ from trainer.data.loaders import DataModule, check_loaders, check_sources, check
 from trainer.loops.after_fit import fitted_sources
 from trainer.loops.hooks import Hooks
 from trainer.loops.log_writer import LoggerAccess
-from trainer.loops.manual import ManualOptimization
-from trainer.loops.optim import OptimizerSetup
+from trainer.loops.optimization.manual import ManualOptimization
+from trainer.loops.optimization.optim import OptimizerSetup
 from trainer.loops.precision import Precision, check_precision_available
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table

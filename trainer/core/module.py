@@ -27,10 +27,10 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     ``automatic_optimization = False`` (set it in ``__init__``) hands the steps to
     ``training_step``: ``self.optimizers()``, ``self.manual_backward(loss)``, ``opt.step()``,
-    ``opt.zero_grad()`` (trainer/loops/manual.py).
+    ``opt.zero_grad()`` (trainer/loops/optimization/manual.py).
     """
 
-    #: False: training_step runs backward and the optimizer steps itself (trainer/loops/manual.py).
+    #: False: training_step runs backward and the optimizer steps itself (trainer/loops/optimization/manual.py).
     automatic_optimization = True
 
     def __init__(self) -> None:
@@ -74,7 +74,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
                 sync_dist_group, add_dataloader_idx, batch_size, None, rank_zero_only,
             )
 
-    # --- manual optimization (trainer/loops/manual.py) ---------------------------------------
+    # --- manual optimization (trainer/loops/optimization/manual.py) ---------------------------------------
     def optimizers(self) -> Any:
         """The optimizers from configure_optimizers, in its order: one, or a list of several. Under
         manual optimization their ``step()`` also syncs gradients (ddp) and runs the scaler."""
@@ -91,7 +91,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward()`` for manual optimization: scaled under ``16-mixed``, outside
         autocast, between the ``on_before_backward``/``on_after_backward`` hooks."""
-        from trainer.loops.manual import manual_backward  # the loops sit above the module
+        from trainer.loops.optimization.manual import manual_backward  # the loops sit above the module
 
         manual_backward(self, loss, *args, **kwargs)
 
@@ -100,7 +100,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
     ) -> torch.Tensor | None:
         """Clip ``optimizer``'s gradients by global norm (default) or by value, after they were
         synced and unscaled; returns the norm before clipping (also ``trainer.grad_norm``)."""
-        from trainer.loops.manual import clip_gradients  # the loops sit above the module
+        from trainer.loops.optimization.manual import clip_gradients  # the loops sit above the module
 
         return clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 

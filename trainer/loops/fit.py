@@ -17,12 +17,12 @@ from trainer.core.checks import bad_loss, loss_of
 from trainer.checkpoint.resume import Resume
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
-from trainer.loops.closure import closure_step
+from trainer.loops.optimization.closure import closure_step
 from trainer.loops.evaluation import check_val_interval, evaluation_loop, limited, sanity_check, validation_every
 from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
-from trainer.loops.manual import ManualOptimization, check_manual
+from trainer.loops.optimization.manual import ManualOptimization, check_manual
 from trainer.loops.hooks import batch_transfer
-from trainer.loops.optim import automatic_step, resolve_optimizers
+from trainer.loops.optimization.optim import automatic_step, resolve_optimizers
 from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
 if TYPE_CHECKING:

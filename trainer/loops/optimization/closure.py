@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from trainer.core.checks import loss_of
-from trainer.loops.optim import clip
+from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer

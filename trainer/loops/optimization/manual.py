@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.loops.optim import clip
+from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
