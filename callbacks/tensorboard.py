@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -22,14 +24,18 @@ if TYPE_CHECKING:
 _HAND_OFF_S = 10.0
 _FLUSH_GAP_S = 1.0  # the least time between flushes at epoch ends and validations
 
+log = logging.getLogger("trainer")
+
 
 class TensorBoardLogger(Callback):
     """Writes to the run's folder, ``<log_dir>/<name>/version_<n>`` (global rank 0 only).
 
     Tags, all against ``global_step``:
 
-    - every value logged in ``training_step``, under its own name, every ``log_every_n_steps``
-      optimizer steps, and its epoch mean as ``<name>_epoch`` at each epoch's end;
+    - every value logged in ``training_step``, under its own name, at the first optimizer step,
+      every ``log_every_n_steps`` steps and each epoch's last step (so that even a run shorter
+      than the interval has its curves, first step to last), and its epoch mean as
+      ``<name>_epoch`` at each epoch's end;
     - values logged in ``validation_step``/``test_step``: their means, under their own names;
     - ``lr`` (``lr/group<i>`` when the optimizer has several param groups);
     - ``throughput/samples_per_sec`` and ``throughput/steps_per_sec`` (training only:
@@ -92,6 +98,13 @@ class TensorBoardLogger(Callback):
 
     # --- training ----------------------------------------------------------------------
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        steps, every = trainer.estimated_stepping_batches, trainer.log_every_n_steps
+        if self.writer is not None and trainer.global_step == 0 and 2 <= steps < every:
+            log.info(
+                "This fit makes %d optimizer steps, fewer than log_every_n_steps=%d: its per-step curves get "
+                "the first step and each epoch's last. Trainer(log_every_n_steps=%d) gives about 10 points.",
+                steps, every, max(1, math.ceil(steps / 10)),
+            )
         self._clock = (time.perf_counter(), trainer.global_step, trainer.samples_seen)
         self._handed_off = self._clock[0]
         if getattr(trainer, "compile", None) is not None:  # the first steps compile: throughput starts at the first log step

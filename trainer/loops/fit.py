@@ -50,7 +50,7 @@ class FitLoop:
                 if the group is complete:
                     unscale, on_before_optimizer_step, clip, optimizer step, zero_grad
                     scheduler step (interval="step")
-                    every log_every_n_steps steps: NaN/Inf loss check, on_train_log
+                    at step 1 and every log_every_n_steps steps: NaN/Inf loss check, on_train_log
                 (manual optimization: training_step runs its own backward passes and steps,
                 and the loop none of the above from on_before_backward; a batch in which an
                 optimizer stepped counts one step, then the log cadence as above)
@@ -58,6 +58,7 @@ class FitLoop:
                 on_train_batch_end                # the step boundary: step checkpoints
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
             (an unsized loader that ran out inside an accumulation group: optimizer step)
+            on_train_log for the epoch's last step, if not yet (every run's curves end there)
             if the epoch was cut short: save last.ckpt, validate if max_steps ended it, stop
             epoch means of self.log values
             validation loop if check_val_every_n_epoch is due
@@ -90,6 +91,9 @@ class FitLoop:
         trainer._manual = None if opt.automatic else ManualOptimization(trainer, model, opt.optimizers)
         self.resume = Resume.load(trainer, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
+        step = trainer.state.global_step
+        self._logged_step = step  # the last step on_train_log saw; the next one it sees:
+        self._next_log = 1 if step == 0 else step - step % trainer.log_every_n_steps + trainer.log_every_n_steps
         if trainer.is_global_zero:
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
 
@@ -109,6 +113,8 @@ class FitLoop:
                     cut_short = self._train_epoch(sink)
                 finally:
                     set_sink(previous_sink)
+                if state.global_step > self._logged_step and hooks.on_train_log:  # no loss check: no sync for it
+                    self._at_log_step(None)
                 if cut_short:
                     self._stop_mid_epoch()
                     break
@@ -188,7 +194,7 @@ class FitLoop:
         """
         trainer, model, loader, val_loader = self.trainer, self.model, self.train_loader, self.val_loader
         state, hooks, strategy, opt = trainer.state, trainer._hooks, trainer.strategy, trainer._opt
-        accumulate, limit, log_every = trainer.accumulate_grad_batches, trainer.num_training_batches, trainer.log_every_n_steps
+        accumulate, limit, next_log = trainer.accumulate_grad_batches, trainer.num_training_batches, self._next_log
         val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
         batch_start, before_backward, after_backward, batch_end = (
             hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
@@ -279,9 +285,10 @@ class FitLoop:
                             state.global_step += 1
                         elif manual is None:
                             automatic_step(trainer, model, self._publish_step_metrics)
-                        if state.global_step % log_every == 0:
+                        if state.global_step >= next_log:
                             trainer.samples_seen = samples
                             self._at_log_step(loss)
+                            next_log = self._next_log
                     if val_every and (batch_idx + 1) % val_every == 0 and batch_idx + 1 < limit:
                         evaluation_loop(trainer, "validation", val_loader, trainer.limit_val_batches)
                     if batch_end:
@@ -294,7 +301,7 @@ class FitLoop:
                         return batch_idx + 1 < limit
             if not completes and accumulate > 1:  # an unsized loader ran out inside a group: step what it accumulated
                 automatic_step(trainer, model, self._publish_step_metrics)
-                if state.global_step % log_every == 0:
+                if state.global_step >= next_log:
                     trainer.samples_seen = samples
                     self._at_log_step(loss)
         finally:  # however the epoch ends
@@ -309,10 +316,13 @@ class FitLoop:
         return False
 
     def _at_log_step(self, loss: torch.Tensor | None) -> None:
-        """Every ``log_every_n_steps`` steps: check the loss, and publish the step's logged values."""
+        """At step 1 and every ``log_every_n_steps`` steps: check the loss, and publish the
+        step's logged values (also at an epoch's end, for its last step, with no ``loss``)."""
         trainer = self.trainer
         if not trainer._step_skipped and loss is not None:  # a skipped step's loss was judged already
             self._check_finite(loss)
+        step, every = trainer.state.global_step, trainer.log_every_n_steps
+        self._logged_step, self._next_log = step, step - step % every + every
         metrics = self._publish_step_metrics()
         for fn in trainer._hooks.on_train_log:
             fn(trainer, self.model, metrics)
