@@ -32,6 +32,10 @@ from callbacks import Callback  # noqa: E402
 from strategies import SingleDeviceStrategy  # noqa: E402
 from trainer import Trainer, TrainModule  # noqa: E402
 
+# The saves go to the checkout's disk (their fsync is part of the cost; /tmp is often memory),
+# into a temp folder inside this one, which git ignores: a run cut short leaves nothing to commit.
+SCRATCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".scratch")
+
 
 class Model(TrainModule):
     def __init__(self, net: nn.Module) -> None:
@@ -118,7 +122,8 @@ def measure(name: str, net: nn.Module, data_fn, device: str, steps: int, saves: 
     data = data_fn(64 * steps)
     model = Model(net)
     params = sum(p.numel() for p in model.parameters())
-    with tempfile.TemporaryDirectory(dir=os.getcwd()) as folder:
+    os.makedirs(SCRATCH, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=SCRATCH) as folder:
         timer = Timer(folder, saves)
         trainer = Trainer(
             strategy=SingleDeviceStrategy(device), max_steps=steps, enable_progress_bar=False, log_dir=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import logging
+import multiprocessing.util
 import os
 import pickle
 import random
@@ -219,7 +220,15 @@ def _exit(code: int) -> None:
     releases a tensor wants the GIL as it is torn down, and the process dies with SIGABRT
     ("terminate called without an active exception"), about one exit in twenty on a busy
     2-core machine; destroying the process group first (DDPStrategy.teardown) made it rarer but
-    not rare enough. The error (or result) file is written by now; flush what is still buffered."""
+    not rare enough. The error (or result) file is written by now; flush what is still buffered.
+
+    multiprocessing's exit finalizers do run (those a normal exit runs first): a semaphore the
+    worker made (tqdm's lock, which torch.compile's progress bar creates; a Queue, a Pool) is
+    named, and registered with the launcher's resource tracker, until its finalizer unlinks it;
+    skipped, the launcher ends with "resource_tracker: There appear to be N leaked semaphore
+    objects to clean up at shutdown"."""
+    with contextlib.suppress(Exception):
+        multiprocessing.util._run_finalizers(0)  # noqa: SLF001 - no public way to run them without exiting
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -25,7 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from trainer.checkpoint.files import SHARDED_META, replace_folder, save_atomic
-from trainer.checkpoint.state_dicts import optimizer_state_by_name, plain_state_dict
+from trainer.checkpoint.state_dicts import optimizer_state_by_name, optimizer_state_by_position, param_names, plain_state_dict
 
 from .base import StepDispatcher
 from .ddp import DEFAULT_TIMEOUT, DDPStrategy
@@ -229,6 +229,8 @@ class FSDPStrategy(DDPStrategy):
         set_model_state_dict(self.module, plain_state_dict(state), options=StateDictOptions(full_state_dict=True))
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        if _stateless(optimizer):  # see _stateless: torch's call would first take a step
+            return optimizer_state_by_name(optimizer.state_dict(), optimizer, self.module)
         return get_optimizer_state_dict(self.module, optimizer, options=_FULL)
 
     def save_sharded_checkpoint(self, meta: dict[str, Any] | None, path: str, optimizers: list[Any]) -> None:
@@ -245,18 +247,61 @@ class FSDPStrategy(DDPStrategy):
 
     def load_sharded_checkpoint(self, path: str, optimizers: list[Any]) -> None:
         """Read this rank's shards of a sharded checkpoint (written under any number of processes)."""
-        state = self._sharded_state(optimizers)
+        # The keys the folder holds, e.g. "optimizer_states.0.state.net.0.weight.exp_avg"
+        saved = set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
+        state = self._sharded_state(optimizers, saved)
         dcp.load(state, checkpoint_id=path)
         set_model_state_dict(self.module, state["model"])
         for optimizer, optimizer_state in zip(optimizers, state.get("optimizer_states", [])):
-            set_optimizer_state_dict(self.module, optimizer, optimizer_state)
+            self._set_optimizer_state(optimizer, optimizer_state, StateDictOptions())
 
-    def _sharded_state(self, optimizers: list[Any]) -> dict[str, Any]:
+    def _sharded_state(self, optimizers: list[Any], saved: set[str] | None = None) -> dict[str, Any]:
+        """What each rank writes, or (``saved``: the keys in the folder) the template it reads into."""
         state: dict[str, Any] = {"model": get_model_state_dict(self.module)}
         if optimizers:  # evaluation reads the model only
-            state["optimizer_states"] = [get_optimizer_state_dict(self.module, o) for o in optimizers]
+            state["optimizer_states"] = [self._sharded_optimizer_state(i, o, saved) for i, o in enumerate(optimizers)]
+        return state
+
+    def _sharded_optimizer_state(self, index: int, optimizer: torch.optim.Optimizer, saved: set[str] | None) -> dict[str, Any]:
+        prefix = f"optimizer_states.{index}.state."
+        if saved is None and _stateless(optimizer) or saved is not None and not any(k.startswith(prefix) for k in saved):
+            return optimizer_state_by_name(optimizer.state_dict(), optimizer, self.module)  # param_groups only
+        state = get_optimizer_state_dict(self.module, optimizer)
+        if saved is not None:  # the template of a fresh optimizer holds every parameter's state; read those saved
+            state["state"] = {
+                name: {k: v for k, v in per_param.items() if f"{prefix}{name}.{k}" in saved}
+                for name, per_param in state["state"].items()
+            }
+            state["state"] = {name: per_param for name, per_param in state["state"].items() if per_param}
         return state
 
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         by_name = optimizer_state_by_name(state, optimizer, self.module)  # a ddp or single run's checkpoint too
-        set_optimizer_state_dict(self.module, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
+        self._set_optimizer_state(optimizer, by_name, StateDictOptions(full_state_dict=True))
+
+    def _set_optimizer_state(self, optimizer: torch.optim.Optimizer, by_name: dict[str, Any], options: StateDictOptions) -> None:
+        """``set_optimizer_state_dict``, but an optimizer comes back with exactly the state it had.
+
+        torch's call first gives every parameter a state (a step with zero gradients), then
+        loads what the checkpoint holds over it; a full state with no tensor to shard (SGD
+        without momentum) stops it with "Expected device to be set". So a state without
+        tensors loads directly, and parameters the checkpoint holds no state for (an Adam
+        that had not stepped yet) get none.
+        """
+        if not any(isinstance(v, torch.Tensor) and v.dim() > 0 for s in by_name["state"].values() for v in s.values()):
+            optimizer.load_state_dict(optimizer_state_by_position(by_name, optimizer, self.module))
+            return
+        set_optimizer_state_dict(self.module, optimizer, by_name, options=options)
+        names = param_names(optimizer, self.module)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for name, param in zip(names, params):
+            if name not in by_name["state"]:
+                optimizer.state.pop(param, None)
+
+
+def _stateless(optimizer: torch.optim.Optimizer) -> bool:
+    """No parameter has a state yet (an Adam before its first step) or ever (SGD without
+    momentum). torch's ``get_optimizer_state_dict`` would then take a step with zero gradients
+    to create one, which changes how Adam goes on (its step count and bias correction); the
+    checkpoint holds the state as it is instead: none, and the param groups."""
+    return not any(optimizer.state.values())

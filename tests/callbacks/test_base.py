@@ -50,17 +50,22 @@ def _fit(**options) -> tuple[Recorder, Trainer]:
 def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limits():
     rec, trainer = _fit(max_epochs=2, accumulate_grad_batches=2, limit_train_batches=5, limit_val_batches=2)
     # Batches 0-4 form accumulation groups [0, 1], [2, 3] and the short [4]: three optimizer steps.
-    epoch = (
-        ["on_train_epoch_start"]
-        + BATCH + ["on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
-        + BATCH + ["on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
-        + VALIDATION_2
-        + ["on_train_epoch_end"]
-    )
-    expected = ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start"] + epoch + epoch + ["on_train_end", "on_fit_end", "teardown"]
+    # on_train_log (log_every_n_steps=50): at step 1, and for each epoch's last step.
+    def epoch(first_step_logs: list[str]) -> list[str]:
+        return (
+            ["on_train_epoch_start"]
+            + BATCH + ["on_train_batch_end"]
+            + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", *first_step_logs, "on_train_batch_end"]
+            + BATCH + ["on_train_batch_end"]
+            + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
+            + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
+            + ["on_train_log"]
+            + VALIDATION_2
+            + ["on_train_epoch_end"]
+        )
+
+    start = ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start"]
+    expected = start + epoch(["on_train_log"]) + epoch([]) + ["on_train_end", "on_fit_end", "teardown"]
     assert rec.events == expected
     assert trainer.global_step == 6 and trainer.current_epoch == 2
     counts = Counter(rec.events)
@@ -76,11 +81,12 @@ def test_validation_due_mid_epoch_runs_before_that_batch_end_and_again_at_the_ep
     rec, trainer = _fit(max_epochs=1, limit_train_batches=5, limit_val_batches=2, val_check_interval=2)
     expected = (
         ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start", "on_train_epoch_start"]
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_log", "on_train_batch_end"]  # step 1 is on the curves
         + BATCH + ["on_before_optimizer_step", "on_before_zero_grad"] + VALIDATION_2 + ["on_train_batch_end"]
         + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
         + BATCH + ["on_before_optimizer_step", "on_before_zero_grad"] + VALIDATION_2 + ["on_train_batch_end"]
         + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]  # batch 5 of 5: the epoch's end validates
+        + ["on_train_log"]  # and the epoch's last step
         + VALIDATION_2
         + ["on_train_epoch_end", "on_train_end", "on_fit_end", "teardown"]
     )
@@ -192,13 +198,13 @@ class RecordsItsLoss(Classifier):
         return loss
 
 
-def test_on_train_log_runs_every_log_every_n_steps_optimizer_steps_with_the_logged_floats():
+def test_on_train_log_runs_at_step_1_and_every_log_every_n_steps_optimizer_steps_with_the_logged_floats():
     watcher, model = LogWatcher(), RecordsItsLoss()
     trainer = Trainer(**quiet(callbacks=[watcher], max_epochs=1, accumulate_grad_batches=2, log_every_n_steps=2))
     trainer.fit(model, loader(64, batch_size=8))  # 8 batches, 4 optimizer steps
     # Once per logged optimizer step, not once per micro-batch, with the step's last micro-batch's value.
-    assert [step for step, _ in watcher.calls] == [2, 4]
-    assert [m["train_loss"] for _, m in watcher.calls] == [model.losses[3], model.losses[7]]
+    assert [step for step, _ in watcher.calls] == [1, 2, 4]
+    assert [m["train_loss"] for _, m in watcher.calls] == [model.losses[1], model.losses[3], model.losses[7]]
     assert all(set(m) == {"train_loss"} and type(m["train_loss"]) is float for _, m in watcher.calls)
 
 

@@ -69,9 +69,9 @@ def test_a_default_run_writes_every_tag_with_the_values_training_computed():
     acc = _read(trainer.run_dir)
     assert set(acc.Tags()["scalars"]) == DEFAULT_TAGS | {"grad_norm"}
 
-    # Per step, every log_every_n_steps=2 optimizer steps: the loss of the batch that made step N.
+    # Per step, at step 1 and every log_every_n_steps=2 optimizer steps: the loss of the batch that made step N.
     train_loss = _series(acc, "train_loss")
-    assert [s for s, _ in train_loss] == [2, 4, 6, 8]
+    assert [s for s, _ in train_loss] == [1, 2, 4, 6, 8]
     for step, value in train_loss:
         assert value == pytest.approx(model.losses[step - 1], rel=1e-6)
     # Epoch means at each epoch's last step; 4 equal batches per epoch.
@@ -84,12 +84,12 @@ def test_a_default_run_writes_every_tag_with_the_values_training_computed():
     assert [s for s, _ in val_loss] == [4, 8]
     assert val_loss[-1][1] == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
 
-    assert _series(acc, "lr") == [(2, pytest.approx(0.1)), (4, pytest.approx(0.1)), (6, pytest.approx(0.1)), (8, pytest.approx(0.1))]
-    assert _series(acc, "epoch") == [(2, 0.0), (4, 0.0), (6, 1.0), (8, 1.0)]
+    assert _series(acc, "lr") == [(s, pytest.approx(0.1)) for s in (1, 2, 4, 6, 8)]
+    assert _series(acc, "epoch") == [(1, 0.0), (2, 0.0), (4, 0.0), (6, 1.0), (8, 1.0)]
     assert all(v > 0 for _, v in _series(acc, "grad_norm"))
     steps_per_sec = dict(_series(acc, "throughput/steps_per_sec"))
     samples_per_sec = dict(_series(acc, "throughput/samples_per_sec"))
-    assert sorted(steps_per_sec) == [2, 4, 6, 8]
+    assert sorted(steps_per_sec) == [1, 2, 4, 6, 8]
     for step, rate in steps_per_sec.items():  # 16 samples per step on one process
         assert rate > 0 and samples_per_sec[step] == pytest.approx(16 * rate, rel=1e-4)
 
@@ -292,7 +292,7 @@ class TensorLR(Classifier):
 def test_the_lr_written_is_the_lr_of_that_step():
     trainer = Trainer(max_epochs=1, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False)
     trainer.fit(TensorLR(), loader(n=96, batch_size=16))
-    assert dict(_series(_read(trainer.run_dir), "lr")) == pytest.approx({2: 0.1 / 4, 4: 0.1 / 16, 6: 0.1 / 64})
+    assert dict(_series(_read(trainer.run_dir), "lr")) == pytest.approx({1: 0.1 / 2, 2: 0.1 / 4, 4: 0.1 / 16, 6: 0.1 / 64})
 
 
 @pytest.mark.skipif(importlib.util.find_spec("boto3") is None, reason="boto3 is not installed")
@@ -309,3 +309,48 @@ def test_the_logger_keeps_tensorboard_from_importing_boto3_and_leaves_a_users_im
     out = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False", "boto3"]
     assert glob.glob(str(tmp_path / "*" / "version_0" / "events.out.tfevents.*"))  # and it logged
+
+
+# --- runs shorter than log_every_n_steps --------------------------------------------------------
+class EpochLR(RecordsLosses):
+    """The learning rate drops tenfold at each epoch's end (a scheduler with interval="epoch")."""
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.1)}
+
+
+def test_a_48_step_run_with_the_default_interval_has_loss_and_lr_curves_from_its_first_step_to_its_last(trainer_log):
+    model = EpochLR()
+    trainer = Trainer(max_epochs=2, enable_progress_bar=False, enable_checkpointing=False)  # log_every_n_steps=50
+    trainer.fit(model, loader(n=48, batch_size=2))  # 24 steps an epoch
+    acc = _read(trainer.run_dir)
+
+    # The first step, and each epoch's last: the values of the batches that made those steps ...
+    loss = _series(acc, "train_loss")
+    assert [s for s, _ in loss] == [1, 24, 48]
+    for step, value in loss:
+        assert value == pytest.approx(model.losses[step - 1], rel=1e-6)
+    # ... and the learning rate those steps used (epoch 1's, after the scheduler's step, at 48).
+    assert _series(acc, "lr") == [(1, pytest.approx(0.1)), (24, pytest.approx(0.1)), (48, pytest.approx(0.01))]
+    hints = [line for line in trainer_log if "fewer than log_every_n_steps=50" in line]
+    assert hints == [
+        "This fit makes 48 optimizer steps, fewer than log_every_n_steps=50: its per-step curves get the first "
+        "step and each epoch's last. Trainer(log_every_n_steps=5) gives about 10 points."
+    ]
+
+
+def test_a_2_step_run_cut_by_max_steps_has_both_steps_on_its_curves():
+    model = RecordsLosses()
+    trainer = Trainer(max_steps=2, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(model, loader(n=64, batch_size=8))  # stops inside the first epoch
+    acc = _read(trainer.run_dir)
+    assert _series(acc, "train_loss") == [(1, pytest.approx(model.losses[0])), (2, pytest.approx(model.losses[1]))]
+    assert [s for s, _ in _series(acc, "lr")] == [1, 2]
+
+
+def test_a_run_as_long_as_the_interval_gets_no_hint_and_no_extra_points(trainer_log):
+    trainer = Trainer(max_epochs=1, log_every_n_steps=4, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(RecordsLosses(), loader(n=64, batch_size=8))  # 8 steps: 4 and 8 are on the interval
+    assert [s for s, _ in _series(_read(trainer.run_dir), "train_loss")] == [1, 4, 8]
+    assert not [line for line in trainer_log if "log_every_n_steps" in line]

@@ -33,7 +33,7 @@ def optimizer_state_by_name(state: dict[str, Any], optimizer: torch.optim.Optimi
     ``torch.distributed.checkpoint.state_dict`` writes it (fsdp's checkpoints hold this form)."""
     if not _by_position(state):
         return state
-    names = _param_names(optimizer, module)
+    names = param_names(optimizer, module)
     groups = [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]
     return {"state": {names[i]: s for i, s in state["state"].items()}, "param_groups": groups}
 
@@ -42,7 +42,7 @@ def optimizer_state_by_position(state: dict[str, Any], optimizer: torch.optim.Op
     """The other way: a name-keyed optimizer state as ``optimizer.load_state_dict`` takes it."""
     if _by_position(state):
         return state
-    positions = {name: i for i, name in enumerate(_param_names(optimizer, module))}
+    positions = {name: i for i, name in enumerate(param_names(optimizer, module))}
     missing = [n for g in state["param_groups"] for n in g["params"] if n not in positions]
     if missing:
         raise ValueError(
@@ -57,7 +57,7 @@ def _by_position(state: dict[str, Any]) -> bool:
     return all(isinstance(i, int) for g in state.get("param_groups", []) for i in g["params"])
 
 
-def _param_names(optimizer: torch.optim.Optimizer, module: torch.nn.Module) -> list[str]:
+def param_names(optimizer: torch.optim.Optimizer, module: torch.nn.Module) -> list[str]:
     """The optimizer's parameters' names in the model, in the optimizer's order."""
     by_id = {id(p): name.replace(_COMPILED, "") for name, p in module.named_parameters()}
     params = [p for group in optimizer.param_groups for p in group["params"]]

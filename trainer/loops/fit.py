@@ -19,10 +19,11 @@ from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
 from trainer.loops.optimization.closure import closure_step
 from trainer.loops.evaluation import check_val_interval, evaluation_loop, limited, sanity_check, validation_every
-from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
+from trainer.core.metrics import MetricSink, set_sink
 from trainer.loops.optimization.manual import ManualOptimization, check_manual
 from trainer.loops.hooks import batch_transfer
 from trainer.loops.optimization.optim import automatic_step, resolve_optimizers
+from trainer.loops.publishing import Publishing
 from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainer")
 
 
-class FitLoop(StopRules):
+class FitLoop(StopRules, Publishing):
     """One ``fit`` in one process. The order of events, which is the contract callbacks rely on::
 
         setup("fit")                              (in stage.run_stage)
@@ -55,7 +56,7 @@ class FitLoop(StopRules):
                     unscale, on_before_optimizer_step, clip (or the model's configure_gradient_clipping),
                     optimizer step (or the model's optimizer_step), on_before_zero_grad, zero_grad
                     scheduler step (interval="step")
-                    every log_every_n_steps steps: NaN/Inf loss check, on_train_log
+                    at step 1 and every log_every_n_steps steps: NaN/Inf loss check, on_train_log
                 (manual optimization: training_step runs its own backward passes and steps,
                 and the loop none of the above from on_before_backward; a batch in which an
                 optimizer stepped counts one step, then the log cadence as above)
@@ -63,6 +64,7 @@ class FitLoop(StopRules):
                 on_train_batch_end                # the step boundary: step checkpoints
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
             (an unsized loader that ran out inside an accumulation group: optimizer step)
+            on_train_log for the epoch's last step, if not yet (every run's curves end there)
             if the epoch was cut short: save last.ckpt, validate if max_steps ended it, stop
             epoch means of self.log values
             validation loop if check_val_every_n_epoch is due
@@ -93,6 +95,9 @@ class FitLoop(StopRules):
         self.resume = Resume.load(trainer, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         self._validated_at = -1  # the step of the latest mid-epoch validation
+        step = trainer.state.global_step
+        self._logged_step = step  # the last step on_train_log saw; the next one it sees:
+        self._next_log = 1 if step == 0 else step - step % trainer.log_every_n_steps + trainer.log_every_n_steps
         if trainer.is_global_zero:
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
 
@@ -150,6 +155,8 @@ class FitLoop(StopRules):
                     cut_short = self._train_epoch(sink)
                 finally:
                     set_sink(previous_sink)
+                if state.global_step > self._logged_step and hooks.on_train_log:  # no loss check: no sync for it
+                    self._at_log_step(None)
                 if cut_short:
                     self._stop_mid_epoch()
                     break
@@ -197,17 +204,6 @@ class FitLoop(StopRules):
         if self.trainer.strategy.any_rank(sink.version() != before):
             self._publish_epoch_means(sink, keep_latest=self._epoch_val_due())
 
-    def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
-        trainer = self.trainer
-        means = sink.epoch_means(trainer.strategy.reduce_metrics)
-        if sink.options:  # values logged with on_epoch=False: their last step's, as Lightning leaves them
-            trainer.callback_metrics.update(sink.last_steps(means, trainer.strategy))
-        trainer.callback_metrics.update(sink.for_callbacks(means))
-        trainer.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
-        if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
-            trainer.logged_metrics = means
-        trainer.prog_bar_names |= sink.prog_bar
-
     def _stop_mid_epoch(self) -> None:
         """An epoch cut short. Its end is left to the run that resumes it (so stopped and resumed
         does it once, like never stopped), from the ``last.ckpt`` written here. After reaching
@@ -233,7 +229,7 @@ class FitLoop(StopRules):
         """
         trainer, model, loader, val_loader = self.trainer, self.model, self.train_loader, self.val_loader
         state, hooks, strategy, opt = trainer.state, trainer._hooks, trainer.strategy, trainer._opt
-        accumulate, limit, log_every = trainer.accumulate_grad_batches, trainer.num_training_batches, trainer.log_every_n_steps
+        accumulate, limit, next_log = trainer.accumulate_grad_batches, trainer.num_training_batches, self._next_log
         val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
         # The last batch's validation is the epoch end's, if that one runs; else it runs here.
         val_last = not self._epoch_val_due()
@@ -337,9 +333,10 @@ class FitLoop(StopRules):
                         elif stepper is None:
                             trainer._last_loss = loss  # what an optimizer_step's closure returns
                             automatic_step(trainer, model, self._publish_step_metrics)
-                        if state.global_step % log_every == 0:
+                        if state.global_step >= next_log:
                             trainer.samples_seen = samples
                             self._at_log_step(loss)
+                            next_log = self._next_log
                     if val_every and (batch_idx + 1) % val_every == 0 and (batch_idx + 1 < limit or val_last):
                         evaluation_loop(trainer, "validation", val_loader, trainer.limit_val_batches)
                         self._validated_at = state.global_step
@@ -353,7 +350,7 @@ class FitLoop(StopRules):
                         return batch_idx + 1 < limit
             if not completes and accumulate > 1:  # an unsized loader ran out inside a group: step what it accumulated
                 automatic_step(trainer, model, self._publish_step_metrics)
-                if state.global_step % log_every == 0:
+                if state.global_step >= next_log:
                     trainer.samples_seen = samples
                     self._at_log_step(loss)
         finally:  # however the epoch ends
@@ -366,32 +363,6 @@ class FitLoop(StopRules):
                    "or another object that can be iterated again." if once else "Check the dataset and sampler.")
             )
         return False
-
-    def _at_log_step(self, loss: torch.Tensor | None) -> None:
-        """Every ``log_every_n_steps`` steps: check the loss, and publish the step's logged values."""
-        trainer = self.trainer
-        if not trainer._step_skipped and loss is not None:  # a skipped step's loss was judged already
-            self._check_finite(loss)
-        metrics = self._publish_step_metrics()
-        for fn in trainer._hooks.on_train_log:
-            fn(trainer, self.model, metrics)
-
-    def _publish_step_metrics(self) -> dict[str, float]:
-        """This step's logged values, into ``callback_metrics`` (once per step)."""
-        trainer = self.trainer
-        step = trainer.state.global_step
-        if self._published[0] != step:
-            metrics = trainer.step_metrics()
-            if trainer.strategy.world_size > 1:  # what monitors read must be the same on every rank
-                metrics = mean_over_processes(metrics, trainer.strategy.reduce_metrics)
-            sink = trainer._train_sink
-            if sink is not None and sink.options:  # self.log keywords: aliases, logger=False
-                trainer.callback_metrics.update(sink.for_callbacks(metrics))
-                metrics = sink.for_logger(metrics)
-            else:
-                trainer.callback_metrics.update(metrics)
-            self._published = (step, metrics)
-        return self._published[1]
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from trainer.core.module import TrainModule
     from trainer.trainer import Trainer
 
+log = logging.getLogger("trainer")
 _SAVE_GAP_S = 1.0  # the least time between saves at epoch ends and validations
 
 
@@ -51,6 +54,13 @@ class LogWriter(Callback):
             logger.log_graph(module)
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        steps, every = trainer.estimated_stepping_batches, trainer.log_every_n_steps
+        if self.loggers and trainer.global_step == 0 and 2 <= steps < every:
+            log.info(
+                "This fit makes %d optimizer steps, fewer than log_every_n_steps=%d: its per-step curves get "
+                "the first step and each epoch's last. Trainer(log_every_n_steps=%d) gives about 10 points.",
+                steps, every, max(1, math.ceil(steps / 10)),
+            )
         self._clock = (time.perf_counter(), trainer.global_step, trainer.samples_seen)
         if getattr(trainer, "compile", None) is not None:  # the first steps compile: throughput starts at the first log step
             self._clock = None

@@ -2,10 +2,16 @@
 
 It does what the issue asks of the user and nothing more: ``seed_everything(0)`` at the
 top, a shuffled DataLoader, dropout, and ``fit(..., ckpt_path="last")``. The test-only part
-is ``--pause HOOK:STEP`` (write ``paused`` and sleep there, so the test can kill the job at
-a known point), ``--signal-wait STEP`` (write ``paused`` and wait there until a signal has
-arrived) and ``--crash-once STEP`` (rank 1 dies at that step unless ``crashed`` exists).
+is ``--pause HOOK:STEP[:NTH]`` (write ``paused`` and sleep there, the NTH time the hook
+sees that step, so the test can kill the job at a known point), ``--signal-wait STEP``
+(write ``paused`` and wait there until a signal has arrived) and ``--crash-once STEP`` (rank 1 dies at that step unless ``crashed`` exists).
 The final weights go to ``final.pt``.
+
+``--crashes STEP:NTH,...`` runs the whole story in this one process, for the cases that need
+no real kill: the uninterrupted run in ``straight/``, then in ``crashed/`` one run per crash
+(an exception raised on every rank at the NTH batch end with ``global_step == STEP``, which
+throws the run's state away as a kill would), each restarted from ``last``, then the run to
+the end.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import Callback, ModelCheckpoint
+from strategies import DDPStrategy, FSDPStrategy
 from trainer import Trainer, TrainModule, seed_everything
 
 seed_everything(0)
@@ -44,6 +52,36 @@ class Net(TrainModule):
     def configure_optimizers(self):
         opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
         return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+
+
+class AdamGroups(Net):
+    """``--optimizer adam-groups``: Adam over two param groups (their own learning rates) with a
+    scheduler stepped at every optimizer step."""
+
+    def configure_optimizers(self):
+        groups = [{"params": self.net[0].parameters()}, {"params": self.net[3].parameters(), "lr": 0.003}]
+        opt = torch.optim.Adam(groups, lr=0.01)
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.8**step)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class PlainSGD(Net):
+    """``--optimizer sgd``: SGD without momentum, which keeps no state at all."""
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class SkipFirstSteps(Callback):
+    """``--skip-first N``: the first N updates are dropped (as NaNGuard(action="skip") drops a
+    bad one), so an Adam has no state yet at a checkpoint taken before step N + 1."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        if trainer.global_step < self.n:
+            trainer.skip_optimizer_step()
 
 
 class ManualNet(Net):
@@ -76,14 +114,18 @@ class ManualNet(Net):
 
 
 class Pause(Callback):
-    """At ``hook`` with ``global_step == step`` (every rank): write ``paused`` and wait to be killed."""
+    """At ``hook`` with ``global_step == step``, the ``nth`` time (every rank): write ``paused``
+    and wait to be killed. With accumulation, ``batch_end:3:2`` is the first micro-batch after
+    step 3: the middle of an accumulation group."""
 
     def __init__(self, where: str) -> None:
-        self.hook, step = where.split(":")
-        self.step = int(step)
+        self.hook, step, *nth = where.split(":")
+        self.step, self.nth = int(step), int(nth[0]) if nth else 1
 
     def _maybe(self, trainer: Trainer, hook: str) -> None:
         if hook == self.hook and trainer.global_step == self.step:
+            self.nth -= 1
+        if hook == self.hook and trainer.global_step == self.step and self.nth == 0:
             for cb in trainer.callbacks:  # test-only peek: the saves before the pause are on disk
                 if isinstance(cb, ModelCheckpoint):
                     cb._writer.error()
@@ -135,6 +177,22 @@ class CrashOnce(Callback):
             os._exit(3)
 
 
+class Crash(Exception):
+    pass
+
+
+class CrashAt(Callback):
+    def __init__(self, where: str) -> None:
+        step, nth = where.split(":")
+        self.step, self.nth = int(step), int(nth)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            self.nth -= 1
+            if self.nth == 0:
+                raise Crash(f"crashed at step {self.step}")
+
+
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--strategy", default="single")
@@ -148,7 +206,31 @@ def main(argv: list[str]) -> None:
     p.add_argument("--precision", default="32")
     p.add_argument("--deterministic", action="store_true")
     p.add_argument("--manual", action="store_true", help="ManualNet: two optimizers stepped by hand")
+    p.add_argument("--optimizer", default="momentum", choices=["momentum", "sgd", "adam-groups"])
+    p.add_argument("--accumulate", type=int, default=1)
+    p.add_argument("--skip-first", type=int, default=0)
+    p.add_argument("--sharded", action="store_true", help="FSDPStrategy(checkpoint='sharded')")
+    p.add_argument("--fork", action="store_true", help="workers forked, not spawned (faster to start)")
+    p.add_argument("--crashes", default=None, help="STEP:NTH,...: crash and restart in this process")
     args = p.parse_args(argv)
+    if args.crashes is None:
+        fit(args, ".")
+        return
+    fit(args, "straight")
+    for where in args.crashes.split(","):
+        try:
+            fit(args, "crashed", CrashAt(where))
+        except Exception as err:  # noqa: BLE001 - under ddp the workers' Crash comes back as a WorkerError
+            if "crashed at step" not in str(err):
+                raise
+        else:
+            raise RuntimeError(f"the run did not reach its crash at {where}")
+    fit(args, "crashed")
+
+
+def fit(args: argparse.Namespace, folder: str, crash: Callback | None = None) -> None:
+    if args.crashes is not None:
+        seed_everything(0)  # what a fresh process would start from
     if args.seed is not None:
         seed_everything(args.seed)
 
@@ -168,15 +250,26 @@ def main(argv: list[str]) -> None:
         callbacks.append(WaitForSignal(args.signal_wait))
     if args.crash_once is not None:
         callbacks.append(CrashOnce(args.crash_once))
-    model = ManualNet() if args.manual else Net()
+    if args.skip_first:
+        callbacks.append(SkipFirstSteps(args.skip_first))
+    if crash is not None:
+        callbacks.append(crash)
+    model = ManualNet() if args.manual else {"momentum": Net, "sgd": PlainSGD, "adam-groups": AdamGroups}[args.optimizer]()
+    strategy: Any = args.strategy
+    if args.sharded or args.fork:
+        options = {"start_method": "fork" if args.fork else "spawn"}
+        if args.sharded:
+            options["checkpoint"] = "sharded"
+        strategy = {"ddp": DDPStrategy, "fsdp": FSDPStrategy}[args.strategy](**options)
     trainer = Trainer(
-        strategy=args.strategy, devices=int(args.devices) if args.devices.isdigit() else args.devices,
+        strategy=strategy, devices=int(args.devices) if args.devices.isdigit() else args.devices,
         max_epochs=args.max_epochs, val_check_interval=3, enable_progress_bar=False, callbacks=callbacks,
-        precision=args.precision, deterministic=args.deterministic,
+        precision=args.precision, deterministic=args.deterministic, accumulate_grad_batches=args.accumulate,
+        log_dir=os.path.join(folder, "runs") if folder != "." else "runs",
     )
     trainer.fit(model, train, val, ckpt_path="last")
     if trainer.is_global_zero:
-        torch.save(model.state_dict(), "final.pt")
+        torch.save(model.state_dict(), os.path.join(folder, "final.pt"))
         print(f"done epoch={trainer.current_epoch} step={trainer.global_step}", flush=True)
 
 

@@ -1,0 +1,65 @@
+"""What fit publishes of the logged values, and when: into ``callback_metrics`` and to the
+``on_train_log`` hooks (the loggers), at step 1, every ``log_every_n_steps`` steps and at each
+epoch's last step; the epoch means at each epoch's end."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from trainer.core.metrics import MetricSink, mean_over_processes
+
+if TYPE_CHECKING:
+    from trainer.core.module import TrainModule
+    from trainer.trainer import Trainer
+
+
+class Publishing:
+    """FitLoop's publishing half (the loop itself is in fit.py)."""
+
+    trainer: Trainer
+    model: TrainModule
+    _published: tuple[int, dict[str, float]]
+    _logged_step: int
+    _next_log: int
+
+    def _at_log_step(self, loss: torch.Tensor | None) -> None:
+        """At step 1 and every ``log_every_n_steps`` steps: check the loss, and publish the
+        step's logged values (also at an epoch's end, for its last step, with no ``loss``)."""
+        trainer = self.trainer
+        if not trainer._step_skipped and loss is not None:  # a skipped step's loss was judged already
+            self._check_finite(loss)
+        step, every = trainer.state.global_step, trainer.log_every_n_steps
+        self._logged_step, self._next_log = step, step - step % every + every
+        metrics = self._publish_step_metrics()
+        for fn in trainer._hooks.on_train_log:
+            fn(trainer, self.model, metrics)
+
+    def _publish_step_metrics(self) -> dict[str, float]:
+        """This step's logged values, into ``callback_metrics`` (once per step)."""
+        trainer = self.trainer
+        step = trainer.state.global_step
+        if self._published[0] != step:
+            metrics = trainer.step_metrics()
+            if trainer.strategy.world_size > 1:  # what monitors read must be the same on every rank
+                metrics = mean_over_processes(metrics, trainer.strategy.reduce_metrics)
+            sink = trainer._train_sink
+            if sink is not None and sink.options:  # self.log keywords: aliases, logger=False
+                trainer.callback_metrics.update(sink.for_callbacks(metrics))
+                metrics = sink.for_logger(metrics)
+            else:
+                trainer.callback_metrics.update(metrics)
+            self._published = (step, metrics)
+        return self._published[1]
+
+    def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
+        trainer = self.trainer
+        means = sink.epoch_means(trainer.strategy.reduce_metrics)
+        if sink.options:  # values logged with on_epoch=False: their last step's, as Lightning leaves them
+            trainer.callback_metrics.update(sink.last_steps(means, trainer.strategy))
+        trainer.callback_metrics.update(sink.for_callbacks(means))
+        trainer.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
+        if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
+            trainer.logged_metrics = means
+        trainer.prog_bar_names |= sink.prog_bar
