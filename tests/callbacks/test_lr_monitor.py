@@ -67,7 +67,7 @@ def test_keys_follow_lightning_per_optimizer_and_param_group():
     assert float(by_step[2]["lr-Adam/pg1"]) == 0.1 and float(by_step[2]["lr-Adam/pg2"]) == 0.01
     assert float(by_step[2]["lr-SGD"]) == 0.2 and float(by_step[2]["lr-SGD-momentum"]) == 0.9
     assert float(by_step[2]["lr-Adam/pg1-momentum"]) == 0.9 and float(by_step[2]["lr-Adam/pg2-weight_decay"]) == 0.5
-    assert monitor.lrs["lr-SGD"] == [0.2] * 4 and trainer.callback_metrics["lr-SGD"] == 0.2
+    assert monitor.lrs["lr-SGD"] == [0.2] * 5 and trainer.callback_metrics["lr-SGD"] == 0.2
 
 
 class Scheduled(Classifier):

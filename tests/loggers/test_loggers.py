@@ -35,13 +35,13 @@ def test_csv_logger_writes_one_row_per_logged_step_and_the_hparams_beside_it():
     folder = os.path.join("logs", "exp", "version_0")
     assert trainer.log_dir == folder and trainer.logger.log_dir == folder
     rows = _rows(os.path.join(folder, "metrics.csv"))
-    assert [int(r["step"]) for r in rows] == [2, 4, 6, 8]  # training, epoch means and validation share a step's row
+    assert [int(r["step"]) for r in rows] == [1, 2, 4, 6, 8]  # step 1, then every 2; epoch means and validation share a step's row
     header = list(rows[0])
     assert header[0] == "step" and header[1:] == sorted(header[1:])
     assert {"train_loss", "train_loss_epoch", "val_loss", "val_acc", "lr", "epoch", "throughput/steps_per_sec"} <= set(header)
-    assert [r["val_loss"] != "" for r in rows] == [False, True, False, True]  # empty where not logged
+    assert [r["val_loss"] != "" for r in rows] == [False, False, True, False, True]  # empty where not logged
     assert float(rows[-1]["val_loss"]) == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
-    assert [float(r["lr"]) for r in rows] == [pytest.approx(0.1)] * 4 and [r["epoch"] for r in rows] == ["0", "0", "1", "1"]
+    assert [float(r["lr"]) for r in rows] == [pytest.approx(0.1)] * 5 and [r["epoch"] for r in rows] == ["0", "0", "0", "1", "1"]
     yaml_text = open(os.path.join(folder, "hparams.yaml")).read()
     assert yaml_text.splitlines() == [
         "features: 8", "hidden: 12", "classes: 2", "dropout: 0.0", "lr: 0.1", 'optimizer: "adam"',
@@ -72,7 +72,7 @@ def test_several_loggers_get_everything_and_the_first_names_the_folders():
     assert glob.glob(os.path.join("tb", "run", "version_0", "checkpoints", "last.ckpt"))
     acc = EventAccumulator(tb.log_dir)
     acc.Reload()
-    assert [e.step for e in acc.Scalars("train_loss")] == [2, 4, 6, 8]
+    assert [e.step for e in acc.Scalars("train_loss")] == [1, 2, 4, 6, 8]  # step 1, then every 2
     # Lightning's default: an hp_metric of -1 for the HParams tab (the Trainer's own logger leaves it out).
     assert [(e.step, e.value) for e in acc.Scalars("hp_metric")] == [(0, -1.0)]
     rows = _rows(os.path.join("csv", "lightning_logs", "version_0", "metrics.csv"))
@@ -148,7 +148,7 @@ def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
     assert kinds[0] == "hparams" and kinds[-1] == "finalize" and logger.calls[-1] == ("finalize", "success")
     assert logger.calls[0][1]["hidden"] == 16 and not any(k.startswith("trainer/") for k in logger.calls[0][1])
     steps = [(c[1], sorted(c[2])) for c in logger.calls if c[0] == "metrics"]
-    assert steps[0][0] == 2 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])
+    assert steps[0][0] == 1 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])  # the curves start at step 1
     assert (4, ["val_acc", "val_loss"]) in steps and (4, ["train_loss_epoch"]) in steps
     # Checkpoints: <log_dir>/<name>/<version>/checkpoints, as Lightning puts them for any logger.
     assert glob.glob(os.path.join("runs", "recording", "run-1", "checkpoints", "last.ckpt"))
@@ -209,7 +209,7 @@ def test_a_resumed_fit_carries_on_in_a_user_loggers_folder_without_the_rows_afte
                     logger=CSVLogger("logs"))
     again.fit(Classifier(), loader(64), loader(32), ckpt_path=ckpt)
     assert again.log_dir == first.log_dir
-    assert [int(r["step"]) for r in _rows(os.path.join(first.log_dir, "metrics.csv"))] == [2, 4, 6, 8]
+    assert [int(r["step"]) for r in _rows(os.path.join(first.log_dir, "metrics.csv"))] == [1, 2, 4, 6, 8]
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -33,7 +33,7 @@ def test_lightning_cli_is_the_same_class():
     (["fit", "--trainer.max_epochs=many"], "trainer.max_epochs"),
     (["fit", "--model.hidden=1.5"], "model.hidden"),
     (["fit", "--config=missing.yaml"], "missing.yaml"),
-    (["fit", "--trainer.precision=64-true"], "precision"),  # the Trainer's own check, still exit 2
+    (["fit", "--trainer.precision=8-mixed"], "precision"),  # the Trainer's own check, still exit 2
 ])
 def test_bad_input_exits_2_naming_the_key_and_writes_nothing(capsys, args, key):
     code, err = _exit_code(capsys, args=args)

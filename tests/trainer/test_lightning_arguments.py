@@ -37,7 +37,7 @@ def test_log_dir_is_an_alias_and_giving_both_is_an_error(tmp_path):
     assert Trainer().default_root_dir == "runs"  # the default, as before
     assert Trainer(default_root_dir=None).default_root_dir == "runs"  # Lightning's None: the default folder
     assert Trainer(log_dir=None).default_root_dir is None  # no run folder, no TensorBoard
-    assert not any(isinstance(cb, TensorBoardLogger) for cb in Trainer(log_dir=None).callbacks)
+    assert Trainer(log_dir=None).loggers == [] and isinstance(Trainer().logger, TensorBoardLogger)
     with pytest.raises(ValueError, match=r"default_root_dir='a' and log_dir='b' name the same folder: give only one"):
         Trainer(default_root_dir="a", log_dir="b")
     with pytest.raises(ValueError, match="give only one"):
@@ -325,8 +325,9 @@ def test_use_distributed_sampler_false_leaves_the_loader_as_given():
 
 
 def test_the_default_callbacks_are_built_from_the_options():
-    kinds = [type(cb) for cb in Trainer().callbacks]
-    assert kinds == [ProgressBar, TensorBoardLogger, ModelCheckpoint, type(Trainer().callbacks[-1])]
+    trainer = Trainer()
+    assert [type(cb) for cb in trainer.callbacks] == [ProgressBar, ModelCheckpoint, type(trainer.callbacks[-1])]
+    assert isinstance(trainer.logger, TensorBoardLogger)  # logger=True: a logger, no longer a callback
 
 
 def test_none_means_lightnings_default_as_a_config_that_writes_every_argument_out_has_it():

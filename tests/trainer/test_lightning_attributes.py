@@ -136,7 +136,7 @@ def test_validate_and_test_return_one_dict_per_loader_and_print_lightnings_table
 
 def test_validate_without_a_model_runs_the_last_fits():
     trainer = Trainer(max_steps=2, **quiet())
-    with pytest.raises(TypeError, match=r"trainer.validate\(\) needs a model: .* none has run"):
+    with pytest.raises(ValueError, match=r"trainer.validate\(\) was called without a model, and this Trainer has not run fit"):
         trainer.validate(dataloaders=loader(16))
     model = Classifier()
     trainer.fit(model, loader(32))

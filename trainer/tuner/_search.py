@@ -25,15 +25,13 @@ def search_trainer(trainer: Trainer, callbacks: list[Any], **options: Any) -> Tr
     The user's Trainer, its callbacks and its counters are not touched."""
     t = copy.copy(trainer)
     t.callbacks = list(callbacks)
-    t.log_dir, t.run_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, None, False, False, False
+    t.default_root_dir, t.run_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, None, False, False, False
+    t._loggers, t._log_dir, t.profiler = [], None, None  # a Trainer(logger=...) or profiler records nothing of a search either
     t.state = TrainerState()
     t.callback_metrics, t.logged_metrics, t.train_epoch_metrics, t.prog_bar_names = {}, {}, {}, set()
     t.num_sanity_val_steps, t.limit_val_batches, t.val_check_interval, t.fast_dev_run = 0, 0, None, 0
     t._hooks, t._opt, t._manual, t._module, t._train_sink = Hooks([]), None, None, None, None
     t.optimizer, t.lr_scheduler, t.optimizers, t.lr_schedulers = None, None, [], []
-    for name in ("logger", "loggers", "profiler"):  # a Trainer(logger=...) or profiler records nothing of a search either
-        if name in vars(t):
-            setattr(t, name, [] if name == "loggers" else None)
     for name, value in options.items():
         setattr(t, name, value)
     return t
