@@ -277,7 +277,7 @@ def test_ddp_sigterm_then_ctrl_c_then_resume_is_bit_exact(tmp_path, script_env, 
     job.wait_until_paused()
     os.kill(job.proc.pid, signal.SIGTERM)
     assert job.wait() != 0, job.log
-    assert "trainer._signals.Interrupted: Training stopped by SIGTERM at step 8" in job.log  # ranks agree every 8 steps
+    assert "trainer.core.signals.Interrupted: Training stopped by SIGTERM at step 8" in job.log  # ranks agree every 8 steps
     assert "rank 0 stopped by Interrupted" in job.log and "rank 1 stopped by Interrupted" in job.log
     assert "WorkerError" not in job.log
     assert torch.load(last, weights_only=True)["loop"]["global_step"] == 8
