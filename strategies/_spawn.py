@@ -316,7 +316,8 @@ def _read(path: str) -> str:
 
 
 def _forward_signals(context: Any, received: list[int]) -> dict[int, Any]:
-    """Pass SIGTERM/SIGINT on to the workers, which checkpoint and stop at the next step."""
+    """Pass SIGTERM/SIGINT on to the workers, which checkpoint and stop at the next step
+    (SIGINT only when it is not ignored here, see trainer.core.signals.StopSignals)."""
     if not _in_main_thread():
         return {}
 
@@ -328,6 +329,8 @@ def _forward_signals(context: Any, received: list[int]) -> dict[int, Any]:
 
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
+        if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+            continue  # ignored, as in the workers (they inherit it): a Ctrl-C is not for this job
         previous[sig] = signal.signal(sig, forward)
     return previous
 

@@ -20,24 +20,35 @@ TINY = (
 
 
 def test_trains_logs_checkpoints_and_prints_a_sample(script_env):
-    output = run_example("char_lm", *TINY, "--max-steps", "3", "--log-dir", "tb", env=script_env)
+    # 2 epochs of 15 steps (128 windows of 16 characters from 0.02 MB), like the default run's 2 of 443
+    args = ("--corpus-mb", "0.02", "--batch-size", "128", "--max-epochs", "2", "--log-dir", "tb")
+    output = run_example("char_lm", *TINY, *args, env=script_env, timeout=240)
 
     sample = output.split("--- sample from the checkpoint (temperature 0.8) ---\n", 1)
     assert len(sample) == 2, output
     assert sample[1].startswith("def ") and len(sample[1].rstrip("\n")) >= 4 + 60 - 1
     assert "val_bpc" in output
 
+    char_lm = load_example("char_lm")
+    steps = len(char_lm.CharChunks(char_lm.stdlib_corpus(0.02)[0], 16)) // 128  # training batches per epoch
+    every = steps // 4  # val_check_interval=0.25
     run_dir = only_run_dir("tb")
     scalars = scalar_tags(run_dir)
-    assert [step for step, _ in scalars["train_loss"]] == [1, 2, 3]  # every step
-    assert len(scalars["val_bpc"]) == 1 and 0 < scalars["val_bpc"][0][1] < 8  # once, at the (cut) epoch's end
+    assert [step for step, _ in scalars["train_loss"]] == list(range(1, 2 * steps + 1))  # every step
+    # Validation 4 times per epoch, and at its end: TensorBoard draws no curve of only 2 points
+    # (one per epoch) while "Ignore outliers in chart scaling" is on, its default.
+    expected = [e * steps + k * every for e in range(2) for k in range(1, 5) if k * every < steps] + [steps, 2 * steps]
+    for tag in ("val_bpc", "val_loss"):
+        assert [step for step, _ in scalars[tag]] == sorted(expected), tag
+    assert len(scalars["val_bpc"]) >= 8
+    bpc = [value for _, value in scalars["val_bpc"]]
+    assert all(0 < v < 8 for v in bpc) and bpc[-1] < bpc[0]  # bits per character, falling
 
     # The checkpoint contract: hparams rebuild the bare model, and "model" loads into it.
     ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)
-    char_lm = load_example("char_lm")
     model = char_lm.CharLM(**ckpt["hparams"])
     model.load_state_dict(ckpt["model"])
-    assert ckpt["hparams"]["d_model"] == 16 and ckpt["loop"]["global_step"] == 3
+    assert ckpt["hparams"]["d_model"] == 16 and ckpt["loop"]["global_step"] == 2 * steps
 
 
 def test_ddp_on_two_processes(script_env):

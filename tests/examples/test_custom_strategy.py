@@ -7,7 +7,7 @@ import re
 
 import torch
 
-from tests.examples._run import load_example, only_run_dir, run_example
+from tests.examples._run import load_example, only_run_dir, run_example, scalar_tags
 
 
 def test_bf16_ddp_runs_on_two_processes_and_halves_the_bytes(script_env):
@@ -19,6 +19,9 @@ def test_bf16_ddp_runs_on_two_processes_and_halves_the_bytes(script_env):
     calls, sent, full = int(report[1]), float(report[2]), float(report[3])
     assert calls >= 4 and sent > 0 and abs(full / sent - 2.0) < 0.02
 
-    ckpt = torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)
+    run_dir = only_run_dir("tb")
+    # 4 batches per process: validation at the epoch's half (val_check_interval=0.5) and end
+    assert [step for step, _ in scalar_tags(run_dir)["val_loss"]] == [2, 4]
+    ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)
     assert ckpt["strategy"] == "ddp_bf16" and ckpt["loop"]["world_size"] == 2 and ckpt["loop"]["global_step"] == 4
     load_example("custom_strategy").Student(**ckpt["hparams"]).load_state_dict(ckpt["model"])

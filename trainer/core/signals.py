@@ -16,6 +16,11 @@ class StopSignals:
     the terminal's process group), so a SIGINT within ``SIGINT_ECHO_S`` of the first counts
     as the same press. Handlers can only be installed from the main thread; elsewhere this
     does nothing.
+
+    A SIGINT that is ignored when fit starts (``SIG_IGN``: a job that a script or another
+    non-interactive shell started in the background with ``&``) stays ignored, as Python
+    itself leaves it at startup: a Ctrl-C meant for the foreground must not stop this job.
+    SIGTERM is always caught.
     """
 
     SIGINT_ECHO_S = 1.0
@@ -30,6 +35,8 @@ class StopSignals:
         self._first_sigint = None
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
+                if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                    continue
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -4,7 +4,9 @@ It does what the issue asks of the user and nothing more: ``seed_everything(0)``
 top, a shuffled DataLoader, dropout, and ``fit(..., ckpt_path="last")``. The test-only part
 is ``--pause HOOK:STEP[:NTH]`` (write ``paused`` and sleep there, the NTH time the hook
 sees that step, so the test can kill the job at a known point), ``--signal-wait STEP``
-(write ``paused`` and wait there until a signal has arrived) and ``--crash-once STEP`` (rank 1 dies at that step unless ``crashed`` exists).
+(write ``paused`` and wait there until a signal has arrived), ``--go-wait STEP`` (write
+``paused`` and wait there until the file ``go`` exists) and ``--crash-once STEP`` (rank 1 dies
+at that step unless ``crashed`` exists).
 The final weights go to ``final.pt``.
 
 ``--crashes STEP:NTH,...`` runs the whole story in this one process, for the cases that need
@@ -165,6 +167,23 @@ class WaitForSignal(Callback):
         print(f"rank {trainer.strategy.global_rank} stopped by {type(exception).__name__}", flush=True)
 
 
+class WaitForGo(Callback):
+    """At the batch end of ``step``: write ``paused``, then wait until the file ``go`` exists, so
+    that a signal the test sends in between lands there, whatever this process does with it."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step != self.step:
+            return
+        with open("paused", "w") as f:
+            f.write(str(os.getpid()))
+        deadline = time.monotonic() + 60
+        while not os.path.exists("go") and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
 class CrashOnce(Callback):
     """Rank 1 dies at ``step`` on the first attempt only (the ``crashed`` file remembers)."""
 
@@ -202,6 +221,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--seed", type=int, default=None, help="re-seed differently after the import-time seed")
     p.add_argument("--pause", default=None)
     p.add_argument("--signal-wait", type=int, default=None)
+    p.add_argument("--go-wait", type=int, default=None)
     p.add_argument("--crash-once", type=int, default=None)
     p.add_argument("--precision", default="32")
     p.add_argument("--deterministic", action="store_true")
@@ -248,6 +268,8 @@ def fit(args: argparse.Namespace, folder: str, crash: Callback | None = None) ->
         callbacks.append(Pause(args.pause))  # after ModelCheckpoint: a pause at batch_end follows the save
     if args.signal_wait is not None:
         callbacks.append(WaitForSignal(args.signal_wait))
+    if args.go_wait is not None:
+        callbacks.append(WaitForGo(args.go_wait))
     if args.crash_once is not None:
         callbacks.append(CrashOnce(args.crash_once))
     if args.skip_first:

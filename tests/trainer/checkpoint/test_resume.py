@@ -44,18 +44,28 @@ DDP_EPOCHS = ["--max-epochs", "5"]  # 20 steps: stop requests are agreed at step
 
 # --- running and stopping jobs ---------------------------------------------------------------
 class Job:
-    """The script running in ``cwd``, in its own process group (the parent and its DDP workers)."""
+    """The script running in ``cwd``, in its own process group (the parent and its DDP workers).
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], launcher: list[str] | None = None) -> None:
+    It starts with SIGINT at its default, as a command typed in a terminal does, whatever this
+    pytest inherited (started by a script with ``&``, pytest itself ignores SIGINT), or with
+    SIGINT ignored (``sigint_ignored``), as such a background job does.
+    """
+
+    def __init__(
+        self, args: list[str], cwd: Path, env: dict[str, str], launcher: list[str] | None = None,
+        sigint_ignored: bool = False,
+    ) -> None:
         self.cwd = cwd
         n = len(list(cwd.glob("job-*.log")))
         self.log_path = cwd / f"job-{n}.log"
         (cwd / "paused").unlink(missing_ok=True)
         env = {**env, "OMP_NUM_THREADS": "1"}  # 2 cores: don't let each rank spin up a thread pool
+        sigint = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, *(launcher or []), SCRIPT, *args], cwd=cwd, env=env,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),  # in the child, before exec
             )
 
     @property
@@ -292,6 +302,40 @@ def test_ddp_sigterm_then_ctrl_c_then_resume_is_bit_exact(tmp_path, script_env, 
     assert_same_training(tmp_path, ref)
 
 
+def sigint_ignored_in(pid: int) -> bool:
+    """Whether the process ignores SIGINT: bit 2 (SIGINT's number) of SigIgn in /proc/PID/status."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return bool(int(re.search(r"SigIgn:\s*([0-9a-f]+)", status).group(1), 16) >> (signal.SIGINT - 1) & 1)
+
+
+@pytest.mark.slow
+def test_an_ignored_sigint_stays_ignored_and_sigterm_still_saves_and_stops(tmp_path, script_env, reference):
+    # A job that a script started with `&` ignores SIGINT: the Ctrl-C a user presses for the
+    # foreground command reaches it too (same process group), and must not stop it.
+    ref = reference([])
+    job = Job(["--go-wait", "5"], tmp_path, script_env, sigint_ignored=True)
+    job.wait_until_paused()
+    assert sigint_ignored_in(job.proc.pid), "fit replaced the ignored SIGINT with a handler of its own"
+    os.killpg(job.proc.pid, signal.SIGINT)  # as the terminal sends it, at step 5
+    (tmp_path / "go").touch()
+    assert job.wait() == 0, job.log
+    assert "Interrupted" not in job.log and "KeyboardInterrupt" not in job.log
+    assert "done epoch=3 step=24" in job.log
+    assert_same_training(tmp_path, ref)  # every checkpoint, and the final weights, as never signalled
+    last = tmp_path / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 24  # the run's end, not step 5
+
+    # SIGTERM (a scheduler's stop) is caught all the same: last.ckpt at the next step boundary.
+    shutil.rmtree(tmp_path / "runs")
+    job = Job(["--signal-wait", "5"], tmp_path, script_env, sigint_ignored=True)
+    job.wait_until_paused()
+    assert sigint_ignored_in(job.proc.pid), "fit replaced the ignored SIGINT with a handler of its own"
+    os.kill(job.proc.pid, signal.SIGTERM)
+    assert job.wait() != 0, job.log
+    assert "Interrupted: Training stopped by SIGTERM at step 5" in job.log
+    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 5
+
+
 # --- torchrun --max-restarts ---------------------------------------------------------------
 @pytest.mark.slow
 def test_torchrun_restart_carries_on_from_last_checkpoint(tmp_path, script_env, reference):
@@ -448,15 +492,51 @@ def test_sigint_in_process_saves_last_and_a_second_ctrl_c_interrupts_at_once(mon
                     os.kill(os.getpid(), signal.SIGINT)  # handled before kill() returns
                     time.sleep(0.06)
 
-    monkeypatch.setattr(StopSignals, "SIGINT_ECHO_S", 0.05)
-    with pytest.raises(Interrupted, match="stopped by SIGINT at step 2") as err:
-        Trainer(**quiet(max_epochs=3, enable_checkpointing=True, callbacks=[CtrlC(1)])).fit(Classifier(), loader(32))
-    assert err.value.signum == signal.SIGINT
-    assert torch.load("checkpoints/last.ckpt", weights_only=True)["loop"]["global_step"] == 2
+    def users_handler(signum, frame):  # the handler fit finds, whatever pytest started with
+        raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(**quiet(max_epochs=3, callbacks=[CtrlC(2)])).fit(Classifier(), loader(32))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers are put back
+    monkeypatch.setattr(StopSignals, "SIGINT_ECHO_S", 0.05)
+    previous = signal.signal(signal.SIGINT, users_handler)
+    try:
+        with pytest.raises(Interrupted, match="stopped by SIGINT at step 2") as err:
+            Trainer(**quiet(max_epochs=3, enable_checkpointing=True, callbacks=[CtrlC(1)])).fit(Classifier(), loader(32))
+        assert err.value.signum == signal.SIGINT
+        assert torch.load("checkpoints/last.ckpt", weights_only=True)["loop"]["global_step"] == 2
+        assert signal.getsignal(signal.SIGINT) is users_handler  # put back
+
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(**quiet(max_epochs=3, callbacks=[CtrlC(2)])).fit(Classifier(), loader(32))
+        assert signal.getsignal(signal.SIGINT) is users_handler  # put back after a forced stop too
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_fit_leaves_an_ignored_sigint_ignored_and_still_stops_on_sigterm():
+    class Signal(Callback):
+        def __init__(self, sig: int) -> None:
+            self.sig = sig
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if trainer.global_step == 2:
+                os.kill(os.getpid(), self.sig)
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        seed_everything(0)
+        model = Classifier()
+        Trainer(**quiet(max_epochs=3, callbacks=[Signal(signal.SIGINT)])).fit(model, loader(32))
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        seed_everything(0)
+        expected = Classifier()
+        Trainer(**quiet(max_epochs=3)).fit(expected, loader(32))
+        for k, v in expected.state_dict().items():
+            assert torch.equal(model.state_dict()[k], v), f"{k} differs from the run that got no SIGINT"
+
+        with pytest.raises(Interrupted, match="stopped by SIGTERM at step 2"):
+            Trainer(**quiet(max_epochs=3, callbacks=[Signal(signal.SIGTERM)])).fit(Classifier(), loader(32))
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # --- a stop mid-epoch, then resume: the epoch's end happens once --------------------------
