@@ -10,7 +10,6 @@ from ._env import launched_env
 from .base import Strategy
 from .data_parallel import DataParallelStrategy
 from .ddp import DDPStrategy
-from .fsdp import FSDPStrategy
 from .single_device import SingleDeviceStrategy
 
 _NAMES = {
@@ -21,7 +20,15 @@ _NAMES = {
     "fsdp": "fsdp",
 }
 _VALID = "'auto', 'single' (or 'single_device'), 'dp' (or 'data_parallel'), 'ddp', 'fsdp', or a Strategy instance"
-_CLASSES = {"single": SingleDeviceStrategy, "dp": DataParallelStrategy, "ddp": DDPStrategy, "fsdp": FSDPStrategy}
+_CLASSES: dict[str, Any] = {"single": SingleDeviceStrategy, "dp": DataParallelStrategy, "ddp": DDPStrategy}
+
+
+def _strategy_class(name: str) -> type[Strategy]:
+    if name == "fsdp":  # torch.distributed.checkpoint and DTensor take 0.8 s to import: only when asked for
+        from .fsdp import FSDPStrategy
+
+        return FSDPStrategy
+    return _CLASSES[name]
 _DEVICES_HELP = "Use 'auto', -1 (all), a count such as 2, or a list of device indices such as [0, 1]."
 _ACCELERATORS = {"auto": None, "cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "mps"}
 _OTHER_ACCELERATORS = {
@@ -116,7 +123,7 @@ def select_strategy(strategy: Any, devices: Any, accelerator: Any = "auto", num_
         if name == "ddp_unused":
             chosen = DDPStrategy(find_unused_parameters=True)
         else:
-            chosen = _CLASSES[_auto(devices, kind, nodes) if name == "auto" else name]()
+            chosen = _strategy_class(_auto(devices, kind, nodes) if name == "auto" else name)()
     else:
         raise TypeError(f"strategy={strategy!r} must be a name ({_VALID}).")
     if kind == "mps" and chosen.name not in ("single", "base"):

@@ -135,3 +135,21 @@ def test_public_names_are_pinned(package):
     assert sorted(module.__all__) == sorted(PUBLIC[package])
     for name in PUBLIC[package]:
         assert getattr(module, name) is not None
+
+
+HEAVY = ("torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy", "jsonargparse", "torchmetrics")
+
+
+def test_importing_the_packages_and_the_trainer_loads_no_heavy_module(script_env):
+    """fsdp's DTensor and DCP, compile's dynamo (and the sympy they pull in), the CLI's
+    jsonargparse: each is imported where it is used, so `import trainer` stays cheap
+    (benchmarks/import_time.py prints the cost)."""
+    code = (
+        "import sys, trainer, callbacks, strategies, loggers\n"
+        "from trainer import Trainer\n"
+        "Trainer(max_steps=1)\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
