@@ -31,8 +31,8 @@ class ModelSummary(Callback):
 
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
         if trainer.is_global_zero:
-            # Not under fsdp: a forward pass on rank 0 alone would wait for the other ranks' shards.
-            example = None if trainer.strategy.name == "fsdp" else getattr(module, "example_input_array", None)
+            # Not when parameters are sharded (fsdp): a forward pass on rank 0 alone would wait for the other ranks.
+            example = None if trainer.strategy.shards_parameters else getattr(module, "example_input_array", None)
             log.info("%s", summarize(module, self.max_depth, example))
 
 

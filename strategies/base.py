@@ -233,6 +233,10 @@ class Strategy:
         """Load a state keyed by position, or by parameter name (as an fsdp checkpoint holds it)."""
         optimizer.load_state_dict(optimizer_state_by_position(state, optimizer, self.module))
 
+    #: True when each process holds only a shard of the parameters, so that a forward pass on
+    #: one rank alone would wait for the others (ModelSummary's example forward is skipped then).
+    shards_parameters = False
+
     #: True when checkpoints are folders that every rank writes its shards into
     #: (``save_sharded_checkpoint``), instead of one file that global rank 0 writes.
     sharded_checkpoints = False

@@ -68,6 +68,7 @@ class FSDPStrategy(DDPStrategy):
     """
 
     name = "fsdp"
+    shards_parameters = True
 
     def __init__(
         self,
