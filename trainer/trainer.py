@@ -112,6 +112,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         check_names(unknown, options)  # Lightning's arguments we do not take, and typos
         configure(self, options)  # trainer/options.py: each checked, the strategy and callbacks built
         self.sanity_checking = False  # True while the sanity check runs
+        self.is_last_batch = False  # during fit: the batch being trained on is its epoch's last (sized loaders)
         self.state = TrainerState()
         self._phase: str | None = None  # "train", "validation", "test" or "predict" while one runs
         self.datamodule: DataModule | None = None  # the stage's, while it runs and after

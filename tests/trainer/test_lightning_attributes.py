@@ -243,3 +243,18 @@ def test_ranks_and_sampler_under_ddp_with_two_processes(use_distributed_sampler)
     assert trainer.global_step == 1  # rank 0's counters came back to the caller, and its profile
     assert trainer.profiler.recorded["training_step"][0] == 1 and trainer.profiler.recorded["optimizer_step"][0] == 1
     assert not os.path.exists("rank_2.json")
+
+
+def test_is_last_batch_is_true_for_the_epochs_last_batch_only():
+    seen = []
+
+    class Watch(Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            seen.append(("start", batch_idx, trainer.is_last_batch))
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            seen.append(("end", batch_idx, trainer.is_last_batch))
+
+    trainer = Trainer(max_epochs=2, limit_train_batches=3, **quiet(callbacks=[Watch()]))
+    trainer.fit(Classifier(), loader(64, batch_size=8))
+    assert [flag for _, _, flag in seen] == [False, False, False, False, True, True] * 2

@@ -275,6 +275,7 @@ class FitLoop(StopRules, Publishing):
                 for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
                     if batch_idx >= limit:  # (a hand-written loop's break: the sampler's draws stay the same)
                         break
+                    trainer.is_last_batch = batch_idx + 1 == limit  # an unsized loader's length is unknown: False
                     if sizes is None:
                         size = batch_size(batch)
                     else:
