@@ -31,7 +31,6 @@ from callbacks.base import Callback
 from trainer.core.datamodule import DataModule
 from trainer.core.module import TrainModule
 from trainer.core.seed import seed_everything
-from trainer.options import RUNS
 
 INSTALL = 'pip install "jsonargparse[signatures]>=4.27" (or the extra: pip install ".[cli]")'
 SUBCOMMANDS = {
@@ -48,6 +47,8 @@ def _jsonargparse() -> Any:
     except ImportError:
         raise ModuleNotFoundError(f"TrainerCLI parses its command line and YAML files with jsonargparse, which is not installed: {INSTALL}.") from None
     import yaml  # jsonargparse's own dependency
+
+    from trainer.options import RUNS  # beside the Trainer, whose options it knows: imported with it, lazily
 
     # log_dir's default is a str subclass (told apart from a log_dir="runs" the user wrote): YAML writes it as "runs"
     yaml.SafeDumper.add_representer(type(RUNS), yaml.SafeDumper.represent_str)
@@ -246,6 +247,8 @@ class TrainerCLI:
             if isinstance(trainer_kwargs.get("devices"), str) and trainer_kwargs["devices"].isdigit():
                 trainer_kwargs["devices"] = int(trainer_kwargs["devices"])  # "--trainer.devices=2" is a count
             params = inspect.signature(self.trainer_class).parameters
+            from trainer.options import RUNS
+
             if trainer_kwargs.get("log_dir") == RUNS:  # the default, written out by --print_config or config.yaml
                 trainer_kwargs["log_dir"] = RUNS  # is still the default: default_root_dir may then be given alone
             for key, value in trainer_kwargs.items():  # jsonargparse reads null as 'None' for `str | PathLike | None`
