@@ -90,6 +90,16 @@ def flag(name: str, value: Any) -> bool:
     return value
 
 
+def instances_of(name: str, values: list[Any], kind: type, kind_name: str, example: str = "", hint: str = "") -> None:
+    """Each of ``values`` is a ``kind`` instance: a class passed in its place, or anything else,
+    is a TypeError naming the argument (``callbacks=[...]``, ``logger=[...]``)."""
+    for v in values:
+        if isinstance(v, type) and issubclass(v, kind):
+            raise TypeError(f"{name} contains the class {v.__name__}, not an instance: pass {v.__name__}({example}).")
+        if not isinstance(v, kind):
+            raise TypeError(f"{name} contains {v!r:.80}, which is not a {kind_name}{hint}.")
+
+
 def loss_of(output: Any) -> torch.Tensor:
     if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
         return output["loss"]

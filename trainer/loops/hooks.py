@@ -8,6 +8,7 @@ import warnings
 from typing import Any, Callable
 
 from callbacks.base import HOOKS, Callback
+from trainer.core.checks import instances_of
 
 from trainer.core.module import TrainModule, overridden
 
@@ -69,11 +70,7 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
     if isinstance(callbacks, (str, bytes)) or not hasattr(callbacks, "__iter__"):
         raise TypeError(f"callbacks={callbacks!r:.80} must be a list of callbacks.Callback instances (or None).")
     callbacks = list(callbacks)
-    for cb in callbacks:
-        if isinstance(cb, type) and issubclass(cb, Callback):
-            raise TypeError(f"callbacks contains the class {cb.__name__}, not an instance: pass {cb.__name__}().")
-        if not isinstance(cb, Callback):
-            raise TypeError(f"callbacks contains {cb!r:.80}, which is not a callbacks.Callback.")
+    instances_of("callbacks", callbacks, Callback, "callbacks.Callback")
     keys = [cb.state_key for cb in callbacks if overrides_state(cb)]
     for key in sorted({k for k in keys if keys.count(k) > 1}):
         warnings.warn(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from callbacks.base import Callback
 from loggers import Logger, TensorBoardLogger
+from trainer.core.checks import instances_of
 from trainer.core.hparams import is_plain
 
 if TYPE_CHECKING:
@@ -251,9 +252,5 @@ def logger_list(value: Any) -> list[Logger]:
             "such as loggers.CSVLogger('logs'), or a list of them."
         )
     value = list(value)
-    for lg in value:
-        if isinstance(lg, type) and issubclass(lg, Logger):
-            raise TypeError(f"logger contains the class {lg.__name__}, not an instance: pass {lg.__name__}(save_dir).")
-        if not isinstance(lg, Logger):
-            raise TypeError(f"logger contains {lg!r:.80}, which is not a loggers.Logger (subclass it, or pass a list of loggers).")
+    instances_of("logger", value, Logger, "loggers.Logger", "save_dir", " (subclass it, or pass a list of loggers)")
     return value
