@@ -23,22 +23,53 @@ CLOCK: Callable[[], float] = time.perf_counter  # the single-process step clock;
 LOG_EVERY = 50  # the Trainer's default log_every_n_steps; the raw loop reads the loss as often
 
 
+class ParityNet(nn.Module):
+    """The network of Lightning's parity benchmark (its ``ParityModuleRNN``): an LSTM(10 -> hidden)
+    and a Linear(hidden -> 5) on every time step's output."""
+
+    def __init__(self, hidden: int = 20) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(10, hidden, batch_first=True)
+        self.linear_out = nn.Linear(hidden, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        seq, _ = self.rnn(x)
+        return self.linear_out(seq)
+
+
 @dataclass(frozen=True)
 class Workload:
+    """A model, its data, loss and optimizer. "mlp" and "conv": cross-entropy on 10 classes,
+    SGD with momentum; "lstm": Lightning's parity workload, MSE and Adam."""
+
     name: str
-    kind: str  # "mlp" or "conv"
-    hidden: int  # MLP width, or the conv net's first channel count
+    kind: str  # "mlp", "conv" or "lstm"
+    hidden: int  # MLP width, the conv net's first channel count, or the LSTM's hidden size
     batch_size: int
-    steps: int  # optimizer steps per rep (one epoch)
+    steps: int  # optimizer steps per epoch
     reps: int  # timed reps of each side, interleaved
+    epochs: int = 1  # epochs per rep
 
     @property
     def label(self) -> str:
         if self.kind == "mlp":
             return f"{self.name} MLP (hidden {self.hidden}, batch {self.batch_size})"
+        if self.kind == "lstm":
+            return f"{self.name} (LSTM 10->{self.hidden}->5, batch {self.batch_size}, {self.epochs} epochs)"
         return f"{self.name} net (2 conv + linear, 3x32x32, batch {self.batch_size})"
 
+    @property
+    def loss_fn(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        return F.mse_loss if self.kind == "lstm" else F.cross_entropy
+
+    def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        if self.kind == "lstm":
+            return torch.optim.Adam(params, lr=0.02)
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
     def make_net(self) -> nn.Module:
+        if self.kind == "lstm":
+            return ParityNet(self.hidden)
         if self.kind == "mlp":
             h = self.hidden
             return nn.Sequential(nn.Linear(32, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 10))
@@ -53,6 +84,10 @@ class Workload:
         """Exactly ``steps`` batches per process."""
         n = self.steps * self.batch_size * world_size
         g = torch.Generator().manual_seed(SEED + 1)
+        if self.kind == "lstm":  # Lightning's AverageDataset: the input's two halves added, one rolled
+            x = torch.randn(n, 100, 10, generator=g)
+            top, bottom = x.chunk(2, -1)
+            return TensorDataset(x, top + bottom.roll(shifts=1, dims=-1))
         shape = (n, 32) if self.kind == "mlp" else (n, 3, 32, 32)
         return TensorDataset(torch.randn(*shape, generator=g), torch.randint(0, 10, (n,), generator=g))
 
@@ -66,16 +101,14 @@ WORKLOADS = {
     "tiny": Workload("tiny", "mlp", 64, 32, steps=300, reps=25),
     "medium": Workload("medium", "mlp", 512, 32, steps=200, reps=11),
     "conv": Workload("conv", "conv", 16, 32, steps=60, reps=7),
+    # 300 sequences of 100 x 10 (10 batches an epoch), 4 epochs: benchmarks/fit_cost.py's run
+    "lstm": Workload("lstm", "lstm", 20, 30, steps=10, reps=11, epochs=4),
 }
 DDP_WORKLOADS = ("tiny", "conv")  # overhead-bound and compute-bound
 
 
 def workload(name: str, **changes: Any) -> Workload:
     return replace(WORKLOADS[name], **changes)
-
-
-def make_optimizer(params: Any) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
 def build_net(wl: Workload) -> nn.Module:
@@ -86,18 +119,20 @@ def build_net(wl: Workload) -> nn.Module:
 def raw_loop(wl: Workload) -> tuple[list[float], nn.Module]:
     """The loop people write by hand. Returns the clock after each step, and the net."""
     net = build_net(wl)
-    opt = make_optimizer(net.parameters())
+    opt = wl.make_optimizer(net.parameters())
+    loss_fn, loader = wl.loss_fn, wl.make_loader()
     device = torch.device("cpu")
     tick, times = _ticker(CLOCK)
-    for step, (x, y) in enumerate(wl.make_loader()):
-        x, y = x.to(device), y.to(device)  # as in pytorch/examples' mnist/main.py
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if (step + 1) % LOG_EVERY == 0:
-            loss.item()  # where a hand-written loop prints its loss
-        tick()
+    for epoch in range(wl.epochs):
+        for step, (x, y) in enumerate(loader, epoch * wl.steps):
+            x, y = x.to(device), y.to(device)  # as in pytorch/examples' mnist/main.py
+            loss = loss_fn(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if (step + 1) % LOG_EVERY == 0:
+                loss.item()  # where a hand-written loop prints its loss
+            tick()
     return times, net
 
 
@@ -139,7 +174,7 @@ def _raw_ddp_run(wl: Workload, world_size: int, rank: int, probe: bool) -> dict[
 
     net = build_net(wl)
     model = DistributedDataParallel(net)
-    opt = make_optimizer(model.parameters())
+    opt, loss_fn = wl.make_optimizer(model.parameters()), wl.loss_fn
     dataset = wl.make_dataset(world_size)
     # What DDPStrategy does to a shuffled loader: a DistributedSampler with seed 0.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
@@ -149,7 +184,7 @@ def _raw_ddp_run(wl: Workload, world_size: int, rank: int, probe: bool) -> dict[
     clock, times = time.perf_counter, []
     for step, (x, y) in enumerate(loader):
         x, y = x.to(device), y.to(device)
-        loss = F.cross_entropy(model(x), y)
+        loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -158,11 +193,13 @@ def _raw_ddp_run(wl: Workload, world_size: int, rank: int, probe: bool) -> dict[
         times.append(clock())
     result: dict[str, Any] = {"times": times, "state": {k: v.clone() for k, v in net.state_dict().items()}}
     if probe:
-        result.update(_probe(model, opt, loader, net))
+        result.update(_probe(model, opt, loader, net, loss_fn))
     return result
 
 
-def _probe(model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, net: nn.Module) -> dict[str, Any]:
+def _probe(
+    model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, net: nn.Module, loss_fn: Callable[..., torch.Tensor],
+) -> dict[str, Any]:
     import statistics
 
     flat = torch.zeros(sum(p.numel() for p in net.parameters()))
@@ -178,7 +215,7 @@ def _probe(model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, net
     t0 = time.perf_counter()
     with model.no_sync():  # the ranks drift apart from here on; the weights were saved above
         for x, y in loader:
-            F.cross_entropy(model(x), y).backward()
+            loss_fn(model(x), y).backward()
             opt.step()
             opt.zero_grad()
             t1 = time.perf_counter()

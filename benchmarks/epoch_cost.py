@@ -37,26 +37,17 @@ sys.path[:0] = [p for p in (os.path.dirname(_HERE), _HERE) if p not in sys.path[
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
-from _workloads import LOG_EVERY, SEED, NullTerminal  # noqa: E402
+from _workloads import LOG_EVERY, SEED, WORKLOADS, NullTerminal, ParityNet  # noqa: E402
 from callbacks import Callback  # noqa: E402
 from trainer import Trainer, TrainModule  # noqa: E402
 
 BUDGET = 1.03  # the Trainer's epoch time over the raw loop's
 
 
-class Parity(TrainModule):
+class Parity(TrainModule, ParityNet):
     """Lightning's ParityModuleRNN."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rnn = nn.LSTM(10, 20, batch_first=True)
-        self.linear_out = nn.Linear(20, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        seq, _ = self.rnn(x)
-        return self.linear_out(seq)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -69,12 +60,8 @@ class Parity(TrainModule):
 
 
 def make_loader() -> DataLoader:
-    """Lightning's AverageDataset: the target is the input's two halves added, one rolled."""
-    g = torch.Generator().manual_seed(SEED + 1)
-    x = torch.randn(300, 100, 10, generator=g)
-    top, bottom = x.chunk(2, -1)
-    return DataLoader(TensorDataset(x, top + bottom.roll(shifts=1, dims=-1)), batch_size=30, shuffle=True,
-                      generator=torch.Generator().manual_seed(SEED + 2))
+    """Lightning's AverageDataset (300 sequences), shuffled with a seeded generator."""
+    return WORKLOADS["lstm"].make_loader()
 
 
 def raw(epochs: int) -> tuple[list[float], nn.Module]:

@@ -60,13 +60,11 @@ _ROOT = os.path.dirname(_HERE)
 sys.path[:0] = [p for p in (_ROOT, _HERE) if p not in sys.path[:2]]
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import _workloads  # noqa: E402
 from _workloads import (  # noqa: E402
-    DDP_WORKLOADS, WORKLOADS, NullTerminal, Workload, build_net, make_optimizer, peak_rss_kib, raw_ddp_worker, raw_loop,
-    workload,
+    DDP_WORKLOADS, WORKLOADS, NullTerminal, ParityNet, Workload, build_net, peak_rss_kib, raw_ddp_worker, raw_loop, workload,
 )
 from callbacks import Callback, ModelCheckpoint  # noqa: E402
 from trainer import Trainer, TrainModule  # noqa: E402
@@ -79,8 +77,9 @@ _OPTIONAL_IMPORTS = ("boto3",)
 Timed = tuple[list[float], nn.Module]  # clock after each step, and the trained net
 
 
-class BenchModule(TrainModule, nn.Sequential):
-    """The raw loop's ``nn.Sequential`` itself, as a TrainModule that logs its loss every step.
+class BenchSteps(TrainModule):
+    """The raw loop's net itself (its layers, built after the same seed), as a TrainModule that
+    trains with the workload's loss and optimizer and logs its loss every step.
 
     Both sides then call the model the same way (``self(x)`` here, ``net(x)`` there); a
     wrapper with ``self.net(x)`` would charge the Trainer for an attribute lookup
@@ -91,15 +90,28 @@ class BenchModule(TrainModule, nn.Sequential):
         super().__init__()
         for name, layer in build_net(wl).named_children():
             self.add_module(name, layer)
+        self.wl, self.loss_fn = wl, wl.loss_fn
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
-        loss = F.cross_entropy(self(x), y)
+        loss = self.loss_fn(self(x), y)
         self.log("train_loss", loss, prog_bar=True)
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return make_optimizer(self.parameters())
+        return self.wl.make_optimizer(self.parameters())
+
+
+class BenchModule(BenchSteps, nn.Sequential):
+    """The MLP and conv workloads (an ``nn.Sequential``)."""
+
+
+class BenchParity(BenchSteps, ParityNet):
+    """The LSTM workload."""
+
+
+def bench_module(wl: Workload) -> BenchSteps:
+    return BenchParity(wl) if wl.kind == "lstm" else BenchModule(wl)
 
 
 class StepTimer(Callback):
@@ -134,12 +146,12 @@ class Quiet(Callback):
 
 
 def run_trainer(wl: Workload, log_dir: str, *, extra: list[Callback] | None = None, **options: Any) -> Timed:
-    model = BenchModule(wl)
+    model = bench_module(wl)
     world = 2 if options.get("strategy") == "ddp" else 1
     timer = StepTimer(_workloads.CLOCK if world == 1 else time.perf_counter)  # DDP: waits are the cost
     if world > 1:
         extra = [Quiet(), *(extra or [])]  # first, so that it runs before the progress bar's setup
-    trainer = Trainer(max_epochs=1, log_dir=log_dir, callbacks=extra, **options)
+    trainer = Trainer(max_epochs=wl.epochs, log_dir=log_dir, callbacks=extra, **options)
     trainer.callbacks.append(timer)  # after the built-ins: a step's time includes their work
     with contextlib.redirect_stderr(NullTerminal()):
         trainer.fit(model, wl.make_loader(wl.make_dataset(world)))
@@ -150,19 +162,21 @@ def run_trainer(wl: Workload, log_dir: str, *, extra: list[Callback] | None = No
 def run_lightning(wl: Workload, log_dir: str) -> Timed:
     import lightning as L
 
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its info lines, per fit, go to the real stderr
+
     class LitModule(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = build_net(wl)
+            self.net, self.loss_fn = build_net(wl), wl.loss_fn
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, y = batch
-            loss = F.cross_entropy(self.net(x), y)
+            loss = self.loss_fn(self.net(x), y)
             self.log("train_loss", loss, prog_bar=True)
             return loss
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
-            return make_optimizer(self.parameters())
+            return wl.make_optimizer(self.parameters())
 
     class LitTimer(L.Callback):
         def __init__(self) -> None:
@@ -172,7 +186,7 @@ def run_lightning(wl: Workload, log_dir: str) -> Timed:
             self.times.append(_workloads.CLOCK())
 
     model, timer = LitModule(), LitTimer()
-    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, default_root_dir=log_dir, callbacks=[timer])
+    trainer = L.Trainer(max_epochs=wl.epochs, accelerator="cpu", devices=1, default_root_dir=log_dir, callbacks=[timer])
     with contextlib.redirect_stderr(NullTerminal()), contextlib.redirect_stdout(io.StringIO()):
         trainer.fit(model, wl.make_loader())
     return timer.times, model.net
@@ -183,14 +197,15 @@ def run_accelerate(wl: Workload, log_dir: str) -> Timed:
 
     accelerator = Accelerator(cpu=True)
     net = build_net(wl)
-    model, opt, loader = accelerator.prepare(net, make_optimizer(net.parameters()), wl.make_loader())
-    times = []
-    for x, y in loader:
-        loss = F.cross_entropy(model(x), y)
-        accelerator.backward(loss)
-        opt.step()
-        opt.zero_grad()
-        times.append(_workloads.CLOCK())
+    model, opt, loader = accelerator.prepare(net, wl.make_optimizer(net.parameters()), wl.make_loader())
+    loss_fn, times = wl.loss_fn, []
+    for _ in range(wl.epochs):
+        for x, y in loader:
+            loss = loss_fn(model(x), y)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            times.append(_workloads.CLOCK())
     return times, accelerator.unwrap_model(model)
 
 
@@ -198,10 +213,10 @@ def run_ignite(wl: Workload, log_dir: str) -> Timed:
     from ignite.engine import Events, create_supervised_trainer
 
     net = build_net(wl)
-    engine = create_supervised_trainer(net, make_optimizer(net.parameters()), F.cross_entropy)
+    engine = create_supervised_trainer(net, wl.make_optimizer(net.parameters()), wl.loss_fn)
     times: list[float] = []
     engine.add_event_handler(Events.ITERATION_COMPLETED, lambda _: times.append(_workloads.CLOCK()))
-    engine.run(wl.make_loader(), max_epochs=1)
+    engine.run(wl.make_loader(), max_epochs=wl.epochs)
     return times, net
 
 
@@ -266,6 +281,7 @@ class Row:
     hi: float
     weights: str
     oneoff_ms: float
+    whole: float = float("nan")  # the whole run (building the model to the last step) over the raw loop's
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -283,7 +299,8 @@ def compare(wl: Workload, log_dir: str, peers: dict[str, Callable[[Workload, str
         sides[name] = lambda fn=fn: fn(wl, log_dir)
     times: dict[str, list[list[float]]] = {s: [] for s in sides}
     oneoff: dict[str, list[float]] = {s: [] for s in sides}
-    weights: dict[str, list[tuple[bool, float]]] = {s: [] for s in sides if s != "raw"}
+    walls: dict[str, list[float]] = {s: [] for s in sides}
+    weights: dict[str, list[tuple[bool, bool, float]]] = {s: [] for s in sides if s != "raw"}
     names = list(sides)
     for rep in range(-1, wl.reps):  # rep -1 warms up: imports, allocator, first writer
         order = names[rep % len(names):] + names[: rep % len(names)]
@@ -297,21 +314,34 @@ def compare(wl: Workload, log_dir: str, peers: dict[str, Callable[[Workload, str
             wall = _workloads.CLOCK() - t0
             if rep >= 0:
                 times[side].append(steps)
+                walls[side].append(wall)
                 oneoff[side].append(wall - (steps[-1] - steps[0]))
         if rep >= 0:
             for side in weights:
-                weights[side].append(same_weights(nets["raw"], nets[side]))
+                equal, diff = same_weights(nets["raw"], nets[side])
+                weights[side].append((equal, equal or same_weights(nets["raw"], nets[side], exact=False)[0], diff))
     raw_d = durations(times["raw"])
     raw_s = per_step(raw_d)
     rows = []
     for side in names[1:]:
         d = durations(times[side])
         lo, hi = ratio_interval(raw_d, d)
-        ok = all(same for same, _ in weights[side])
-        verdict = "identical" if ok else f"differ ({max(diff for _, diff in weights[side]):.1e})"
         extra_ms = (statistics.median(oneoff[side]) - statistics.median(oneoff["raw"])) * 1e3
-        rows.append(Row(wl.label, side, raw_s, per_step(d), lo, hi, verdict, extra_ms))
+        # Whole runs: each rep's ratio (its runs were a few seconds apart at most), then the median.
+        whole = statistics.median(w / r for w, r in zip(walls[side], walls["raw"]))
+        row = Row(wl.label, side, raw_s, per_step(d), lo, hi, weights_verdict(weights[side]), extra_ms, whole)
+        row.extra = {"raw_wall_s": statistics.median(walls["raw"]), "wall_s": statistics.median(walls[side])}
+        rows.append(row)
     return rows
+
+
+def weights_verdict(checks: list[tuple[bool, bool, float]]) -> str:
+    """(torch.equal, allclose, max difference) of each rep -> identical, allclose or differ (max)."""
+    if all(equal for equal, _, _ in checks):
+        return "identical"
+    if all(close for _, close, _ in checks):
+        return "allclose"
+    return f"differ ({max(diff for _, _, diff in checks):.1e})"
 
 
 # --- DDP -----------------------------------------------------------------------------------
