@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from trainer.checkpoint import serialize
 from trainer.checkpoint.files import Encoded, plain_size
 from trainer.data.batches import apply_to_tensors
 
@@ -75,7 +76,7 @@ def freeze(obj: dict[str, Any]) -> dict[str, Any] | Encoded:
     if size is None or size > SERIALIZE_INLINE_MAX:  # not plain: save_atomic loads the file back to check
         return snapshot(obj)
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    serialize.save(obj, buffer)
     return Encoded(buffer.getbuffer())
 
 

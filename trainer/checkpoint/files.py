@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from trainer.checkpoint import serialize
 
 
 class CheckpointError(ValueError):
@@ -43,7 +44,7 @@ def save_atomic(obj: dict[str, Any] | Encoded, path: str | os.PathLike) -> None:
                 os.close(fd)
         else:
             with os.fdopen(fd, "wb") as f:
-                torch.save(obj, f)
+                serialize.save(obj, f)
                 f.flush()
                 os.fsync(f.fileno())
         if not isinstance(obj, Encoded) and not _plainly_loadable(obj):  # e.g. a numpy number in a callback's state: load it back to be sure

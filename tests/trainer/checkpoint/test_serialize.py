@@ -1,0 +1,97 @@
+"""trainer.checkpoint.serialize writes the very bytes torch.save writes, faster for plain tensors."""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+
+import pytest
+import torch
+
+from tests._models import Classifier, loader
+from trainer import Trainer
+from trainer.checkpoint import serialize
+
+
+def torch_bytes(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def our_bytes(obj) -> bytes:
+    buffer = io.BytesIO()
+    serialize.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def many_kinds_of_tensor() -> dict:
+    base = torch.arange(24, dtype=torch.float32)
+    hooked = torch.ones(2, requires_grad=True)
+    hooked.register_hook(lambda grad: grad)
+    tagged = torch.zeros(3)
+    tagged.note = "an attribute"  # pickled with its __dict__, the usual way
+    return {
+        "plain": torch.randn(3, 4),
+        "view with an offset": base[3:9].view(2, 3),
+        "transposed": base.view(4, 6).t(),
+        "the base of both": base,
+        "int64": torch.arange(5),
+        "bool": torch.tensor([True, False]),
+        "bfloat16": torch.randn(4).bfloat16(),
+        "scalar": torch.tensor(3.0),
+        "empty": torch.empty(0),
+        "requires_grad": torch.randn(2).requires_grad_(),
+        "negative bit": torch.randn(3)._neg_view(),
+        "conjugate bit": torch.randn(3, dtype=torch.complex64).conj(),
+        "uint16 (rebuilt with v3)": torch.zeros(4, dtype=torch.uint16),
+        "sparse": torch.eye(3).to_sparse(),
+        "parameter": torch.nn.Parameter(torch.ones(2)),
+        "hooked": hooked,
+        "with an attribute": tagged,
+        "containers": [1, 2.5, "x", None, (torch.ones(2), {"k": torch.zeros(1)})],
+        "ordered": collections.OrderedDict(w=torch.ones(1)),
+    }
+
+
+def test_every_kind_of_tensor_gives_the_bytes_torch_save_gives():
+    obj = many_kinds_of_tensor()
+    with pytest.warns(UserWarning, match="will not be serialized"):  # torch's own warning, for the hooked tensor
+        expected = torch_bytes(obj)
+    with pytest.warns(UserWarning, match="will not be serialized"):
+        assert our_bytes(obj) == expected
+
+
+def test_loaded_tensors_keep_their_views_strides_and_hooks_of_their_own():
+    obj = many_kinds_of_tensor()
+    del obj["hooked"], obj["with an attribute"], obj["parameter"], obj["sparse"]  # not weights_only loadable
+    loaded = torch.load(io.BytesIO(our_bytes(obj)), weights_only=True)
+    for name, value in obj.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(loaded[name].resolve_neg().resolve_conj(), value.resolve_neg().resolve_conj()), name
+            assert loaded[name].stride() == value.stride() and loaded[name].dtype == value.dtype, name
+    view, base = loaded["view with an offset"], loaded["the base of both"]
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr() and view.storage_offset() == 3
+    assert loaded["plain"]._backward_hooks is not loaded["int64"]._backward_hooks  # not one dict shared by all
+
+
+def test_plain_tensors_take_the_short_path_and_the_others_the_usual_one():
+    pickler = serialize._Pickler(io.BytesIO())
+    assert pickler.reducer_override(torch.ones(2, 2).t()) is not NotImplemented
+    for other in (torch.nn.Parameter(torch.ones(1)), torch.eye(2).to_sparse(), torch.zeros(2, dtype=torch.uint16), "text", 3):
+        assert pickler.reducer_override(other) is NotImplemented
+
+
+def test_a_fits_checkpoint_file_is_what_torch_save_writes(tmp_path):
+    torch.manual_seed(0)
+    model = Classifier(optimizer="adam")
+    trainer = Trainer(max_epochs=2, log_dir=str(tmp_path), enable_progress_bar=False, logger=False)
+    trainer.fit(model, loader())
+    path = trainer.checkpoint_callback.best_model_path
+    with open(path, "rb") as f:
+        written = f.read()
+    checkpoint = torch.load(path, weights_only=True)
+    assert written == torch_bytes(checkpoint)  # the background writer's bytes, through serialize.save
+    assert os.path.basename(path) == "epoch=1-step=16.ckpt"
+    assert torch.equal(checkpoint["model"]["net.0.weight"], model.net[0].weight.detach())
