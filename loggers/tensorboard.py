@@ -39,8 +39,9 @@ class TensorBoardLogger(FolderLogger):
     ``experiment`` is the ``torch.utils.tensorboard.SummaryWriter`` itself: ``add_image``,
     ``add_histogram``, ``add_figure``, ``add_text`` land in the same run. A resumed fit
     appends to its own folder and drops what the crashed run wrote after the checkpoint
-    (``purge_step``). Scalars are handed to the writer in batches (every 10 s, at ``save``
-    and ``finalize``), off the training steps. ``**kwargs`` go to ``SummaryWriter``
+    (``purge_step``). Scalars and the HParams session are handed to the writer in batches
+    (every 10 s, at ``save`` and ``finalize``), off the training steps; the first values logged (a fit's
+    first step's) open the writer and its event file, unless ``experiment`` was used before. ``**kwargs`` go to ``SummaryWriter``
     (``flush_secs=30`` by default, ``max_queue``, ``filename_suffix``, ...).
     """
 
@@ -72,6 +73,7 @@ class TensorBoardLogger(FolderLogger):
         self._hparams_dirty = False
         # Scalars not yet given to the writer: (step, wall time, (name, value) pairs).
         self._pending: list[tuple[int, float, tuple[tuple[str, Any], ...]]] = []
+        self._sessions: list[tuple[dict[str, Any], int, float]] = []  # HParams sessions not yet given: (params, step, wall time)
         self._handed_off = time.perf_counter()
 
     @property
@@ -104,7 +106,8 @@ class TensorBoardLogger(FolderLogger):
         """Queued, and handed to the writer every 10 s or at ``save``; numbers or tensors."""
         metrics = add_prefix(metrics, self._prefix)
         self._pending.append((0 if step is None else int(step), time.time(), tuple(metrics.items())))
-        if time.perf_counter() - self._handed_off >= _HAND_OFF_S:
+        # The first values open the writer (after a fit's first step): the run shows up at once.
+        if self._experiment is None or time.perf_counter() - self._handed_off >= _HAND_OFF_S:
             self._hand_off()
 
     @rank_zero_only
@@ -114,16 +117,16 @@ class TensorBoardLogger(FolderLogger):
         (the ``trainer/`` options stay in TensorBoard only)."""
         params = params_dict(params)
         shown = {str(k): v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items() if v is not None}
-        self.experiment.file_writer.add_summary(session_start(shown), self._last_step)  # a resumed fit's step
+        # Handed to the writer with the scalars: a fit's start opens no writer and waits for no
+        # file, so its first step comes sooner (benchmarks/fit_cost.py).
+        self._sessions.append((shown, self._last_step, time.time()))  # a resumed fit's step
         self._session_open = True
         self._hparams.update({k: v for k, v in params.items() if not str(k).startswith("trainer/")})
         self._hparams_dirty = True
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
-        if metrics:
-            self.log_metrics(metrics, 0)
-        self._hand_off()
-        self.experiment.flush()  # the run shows up in TensorBoard at once
+        if metrics:  # queued with the session, for the first hand-off
+            self._pending.append((0, time.time(), tuple(add_prefix(metrics, self._prefix).items())))
 
     @rank_zero_only
     def log_graph(self, model: Any, input_array: Any = None) -> None:
@@ -179,12 +182,15 @@ class TensorBoardLogger(FolderLogger):
     def _hand_off(self) -> None:
         """Give the queued scalars to the writer: one event per logged step."""
         self._handed_off = time.perf_counter()
-        if not self._pending:
+        if not self._pending and not self._sessions:
             return
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        pending, self._pending = self._pending, []
         writer = self.experiment.file_writer
+        sessions, self._sessions = self._sessions, []
+        for shown, step, walltime in sessions:
+            writer.add_summary(session_start(shown), step, walltime)
+        pending, self._pending = self._pending, []
         for step, walltime, items in pending:
             values = [Summary.Value(tag=tag, simple_value=_number(tag, value)) for tag, value in items]
             if values:
@@ -200,7 +206,7 @@ class TensorBoardLogger(FolderLogger):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_experiment"] = None  # never pickled into DDP workers
-        state["_pending"] = []
+        state["_pending"], state["_sessions"] = [], []
         return state
 
 

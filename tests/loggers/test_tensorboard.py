@@ -179,7 +179,9 @@ def test_a_crashed_run_keeps_what_it_logged():
         trainer.fit(FailsInEpoch1(), loader(64), loader(32))
     acc = _read(trainer.run_dir)
     assert [s for s, _ in _series(acc, "train_loss")] == [1, 2, 3, 4]
-    assert metadata.SESSION_END_INFO_TAG not in acc.PluginTagToContent(metadata.PLUGIN_NAME)  # not marked finished
+    tags = acc.PluginTagToContent(metadata.PLUGIN_NAME)
+    assert metadata.SESSION_START_INFO_TAG in tags  # its options, though it failed before any save
+    assert metadata.SESSION_END_INFO_TAG not in tags  # not marked finished
 
 
 def test_log_dir_none_writes_nothing():
@@ -274,6 +276,29 @@ def test_short_epochs_hand_their_values_to_the_writer_at_most_once_a_second_and_
     acc = _read(trainer.run_dir)
     assert [step for step, _ in _series(acc, "train_loss_epoch")] == [4, 8, 12, 16, 20, 24]
     assert [step for step, _ in _series(acc, "val_loss")] == [4, 8, 12, 16, 20, 24]
+
+
+class ListsEventFiles(Callback):
+    def __init__(self):
+        self.seen = []
+
+    def _look(self, trainer, when):
+        self.seen.append((when, len(glob.glob(os.path.join(trainer.log_dir, "events.out.tfevents.*")))))
+
+    def on_train_start(self, trainer, module):
+        self._look(trainer, "before the first step")
+
+    def on_train_epoch_end(self, trainer, module):
+        self._look(trainer, "after the first epoch")
+
+
+def test_the_event_file_is_opened_after_the_first_step_and_gets_the_hparams_and_every_value():
+    files = ListsEventFiles()
+    trainer, _ = _fit(max_epochs=1, log_every_n_steps=1, callbacks=[files])
+    assert files.seen == [("before the first step", 0), ("after the first epoch", 1)]
+    acc = _read(trainer.run_dir)
+    assert [step for step, _ in _series(acc, "train_loss")] == [1, 2, 3, 4]
+    assert metadata.SESSION_START_INFO_TAG in acc.PluginTagToContent(metadata.PLUGIN_NAME)
 
 
 def test_flush_secs_is_checked():

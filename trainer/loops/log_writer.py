@@ -45,6 +45,7 @@ class LogWriter(Callback):
         self._failed = False
 
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._saved = time.perf_counter()  # the first save a second in: a short fit's is its teardown's
         hparams = _hparams(trainer, module)
         for logger in self.loggers:
             getattr(logger, "_resume_at", lambda step: None)(trainer.global_step)  # a resumed fit drops what came after
