@@ -19,6 +19,9 @@ once for all workloads. This Trainer and Lightning run with their defaults on (p
 into a null terminal, their logger into a temp dir, the epoch-end checkpoint) and log the loss
 every step with ``prog_bar=True``; Accelerate and Ignite run their plain loops.
 
+Besides the peers, a "floor" row: the raw loop's model, loss and optimizer over its very
+batches, listed before the clock starts (no loader, no framework), which no loop's step beats.
+
 Two figures per side, both over the raw loop's:
 
 - per step: benchmarks/overhead.py's ``compare``. Each side reads the clock after every step;

@@ -35,6 +35,9 @@ def test_the_script_runs_and_both_sides_train_to_identical_weights(repo_root, sc
     )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    table, last = next(line for line in lines if line.startswith("tiny MLP")), lines[-1]
-    assert "trainer" in table and "identical" in table
+    rows = {line.split()[6]: line for line in lines if line.startswith("tiny MLP")}  # by side
+    assert set(rows) == {"floor", "trainer"} and all("identical" in row for row in rows.values())
+    floor = next(line for line in lines if "trainer / floor = " in line)
+    assert float(floor.split("trainer / floor = ")[1].split()[0]) > 0
+    last = lines[-1]
     assert last.startswith("worst ratio") and "cores, torch" in last

@@ -26,11 +26,12 @@ def test_quick_run_has_raw_and_trainer_rows_for_each_workload_and_identical_weig
         at = next(i for i, line in enumerate(lines) if line.startswith(label))
         raw = RAW.match(lines[at][len(label):])
         assert raw and float(raw.group(1)) > 0 and float(raw.group(2)) > 0, lines[at]
-        trainer = ROW.match(lines[at + 1])
-        assert trainer, lines[at + 1]
-        side, ms, ratio, lo, hi, whole_ms, whole, weights = trainer.groups()
-        assert side == "trainer" and weights == "identical"
-        assert float(ms) > 0 and float(whole_ms) > 0 and float(lo) <= float(ratio) <= float(hi) and float(whole) > 0
+        for offset, name in ((1, "floor"), (2, "trainer")):  # the step alone, then this Trainer
+            row = ROW.match(lines[at + offset])
+            assert row, lines[at + offset]
+            side, ms, ratio, lo, hi, whole_ms, whole, weights = row.groups()
+            assert side == name and weights == "identical"
+            assert float(ms) > 0 and float(whole_ms) > 0 and float(lo) <= float(ratio) <= float(hi) and float(whole) > 0
     for module, dist in PEERS.items():
         skipped = f"{module} not installed, skipped (pip install {dist})"
         if importlib.util.find_spec(module) is None:
