@@ -104,7 +104,7 @@ WORKLOADS = {
     # 300 sequences of 100 x 10 (10 batches an epoch), 4 epochs: benchmarks/fit_cost.py's run
     "lstm": Workload("lstm", "lstm", 20, 30, steps=10, reps=11, epochs=4),
 }
-DDP_WORKLOADS = ("tiny", "conv")  # overhead-bound and compute-bound
+DDP_WORKLOADS = ("tiny", "medium", "conv")  # overhead-bound, a larger MLP, compute-bound
 
 
 def workload(name: str, **changes: Any) -> Workload:

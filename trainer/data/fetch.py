@@ -20,11 +20,14 @@ else is iterated as it is.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Subset, TensorDataset, default_collate
+from torch.utils.data import (
+    BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler, Subset, TensorDataset, default_collate,
+)
 from torch.utils.data._utils.pin_memory import pin_memory
 
 Fetch = Callable[[list[int]], Any]
@@ -89,6 +92,11 @@ def _recording(next_index: Callable[[], Any], drawn: Any) -> Callable[[], Any]:
 def _fetched(it: Any, fetch: Fetch) -> Iterator[Any]:
     next_index = it._next_index  # the loader's batch sampler, as its own iterator draws from it
     pin = getattr(it, "_pin_memory", False) and not getattr(fetch, "on_device", False)
+    ahead, total = getattr(fetch, "ahead", (1, 0))
+    if ahead > 1:
+        for batch in _read_ahead(next_index, fetch, ahead, total):
+            yield pin_memory(batch, it._pin_memory_device) if pin else batch
+        return
     while True:
         try:
             indices = next_index()
@@ -96,6 +104,68 @@ def _fetched(it: Any, fetch: Fetch) -> Iterator[Any]:
             return
         batch = fetch(indices)
         yield pin_memory(batch, it._pin_memory_device) if pin else batch
+
+
+# A chunk of batches read ahead holds at most this many bytes of the dataset's rows (and 64 batches).
+READ_AHEAD_BYTES = 1 << 20
+_READ_AHEAD_BATCHES = 64
+
+
+def _read_ahead(next_index: Callable[[], list[int]], fetch: Any, ahead: int, total: int) -> Iterator[list[torch.Tensor]]:
+    """The epoch's batches fetched a chunk at a time: up to ``ahead`` batches' indices drawn
+    together, as the batch sampler gives them, each field indexed once for the chunk and split
+    into the batches (views of the chunk's rows). For a small batch, converting its indices and
+    indexing each field cost about as much as its rows (benchmarks/overhead.py).
+
+    The epoch's last batch, and the sampler's end, are drawn on their own, when the loader
+    would draw them: a RandomSampler draws one more permutation from the loader's generator as
+    it runs out, and a checkpoint taken before that must not record it. A dataset tensor
+    changed in place after its chunk was fetched (its ``_version`` moved) has the chunk's
+    remaining rows fetched again: a batch holds the data as it is when the batch is taken."""
+    rows, tensors, left = fetch.rows, fetch.tensors, total
+    while left > 1:
+        chunk = [next_index() for _ in range(min(ahead, left - 1))]
+        left -= len(chunk)
+        sizes = [len(indices) for indices in chunk]
+        flat = torch.as_tensor(list(itertools.chain.from_iterable(chunk)), dtype=torch.int64)
+        versions = [t._version for t in tensors]
+        fields = [f.split(sizes) for f in rows(flat)]
+        done = 0  # rows of the chunk handed out
+        for k, n in enumerate(sizes):
+            if any(t._version != v for t, v in zip(tensors, versions)):  # changed since: fetch the rest again
+                versions = [t._version for t in tensors]
+                fields = [[None] * k + list(f.split(sizes[k:])) for f in rows(flat[done:])]
+            yield [f[k] for f in fields]
+            done += n
+    while True:  # the last batch, then the end
+        try:
+            indices = next_index()
+        except StopIteration:
+            return
+        yield fetch(indices)
+
+
+def read_ahead(loader: DataLoader, tensors: list[torch.Tensor]) -> tuple[int, int]:
+    """(how many batches ``_read_ahead`` may draw at once from ``loader``, the epoch's batches);
+    (1, 0): one at a time.
+
+    Only where drawing early changes nothing: torch's ``BatchSampler`` over a sequential, a
+    distributed, or a random sampler making one pass without replacement, which draw their
+    order (and any random number) when the epoch's first batch is asked for. Another sampler may draw per
+    batch or read the training's progress, and a resumed epoch's skipping sampler puts the RNG
+    back after its skip: those are drawn a batch at a time."""
+    batch_sampler = loader.batch_sampler
+    if type(batch_sampler) is not BatchSampler or not tensors:
+        return 1, 0
+    sampler = batch_sampler.sampler
+    kind = type(sampler)
+    # A RandomSampler drawing more samples than its dataset draws a permutation per pass, mid-epoch.
+    one_pass = kind is RandomSampler and not sampler.replacement and sampler.num_samples == len(sampler.data_source)
+    if not (kind is SequentialSampler or kind is DistributedSampler or one_pass):
+        return 1, 0
+    row_bytes = sum(t[0].numel() * t.element_size() for t in tensors if len(t))
+    ahead = min(_READ_AHEAD_BATCHES, READ_AHEAD_BYTES // max(1, row_bytes * batch_sampler.batch_size))
+    return (ahead, len(batch_sampler)) if ahead > 1 else (1, 0)
 
 
 def batch_fetcher(loader: Any, fetching: Fetching | None = None) -> Fetch | None:
@@ -107,10 +177,16 @@ def batch_fetcher(loader: Any, fetching: Fetching | None = None) -> Fetch | None
         return None
     dataset = loader.dataset
     device = None if fetching is None else fetching.device
-    by_tensor = _tensor_fetcher(dataset, fetching if device is not None else None)
-    if by_tensor is not None:
+    found = _tensor_fetcher(dataset, fetching if device is not None else None)
+    if found is not None:
+        by_tensor, tensors = found
         if device is None:
-            return lambda indices: by_tensor(torch.as_tensor(indices, dtype=torch.int64))
+            def fetch(indices: list[int]) -> list[torch.Tensor]:
+                return by_tensor(torch.as_tensor(indices, dtype=torch.int64))
+
+            fetch.rows, fetch.tensors = by_tensor, tensors  # type: ignore[attr-defined]
+            fetch.ahead = read_ahead(loader, tensors)  # type: ignore[attr-defined]
+            return fetch
         n = len(dataset)
 
         def on_device(indices: list[int]) -> list[torch.Tensor]:
@@ -124,23 +200,27 @@ def batch_fetcher(loader: Any, fetching: Fetching | None = None) -> Fetch | None
     return None
 
 
-def _tensor_fetcher(dataset: Any, fetching: Fetching | None = None) -> Callable[[torch.Tensor], list[torch.Tensor]] | None:
-    """For a TensorDataset, or a Subset of one, that keeps torch's indexing: the batch as
-    default_collate gives it (a list, one stacked tensor per field) from an index tensor
-    (on ``fetching``'s device, if it has one, and then with no negative index)."""
+def _tensor_fetcher(
+    dataset: Any, fetching: Fetching | None = None,
+) -> tuple[Callable[[torch.Tensor], list[torch.Tensor]], list[torch.Tensor]] | None:
+    """For a TensorDataset, or a Subset of one, that keeps torch's indexing: a function giving
+    the batch as default_collate gives it (a list, one stacked tensor per field) from an index
+    tensor (on ``fetching``'s device, if it has one, and then with no negative index), and the
+    dataset's tensors it reads."""
     if isinstance(dataset, TensorDataset) and _keeps(dataset, TensorDataset, "__getitem__", "__getitems__"):
         tensors = dataset.tensors if fetching is None else fetching.on_device(dataset, lambda: list(dataset.tensors))
-        return lambda idx: [_rows(t, idx) for t in tensors]
+        return (lambda idx: [_rows(t, idx) for t in tensors]), list(dataset.tensors)
     if isinstance(dataset, Subset) and _keeps(dataset, Subset, "__getitem__", "__getitems__"):
-        inner = _tensor_fetcher(dataset.dataset, fetching)
-        if inner is None:
+        found = _tensor_fetcher(dataset.dataset, fetching)
+        if found is None:
             return None
+        inner, tensors = found
         if fetching is None:
             mapping = torch.as_tensor(dataset.indices, dtype=torch.int64)
         else:
             n = len(dataset.dataset)
             (mapping,) = fetching.on_device(dataset, lambda: [_valid_index(torch.as_tensor(dataset.indices, dtype=torch.int64), n)])
-        return lambda idx: inner(_rows(mapping, idx))
+        return (lambda idx: inner(_rows(mapping, idx))), tensors
     return None
 
 

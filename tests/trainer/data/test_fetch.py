@@ -220,3 +220,64 @@ def test_data_on_device_on_a_gpu_trains_as_copying_each_batch_does():
         models.append(model)
     for x, y in zip(models[0].state_dict().values(), models[1].state_dict().values()):
         assert torch.allclose(x.cpu(), y.cpu(), rtol=1e-9, atol=1e-12)
+
+
+# --- reading ahead: a chunk of small batches fetched at once ------------------------------
+def _generator_states(batches_iter, generator):
+    """Each batch, with the loader generator's state right after it was taken."""
+    return [(batch, generator.get_state()) for batch in batches_iter]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [48, 50])  # the last batch full, or short
+def test_reading_ahead_gives_the_same_batches_and_the_same_generator_state_after_each_one(n, drop_last):
+    data = TensorDataset(torch.randn(n, 3), torch.arange(n))
+
+    def make():
+        return DataLoader(data, batch_size=4, shuffle=True, drop_last=drop_last, generator=torch.Generator().manual_seed(5))
+
+    theirs_loader, ours_loader = make(), make()
+    assert batch_fetcher(ours_loader).ahead == (64, len(ours_loader)), "the epoch should be read ahead"
+    for _ in range(3):  # the next epoch's order comes from the state the last one left
+        theirs = _generator_states(iter(theirs_loader), theirs_loader.generator)
+        ours = _generator_states(batches(ours_loader), ours_loader.generator)
+        assert len(ours) == len(theirs) == len(theirs_loader)
+        for (a, state_a), (b, state_b) in zip(ours, theirs):
+            assert all(torch.equal(x, y) for x, y in zip(a, b))
+            # a checkpoint taken after any batch records what it would without reading ahead
+            assert torch.equal(state_a, state_b)
+
+
+def test_a_dataset_changed_in_place_mid_epoch_gives_its_new_rows_to_the_batches_after():
+    x = torch.arange(40.0).unsqueeze(1)
+    loader = DataLoader(TensorDataset(x, torch.arange(40)), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(1))
+    assert batch_fetcher(loader).ahead[0] > 1
+    seen = []
+    for i, (rows, index) in enumerate(batches(loader)):
+        seen.append((rows.clone(), index))
+        if i == 2:
+            x.mul_(-1)  # e.g. a callback relabelling the data
+    for i, (rows, index) in enumerate(seen):
+        sign = 1 if i <= 2 else -1
+        assert torch.equal(rows.squeeze(1), sign * index.float()), i
+
+
+@pytest.mark.parametrize("sampler_options", [
+    dict(shuffle=True, generator=torch.Generator(), batch_size=4),  # read ahead: the reference
+    dict(sampler=torch.utils.data.RandomSampler(DATA, replacement=True), batch_size=4),
+    dict(sampler=torch.utils.data.RandomSampler(DATA, num_samples=120), batch_size=4),
+    dict(sampler=list(range(50)), batch_size=4),
+    dict(batch_size=2_000_000 // (3 * 8)),  # a batch of 2 MB: one at a time
+], ids=["random", "with-replacement", "more-samples-than-data", "user-sampler", "large-batches"])
+def test_samplers_that_may_draw_mid_epoch_and_large_batches_are_fetched_one_batch_at_a_time(sampler_options):
+    loader = DataLoader(DATA, **sampler_options)
+    ahead, _ = batch_fetcher(loader).ahead
+    assert (ahead > 1) == ("shuffle" in sampler_options)
+    runs = []
+    for iterate in (iter, batches):
+        torch.manual_seed(0)
+        if loader.generator is not None:
+            loader.generator.manual_seed(7)
+        runs.append(list(iterate(loader)))
+    theirs, ours = runs
+    assert len(ours) == len(theirs) and all(torch.equal(a[0], b[0]) for a, b in zip(ours, theirs))
