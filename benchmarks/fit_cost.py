@@ -12,7 +12,8 @@ its last step, the Trainer from ``Trainer(...)`` to ``fit`` returning; the runs 
 raw and Trainer back to back, and the ratio is the median of the pairs' ratios. The weights
 must be ``torch.equal``.
 
-Where the Trainer's extra time goes, per run (medians): building the Trainer; ``fit`` until
+Where the Trainer's time goes, per run (medians): building the model and the Trainer (the raw
+loop builds the same model); ``fit`` until
 ``on_fit_start`` (strategy set-up, run folder, loggers); until ``on_train_start`` (the summary,
 the sanity check); until the first ``training_step``; and from the last epoch's end until ``fit``
 returns (the last checkpoint's wait, the final flush). "Time to the first step" compares
@@ -44,7 +45,7 @@ from trainer import Trainer, TrainModule  # noqa: E402
 
 GOAL = 1.03
 EPOCHS = 4
-PHASES = ("build the Trainer", "fit -> on_fit_start", "-> on_train_start", "-> first training_step", "last epoch -> fit returns")
+PHASES = ("build the model and Trainer", "fit -> on_fit_start", "-> on_train_start", "-> first training_step", "last epoch -> fit returns")
 
 
 def raw(epochs: int) -> tuple[float, float, torch.nn.Module]:

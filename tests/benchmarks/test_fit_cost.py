@@ -15,5 +15,5 @@ def test_the_whole_fit_benchmark_prints_the_ratio_the_first_step_and_the_phases(
     out = done.stdout
     assert "weights identical" in out
     assert "goal <= 1.03" in out and "time to the first step: raw" in out
-    for phase in ("build the Trainer", "fit -> on_fit_start", "-> on_train_start", "-> first training_step", "last epoch -> fit returns"):
+    for phase in ("build the model and Trainer", "fit -> on_fit_start", "-> on_train_start", "-> first training_step", "last epoch -> fit returns"):
         assert phase in out
