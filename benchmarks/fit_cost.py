@@ -2,6 +2,7 @@
 
     python benchmarks/fit_cost.py            # 21 pairs of runs of 4 epochs
     python benchmarks/fit_cost.py --quick    # 3 pairs: a smoke run (numbers are rough)
+    python benchmarks/fit_cost.py --breakdown  # each default (checkpoint, bar, TensorBoard, summary) off on its own
 
 Lightning's parity benchmark times the Trainer's construction and the whole ``fit`` and divides
 by the epochs; this does the same, on its workload (benchmarks/epoch_cost.py: an LSTM(10->20)
@@ -92,13 +93,13 @@ class Timed(Parity):
         return super().training_step(batch, batch_idx)
 
 
-def ours(epochs: int, log_dir: str) -> tuple[float, float, dict[str, float], torch.nn.Module]:
-    """(whole run s, time from fit() to the first step s, phases s, model)."""
+def ours(epochs: int, log_dir: str, **options: Any) -> tuple[float, float, dict[str, float], torch.nn.Module]:
+    """(whole run s, time from fit() to the first step s, phases s, model); ``options`` go to the Trainer."""
     start = time.perf_counter()
     torch.manual_seed(SEED)
     model, marks = Timed(), Marks()
     model._first = None
-    trainer = Trainer(max_epochs=epochs, log_dir=log_dir, callbacks=[marks])
+    trainer = Trainer(max_epochs=epochs, log_dir=log_dir, callbacks=[marks], **options)
     built = time.perf_counter()
     trainer.fit(model, make_loader())
     end = time.perf_counter()
@@ -114,11 +115,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=21, help="timed pairs of runs (default 21: a run is short, and the pairs vary)")
     parser.add_argument("--quick", action="store_true", help="3 pairs: a smoke run")
+    parser.add_argument("--breakdown", action="store_true", help="instead: each default turned off on its own (40 reps)")
     args = parser.parse_args(argv)
     reps = 3 if args.quick else args.reps
     torch.set_num_threads(1)
     logging.getLogger("trainer").setLevel(logging.WARNING)
     sys.stderr = NullTerminal()  # the progress bar draws, into nothing
+    if args.breakdown:
+        return breakdown(3 if args.quick else max(reps, 40))
     ratios, raw_s, our_s, raw_first, our_first, identical = [], [], [], [], [], True
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     with tempfile.TemporaryDirectory() as log_dir:
@@ -149,6 +153,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  {p:30}{med(phases[p]) * 1e3:8.1f}")
     print(f"weights {'identical' if identical else 'DIFFERENT'}; torch {torch.__version__}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}")
     return {"ratio": ratio, "identical": identical}
+
+
+BREAKDOWN = {
+    "every default on": {},
+    "without the checkpoint": {"enable_checkpointing": False},
+    "without the progress bar": {"enable_progress_bar": False},
+    "without TensorBoard": {"logger": False},
+    "without the summary": {"enable_model_summary": False},
+    "all four off": {"enable_checkpointing": False, "enable_progress_bar": False, "logger": False, "enable_model_summary": False},
+}
+
+
+def breakdown(reps: int) -> dict[str, Any]:
+    """Each default turned off on its own: the raw loop and every variant in one process, the
+    order rotating each rep; per variant the median of its ratios to the same rep's raw run."""
+    sides = ["raw", *BREAKDOWN]
+    ratios: dict[str, list[float]] = {name: [] for name in BREAKDOWN}
+    with tempfile.TemporaryDirectory() as log_dir:
+        raw(1), ours(1, log_dir)  # warm-up
+        for rep in range(reps):
+            order = sides[rep % len(sides):] + sides[: rep % len(sides)]
+            took = {}
+            for side in order if rep % 2 == 0 else order[::-1]:
+                gc.collect()
+                took[side] = raw(EPOCHS)[0] if side == "raw" else ours(EPOCHS, log_dir, **BREAKDOWN[side])[0]
+            for name in BREAKDOWN:
+                ratios[name].append(took[name] / took["raw"])
+    sys.stderr = sys.__stderr__
+    print(f"LSTM parity workload, whole fit, {EPOCHS} epochs, 1 thread; {reps} reps; ratio to the raw loop: median [quartiles]")
+    for name, values in ratios.items():
+        q1, q2, q3 = statistics.quantiles(values, n=4)
+        print(f"  {name:28}{statistics.median(values):7.3f}  [{q1:.3f}, {q3:.3f}]")
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}")
+    return {name: statistics.median(values) for name, values in ratios.items()}
 
 
 if __name__ == "__main__":

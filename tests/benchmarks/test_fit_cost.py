@@ -17,3 +17,12 @@ def test_the_whole_fit_benchmark_prints_the_ratio_the_first_step_and_the_phases(
     assert "goal <= 1.03" in out and "time to the first step: raw" in out
     for phase in ("build the model and Trainer", "fit -> on_fit_start", "-> on_train_start", "-> first training_step", "last epoch -> fit returns"):
         assert phase in out
+
+
+def test_the_breakdown_turns_each_default_off_on_its_own(script_env):
+    done = subprocess.run([sys.executable, BENCHMARK, "--breakdown", "--quick"], env=script_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {line[2:30].strip(): float(line[30:].split()[0]) for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert set(rows) == {"every default on", "without the checkpoint", "without the progress bar", "without TensorBoard",
+                         "without the summary", "all four off"}
+    assert all(0.3 < ratio < 3 for ratio in rows.values()), rows
