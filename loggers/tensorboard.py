@@ -40,9 +40,10 @@ class TensorBoardLogger(FolderLogger):
     ``add_histogram``, ``add_figure``, ``add_text`` land in the same run. A resumed fit
     appends to its own folder and drops what the crashed run wrote after the checkpoint
     (``purge_step``). Scalars and the HParams session are handed to the writer in batches
-    (every 10 s, at ``save`` and ``finalize``), off the training steps; the first values logged (a fit's
-    first step's) open the writer and its event file, unless ``experiment`` was used before. ``**kwargs`` go to ``SummaryWriter``
-    (``flush_secs=30`` by default, ``max_queue``, ``filename_suffix``, ...).
+    (every 10 s, at ``save`` and ``finalize``), off the training steps; the first values
+    logged (a fit's first step's) open the writer and its event file, unless ``experiment``
+    was used before. ``**kwargs`` go to ``SummaryWriter`` (``flush_secs=30`` by default,
+    ``max_queue``, ``filename_suffix``, ...).
     """
 
     def __init__(

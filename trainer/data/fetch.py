@@ -124,7 +124,14 @@ def _read_ahead(next_index: Callable[[], list[int]], fetch: Any, ahead: int, tot
     remaining rows fetched again: a batch holds the data as it is when the batch is taken."""
     rows, tensors, left = fetch.rows, fetch.tensors, total
     while left > 1:
-        chunk = [next_index() for _ in range(min(ahead, left - 1))]
+        chunk: list[list[int]] = []
+        try:
+            while len(chunk) < min(ahead, left - 1):
+                chunk.append(next_index())
+        except StopIteration:  # fewer batches than the sampler's length said: these are all
+            left = 0
+        if not chunk:
+            return
         left -= len(chunk)
         sizes = [len(indices) for indices in chunk]
         flat = torch.as_tensor(list(itertools.chain.from_iterable(chunk)), dtype=torch.int64)
@@ -137,7 +144,7 @@ def _read_ahead(next_index: Callable[[], list[int]], fetch: Any, ahead: int, tot
                 fields = [[None] * k + list(f.split(sizes[k:])) for f in rows(flat[done:])]
             yield [f[k] for f in fields]
             done += n
-    while True:  # the last batch, then the end
+    while left >= 0:  # the last batch, then the end (unless the sampler ended already)
         try:
             indices = next_index()
         except StopIteration:
@@ -151,9 +158,9 @@ def read_ahead(loader: DataLoader, tensors: list[torch.Tensor]) -> tuple[int, in
 
     Only where drawing early changes nothing: torch's ``BatchSampler`` over a sequential, a
     distributed, or a random sampler making one pass without replacement, which draw their
-    order (and any random number) when the epoch's first batch is asked for. Another sampler may draw per
-    batch or read the training's progress, and a resumed epoch's skipping sampler puts the RNG
-    back after its skip: those are drawn a batch at a time."""
+    order (and any random number) when the epoch's first batch is asked for. Another sampler
+    may draw per batch or read the training's progress, and a resumed epoch's skipping sampler
+    puts the RNG back after its skip: those are drawn a batch at a time."""
     batch_sampler = loader.batch_sampler
     if type(batch_sampler) is not BatchSampler or not tensors:
         return 1, 0
