@@ -111,6 +111,15 @@ def workload(name: str, **changes: Any) -> Workload:
     return replace(WORKLOADS[name], **changes)
 
 
+def workload_names(parser: Any, text: str) -> list[str]:
+    """The names in ``--workloads a,b``; an unknown one is the parser's error, with the choices."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}; choose from {sorted(WORKLOADS)}")
+    return names
+
+
 def build_net(wl: Workload) -> nn.Module:
     torch.manual_seed(SEED)  # the Trainer side builds its module's net after the same seed
     return wl.make_net()

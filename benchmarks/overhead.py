@@ -69,7 +69,7 @@ from torch import nn  # noqa: E402
 import _workloads  # noqa: E402
 from _workloads import (  # noqa: E402
     DDP_WORKLOADS, WORKLOADS, NullTerminal, ParityNet, Workload, build_net, floor_loop, peak_rss_kib, raw_ddp_worker, raw_loop,
-    workload,
+    workload, workload_names,
 )
 from callbacks import Callback, ModelCheckpoint  # noqa: E402
 from trainer import Trainer, TrainModule  # noqa: E402
@@ -602,10 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the Trainer on the first workload, then exit")
     parser.add_argument("--check", action="store_true", help="exit 1 when a budget is missed")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
-    unknown = [n for n in names if n not in WORKLOADS]
-    if unknown:
-        parser.error(f"unknown workload(s) {unknown}; choose from {sorted(WORKLOADS)}")
+    names = workload_names(parser, args.workloads)
     torch.set_num_threads(1)
     logging.getLogger("trainer").setLevel(logging.WARNING)  # the one-line run summary, per fit
     _workloads.CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter

@@ -51,7 +51,7 @@ sys.path[:0] = [p for p in (os.path.dirname(_HERE), _HERE) if p not in sys.path[
 
 import torch  # noqa: E402
 
-from _workloads import WORKLOADS, Workload, workload  # noqa: E402
+from _workloads import WORKLOADS, Workload, workload, workload_names  # noqa: E402
 from overhead import PEERS, Row, Timed, compare, installed_peers  # noqa: E402
 
 DEFAULT_WORKLOADS = ("tiny", "medium", "lstm")
@@ -111,10 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help=f"timed reps per side, interleaved (default: per workload, at least {MIN_REPS})")
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown (for the README)")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
-    unknown = [n for n in names if n not in WORKLOADS]
-    if unknown:
-        parser.error(f"unknown workload(s) {unknown}; choose from {sorted(WORKLOADS)}")
+    names = workload_names(parser, args.workloads)
     torch.set_num_threads(1)
     logging.getLogger("trainer").setLevel(logging.WARNING)  # the one-line run summary, per fit
     peers, missing = installed_peers()  # {"lightning 2.6.6": its runner, ...}: the side names carry the versions

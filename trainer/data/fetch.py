@@ -93,10 +93,9 @@ def _fetched(it: Any, fetch: Fetch) -> Iterator[Any]:
     next_index = it._next_index  # the loader's batch sampler, as its own iterator draws from it
     pin = getattr(it, "_pin_memory", False) and not getattr(fetch, "on_device", False)
     ahead, total = getattr(fetch, "ahead", (1, 0))
-    if ahead > 1:
-        for batch in _read_ahead(next_index, fetch, ahead, total):
+    if ahead > 1:  # all but the epoch's last batch; the loop below draws that one, and the end
+        for batch in _read_ahead(next_index, fetch.rows, fetch.tensors, ahead, total):  # type: ignore[attr-defined]
             yield pin_memory(batch, it._pin_memory_device) if pin else batch
-        return
     while True:
         try:
             indices = next_index()
@@ -111,25 +110,28 @@ READ_AHEAD_BYTES = 1 << 20
 _READ_AHEAD_BATCHES = 64
 
 
-def _read_ahead(next_index: Callable[[], list[int]], fetch: Any, ahead: int, total: int) -> Iterator[list[torch.Tensor]]:
-    """The epoch's batches fetched a chunk at a time: up to ``ahead`` batches' indices drawn
-    together, as the batch sampler gives them, each field indexed once for the chunk and split
-    into the batches (views of the chunk's rows). For a small batch, converting its indices and
-    indexing each field cost about as much as its rows (benchmarks/overhead.py).
+def _read_ahead(
+    next_index: Callable[[], list[int]], rows: Callable[[torch.Tensor], list[torch.Tensor]], tensors: list[torch.Tensor],
+    ahead: int, total: int,
+) -> Iterator[list[torch.Tensor]]:
+    """The epoch's batches but its last, fetched a chunk at a time: up to ``ahead`` batches'
+    indices drawn together, as the batch sampler gives them, each field indexed once for the
+    chunk and split into the batches (views of the chunk's rows). For a small batch, converting
+    its indices and indexing each field cost about as much as its rows (benchmarks/overhead.py).
 
-    The epoch's last batch, and the sampler's end, are drawn on their own, when the loader
-    would draw them: a RandomSampler draws one more permutation from the loader's generator as
-    it runs out, and a checkpoint taken before that must not record it. A dataset tensor
+    The epoch's last batch, and the sampler's end, are left to the caller, to be drawn when the
+    loader would draw them: a RandomSampler draws one more permutation from the loader's
+    generator as it runs out, and a checkpoint taken before that must not record it. A dataset tensor
     changed in place after its chunk was fetched (its ``_version`` moved) has the chunk's
     remaining rows fetched again: a batch holds the data as it is when the batch is taken."""
-    rows, tensors, left = fetch.rows, fetch.tensors, total
+    left = total
     while left > 1:
         chunk: list[list[int]] = []
         try:
             while len(chunk) < min(ahead, left - 1):
                 chunk.append(next_index())
-        except StopIteration:  # fewer batches than the sampler's length said: these are all
-            left = 0
+        except StopIteration:  # fewer batches than its length said: these are all (the caller's
+            left = 0  # next draw raises StopIteration again)
         if not chunk:
             return
         left -= len(chunk)
@@ -144,12 +146,6 @@ def _read_ahead(next_index: Callable[[], list[int]], fetch: Any, ahead: int, tot
                 fields = [[None] * k + list(f.split(sizes[k:])) for f in rows(flat[done:])]
             yield [f[k] for f in fields]
             done += n
-    while left >= 0:  # the last batch, then the end (unless the sampler ended already)
-        try:
-            indices = next_index()
-        except StopIteration:
-            return
-        yield fetch(indices)
 
 
 def read_ahead(loader: DataLoader, tensors: list[torch.Tensor]) -> tuple[int, int]:
