@@ -13,7 +13,6 @@ import yaml
 
 from tests.examples._run import EXAMPLES
 
-pytest.importorskip("jsonargparse")
 pytestmark = pytest.mark.slow
 
 SCRIPT, CONFIG = os.path.join(EXAMPLES, "config_cli.py"), os.path.join(EXAMPLES, "config_cli.yaml")

@@ -10,10 +10,8 @@ import pytest
 import torch
 import yaml
 
-pytest.importorskip("jsonargparse")
-
-from tests._models import Classifier  # noqa: E402
-from trainer.cli import LightningCLI, TrainerCLI  # noqa: E402
+from tests._models import Classifier
+from trainer.cli import LightningCLI, TrainerCLI
 
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "limit_train_batches": 2, "limit_val_batches": 1}
 

@@ -110,7 +110,6 @@ def test_plot_without_matplotlib_says_to_install_it(monkeypatch):
 
 
 def test_plot_draws_a_figure_with_matplotlib():
-    pytest.importorskip("matplotlib")
     finder = Tuner(Trainer(max_epochs=1, **quiet())).lr_find(Tunable(), num_training=15, update_attr=False)
     fig = finder.plot(suggest=True)
     assert len(fig.axes[0].lines) == 2  # the curve and the suggestion

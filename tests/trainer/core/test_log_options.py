@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torchmetrics
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
 from tests._models import Classifier, loader, quiet
 from trainer import Trainer
 
-torchmetrics = pytest.importorskip("torchmetrics")
 
 
 class Keywords(Classifier):

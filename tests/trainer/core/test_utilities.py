@@ -82,7 +82,6 @@ def _draws(workers: bool) -> torch.Tensor:
 
 
 def test_seed_everything_workers_gives_each_worker_and_rank_its_own_seeds_and_repeats():
-    pytest.importorskip("numpy")
     seeded = _draws(workers=True)
     assert len(set(seeded[:, 2].tolist())) == 4 and len(set(seeded[:, 1].tolist())) == 4  # each worker its own
     assert torch.equal(seeded, _draws(workers=True))  # and again the same
