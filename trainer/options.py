@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from strategies import select_strategy
+from strategies.precision import normalize_precision
 
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
 from trainer.loops.hooks import check_callbacks
 from trainer.loops.log_writer import make_loggers, split_loggers
-from trainer.loops.precision import normalize_precision
 from trainer.loops.profiler import SimpleProfiler
 
 if TYPE_CHECKING:

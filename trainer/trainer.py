@@ -19,6 +19,7 @@ from torch import nn
 from callbacks import Callback
 from loggers import Logger
 from strategies import Strategy
+from strategies.precision import Precision, check_precision_available
 
 from trainer.attributes import TrainerAttributes
 from trainer.checkpoint import files as ckpt_io
@@ -37,7 +38,6 @@ from trainer.loops.hooks import Hooks
 from trainer.loops.log_writer import LoggerAccess
 from trainer.loops.optimization.manual import ManualOptimization
 from trainer.loops.optimization.optim import OptimizerSetup
-from trainer.loops.precision import Precision, check_precision_available
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.stage import StageData, absorb, run_stage

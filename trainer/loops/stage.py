@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import torch
 
+from strategies.precision import Precision
+
 from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, restore_steps
 from trainer.checkpoint.paths import resolve_path
 from trainer.checkpoint.resume import evaluate_checkpoint
@@ -23,7 +25,6 @@ from trainer.loops.log_writer import LogWriter, logger_versions, resolve_run_dir
 from trainer.data.fetch import Fetching
 from trainer.loops.fit import FitLoop
 from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
-from trainer.loops.precision import Precision
 from trainer.loops.prediction import PredictLoop
 from trainer.core.seed import deterministic_algorithms, seed_everything, seeded_workers
 from trainer.core.state import TrainerState
