@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from strategies import select_strategy
-from strategies.precision import normalize_precision
+from strategies.precision import Precision, normalize_precision
 
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
@@ -239,7 +239,7 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
         t.limit_train_batches = t.limit_val_batches = t.limit_test_batches = t.limit_predict_batches = n
         t.check_val_every_n_epoch, t.val_check_interval = 1, None
         t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False
-    t._strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"])
+    t._strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"], Precision(t.precision))
     t.num_nodes = o["num_nodes"]
     t.sync_batchnorm = flag("sync_batchnorm", o["sync_batchnorm"])
     t._strategy.sync_batchnorm = t.sync_batchnorm or t._strategy.sync_batchnorm

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import torch
 
-from strategies.precision import Precision
-
 from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, restore_steps
 from trainer.checkpoint.paths import resolve_path
 from trainer.checkpoint.resume import evaluate_checkpoint
@@ -122,7 +120,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     strategy, datamodule = trainer.strategy, data.datamodule
     if trainer.seed is not None:
         seed_everything((trainer.seed + strategy.global_rank) % 2**32)
-    trainer._precision = strategy.precision = Precision(trainer.precision, strategy.root_device)
+    strategy.precision.setup(strategy.root_device)  # the device is known now (ddp picks each rank's)
+    trainer._precision = strategy.precision
     trainer._module = model
     model._trainer = trainer
     rank_zero_only.rank = strategy.global_rank
