@@ -17,6 +17,7 @@ from trainer.data.loaders import Loaders, takes_dataloader_idx
 from trainer.core.metrics import MetricSink, set_sink
 
 if TYPE_CHECKING:
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
@@ -48,23 +49,23 @@ def results_table(stage: str, results: list[dict[str, float]]) -> str:
 
 
 def evaluation_loop(
-    trainer: Trainer, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
+    trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
-    """:func:`run_evaluation`, with ``trainer._phase`` saying which phase runs (``trainer.validating``
+    """:func:`run_evaluation`, with ``run.phase`` saying which phase runs (``trainer.validating``
     and friends read it), timed when a profiler is on."""
-    previous, trainer._phase = trainer._phase, phase
+    previous, run.phase = run.phase, phase
     profiler = trainer.profiler
     start = time.perf_counter()
     try:
-        return run_evaluation(trainer, phase, loaders, limit, publish)
+        return run_evaluation(trainer, run, phase, loaders, limit, publish)
     finally:
-        trainer._phase = previous
+        run.phase = previous
         if profiler is not None and publish:
             profiler.add(phase, time.perf_counter() - start)
 
 
 def run_evaluation(
-    trainer: Trainer, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
+    trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
     """Run ``phase`` ("validation", "test" or "predict") over ``loaders`` (one loader or a
     :class:`~trainer.loaders.Loaders`); for predict, one list of outputs per loader, else None.
@@ -85,13 +86,13 @@ def run_evaluation(
 
     The training counters (``global_step``, ``current_epoch``) are read, never changed.
     """
-    model, hooks, strategy = trainer.module, trainer._hooks, trainer.strategy
+    model, hooks, strategy = run.module, run.hooks, trainer.strategy
     loaders = loaders if isinstance(loaders, Loaders) else Loaders(loaders)
     step_name = _STEP[phase]
     lengths = loaders.lengths()
     counts = [limited(n, limit) for n in lengths]
     if publish:  # Lightning's trainer.num_val_batches (num_test_batches, ...): one count per loader
-        setattr(trainer, _COUNTS[phase], counts)
+        setattr(run, _COUNTS[phase], counts)
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
         return [[] for _ in counts] if phase == "predict" else None
@@ -118,9 +119,9 @@ def run_evaluation(
             with _no_grad(trainer), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
-                record = trainer.predict_loop if phase == "predict" else None
-                it = batches(loader, trainer._fetching, None if record is None else record.start_loader(loader))
-                it = trainer._precision.convert_batches(it)
+                record = run.predict_loop if phase == "predict" else None
+                it = batches(loader, run.fetching, None if record is None else record.start_loader(loader))
+                it = run.precision.convert_batches(it)
                 it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
                 for batch_idx, batch in enumerate(it):
                     sink.batch_size = batch_size(batch)
@@ -152,19 +153,19 @@ def run_evaluation(
         hidden |= outer.hidden
         aliases.update(outer.aliases)
         if publish:
-            trainer.logged_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
-            trainer.callback_metrics.update(means)
-            trainer.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
-            trainer.prog_bar_names |= prog_bar | outer.prog_bar
+            run.logged_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
+            run.callback_metrics.update(means)
+            run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
+            run.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:
         set_sink(previous_sink)
         for m, mode in zip(model.modules(), modes):
             m.training = mode
-    return trainer.predict_loop._predictions if phase == "predict" else None
+    return run.predict_loop._predictions if phase == "predict" else None
 
 
-def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
+def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
     """Before training: ``num_sanity_val_steps`` batches of each validation loader (-1: all), so
     that a bug in ``validation_step`` shows in seconds, not after the first epoch.
 
@@ -176,24 +177,24 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
     steps = trainer.num_sanity_val_steps
     if loaders is None or steps == 0 or trainer.limit_val_batches == 0:
         return
-    model, hooks, cap = trainer.module, trainer._hooks, trainer.limit_val_batches
+    model, hooks, cap = run.module, run.hooks, trainer.limit_val_batches
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
     rng = ckpt_io.rng_state()
     generators = [ckpt_io.generator_states(loader) for loader in loaders]
-    trainer.sanity_checking = True  # from on_sanity_check_start to on_sanity_check_end, as in Lightning
+    run.sanity_checking = True  # from on_sanity_check_start to on_sanity_check_end, as in Lightning
     try:
         hooks.call("on_sanity_check_start", trainer, model)
-        trainer._hooks = Hooks([], model)
+        run.hooks = Hooks([], model)
         try:
-            evaluation_loop(trainer, "validation", loaders, limit, publish=False)
+            evaluation_loop(trainer, run, "validation", loaders, limit, publish=False)
         finally:
-            trainer._hooks = hooks
+            run.hooks = hooks
             ckpt_io.set_rng_state(rng)
             for loader, states in zip(loaders, generators):
                 ckpt_io.set_generator_states(loader, states)
         hooks.call("on_sanity_check_end", trainer, model)
     finally:
-        trainer.sanity_checking = False
+        run.sanity_checking = False
 
 
 def limited(n: int | None, limit: int | float | None) -> int | float:

@@ -28,6 +28,7 @@ from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
@@ -75,24 +76,24 @@ class FitLoop(StopRules, Publishing):
         on_fit_end
         teardown("fit")                           (in stage.run_stage)
 
-    The state that checkpoints record lives on the Trainer (``checkpoint_state``).
+    The state that checkpoints record lives on the run (``trainer/loops/run.py``).
     """
 
     def __init__(
-        self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None,
+        self, trainer: Trainer, run: Run, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None,
         reload: Callable[[], tuple[Any, Any]] | None = None,
     ) -> None:
-        self.trainer, self.model = trainer, model
+        self.trainer, self.run, self.model = trainer, run, model
         self._reload, self._loaded_at = reload, 0  # reload_dataloaders_every_n_epochs: where they come from
         self._told_min = False  # the min_epochs/min_steps message is logged once
         self._use_loaders(train_loader, val_loader)
         # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
-        trainer._opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
+        run.opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
         check_manual(trainer, model, len(opt.optimizers))
-        trainer.optimizer, trainer.lr_scheduler = opt.optimizer, opt.scheduler
-        trainer.optimizers, trainer.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
-        trainer._manual = None if opt.automatic else ManualOptimization(trainer, model, opt.optimizers)
-        self.resume = Resume.load(trainer, ckpt_path)
+        run.optimizer, run.lr_scheduler = opt.optimizer, opt.scheduler
+        run.optimizers, run.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
+        run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers)
+        self.resume = Resume.load(trainer, run, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         self._validated_at = -1  # the step of the latest mid-epoch validation
         step = trainer.state.global_step
@@ -102,18 +103,18 @@ class FitLoop(StopRules, Publishing):
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
 
     def _use_loaders(self, train_loader: Any, val_loader: Any) -> None:
-        trainer, strategy = self.trainer, self.trainer.strategy
+        trainer, run, strategy = self.trainer, self.run, self.trainer.strategy
         self.train_loader = strategy.process_dataloader(train_loader, "train")
         self.val_loader = None if val_loader is None else val_loader.map(lambda x: strategy.process_dataloader(x, "validate"))
         n = loader_length(self.train_loader)
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
-        trainer.num_training_batches = limited(n, trainer.limit_train_batches)
+        run.num_training_batches = limited(n, trainer.limit_train_batches)
         if self.val_loader is not None:
             check_val_interval(trainer)
-        trainer.train_dataloader = self.train_loader
-        trainer.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
-        trainer.num_val_batches = [] if self.val_loader is None else [
+        run.train_dataloader = self.train_loader
+        run.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
+        run.num_val_batches = [] if self.val_loader is None else [
             limited(length, trainer.limit_val_batches) for length in self.val_loader.lengths()
         ]
         check_same_length(strategy.gather_objects(trainer.num_training_batches))
@@ -126,29 +127,29 @@ class FitLoop(StopRules, Publishing):
             self._use_loaders(*self._reload())
             self._loaded_at = epoch
 
-    def run(self) -> None:
-        trainer = self.trainer
+    def fit(self) -> None:
+        trainer, run = self.trainer, self.run
         if trainer.profiler is not None:
-            trainer.profiler.attach_optimizers(trainer._opt.optimizers)
-        trainer._phase = "train"
-        trainer._publish_step_metrics = self._publish_step_metrics
+            trainer.profiler.attach_optimizers(run.opt.optimizers)
+        run.phase = "train"
+        run.publish_step_metrics = self._publish_step_metrics
         try:
-            self._run()
+            self._fit()
         finally:
-            trainer._phase = None
-            trainer._publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
+            run.phase = None
+            run.publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
 
-    def _run(self) -> None:
-        trainer, model, hooks, state = self.trainer, self.model, self.trainer._hooks, self.trainer.state
-        with trainer._signals:
+    def _fit(self) -> None:
+        trainer, run, model, hooks, state = self.trainer, self.run, self.model, self.run.hooks, self.trainer.state
+        with run.signals:
             if not model.training:  # a model handed over in eval mode trains; submodules the
                 model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
             hooks.call("on_fit_start", trainer, model)
-            sanity_check(trainer, self.val_loader)
+            sanity_check(trainer, run, self.val_loader)
             hooks.call("on_train_start", trainer, model)
             while not self._done():
                 self._maybe_reload()
-                trainer._train_sink = sink = MetricSink(training=True)
+                run.train_sink = sink = MetricSink(training=True)
                 previous_sink = set_sink(sink)
                 try:
                     hooks.call("on_train_epoch_start", trainer, model)
@@ -166,7 +167,7 @@ class FitLoop(StopRules, Publishing):
                 state.should_stop = trainer.strategy.any_rank(state.should_stop)
             hooks.call("on_train_end", trainer, model)
             hooks.call("on_fit_end", trainer, model)
-        received = trainer._signals.received
+        received = run.signals.received
         if received is not None:  # came after the last stop check: finished, but say so
             raise Interrupted(
                 f"{signal.Signals(received).name} arrived after the last step boundary; training "
@@ -178,24 +179,24 @@ class FitLoop(StopRules, Publishing):
         """A completed epoch's end. The model's ``on_train_epoch_end`` runs with the epoch's
         values still open, so that what it logs joins the epoch means (taken again then);
         the callbacks' hooks come last and read those means in ``callback_metrics``."""
-        trainer, hooks = self.trainer, self.trainer._hooks
-        sink = trainer._train_sink
-        trainer._epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
+        trainer, run, hooks = self.trainer, self.run, self.run.hooks
+        sink = run.train_sink
+        run.epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
         self._publish_epoch_means(sink)
         if self._epoch_val_due():
-            evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
+            evaluation_loop(trainer, run, "validation", self.val_loader, trainer.limit_val_batches)
         own = hooks.module_hooks.get("on_train_epoch_end")
         previous, sink.batch_size = set_sink(sink), 1  # what the hooks log: one value per process
         try:
             if own is not None:
                 self._epoch_end_hook(own, sink)
-            trainer._opt.step_schedulers("epoch", trainer.callback_metrics)
+            run.opt.step_schedulers("epoch", run.callback_metrics)
             for fn in hooks.on_train_epoch_end:
                 if fn is not own:
                     self._epoch_end_hook(fn, sink)
         finally:
             set_sink(previous)
-        trainer._epoch_complete = False
+        run.epoch_complete = False
 
     def _epoch_end_hook(self, fn: Callable[..., Any], sink: MetricSink) -> None:
         """An ``on_train_epoch_end`` hook; what it logs joins the epoch means, published again."""
@@ -215,7 +216,7 @@ class FitLoop(StopRules, Publishing):
         validates = trainer.check_val_every_n_epoch is not None or trainer.val_check_interval is not None
         just_validated = self._validated_at == trainer.state.global_step  # val_check_interval hit this very step
         if trainer.state.stop_reason == "max_steps" and self.val_loader is not None and validates and not just_validated:
-            evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
+            evaluation_loop(trainer, self.run, "validation", self.val_loader, trainer.limit_val_batches)
 
     def _train_epoch(self, sink: MetricSink) -> bool:
         """One epoch's batches; returns True if fit must stop before the epoch's end.
@@ -227,8 +228,8 @@ class FitLoop(StopRules, Publishing):
         first, and what a run does not use (accumulation, hooks, clipping, a gradient
         scaler, a strategy's own backward, a stop request) costs a comparison.
         """
-        trainer, model, loader, val_loader = self.trainer, self.model, self.train_loader, self.val_loader
-        state, hooks, strategy, opt = trainer.state, trainer._hooks, trainer.strategy, trainer._opt
+        trainer, run, model, loader, val_loader = self.trainer, self.run, self.model, self.train_loader, self.val_loader
+        state, hooks, strategy, opt = trainer.state, run.hooks, trainer.strategy, run.opt
         accumulate, limit, next_log = trainer.accumulate_grad_batches, trainer.num_training_batches, self._next_log
         val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
         # The last batch's validation is the epoch end's, if that one runs; else it runs here.
@@ -238,8 +239,8 @@ class FitLoop(StopRules, Publishing):
         )
         own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
         backward = strategy.backward if own_backward else torch.Tensor.backward
-        scaler, optimizer, manual = trainer._precision.scaler, opt.optimizer, trainer._manual
-        stepper = manual or closure_step(trainer, model, self._publish_step_metrics)  # LBFGS: the step runs the batch
+        scaler, optimizer, manual = run.precision.scaler, opt.optimizer, run.manual
+        stepper = manual or closure_step(trainer, run, model, self._publish_step_metrics)  # LBFGS: the step runs the batch
         # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
         plain_step = (
             trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
@@ -249,21 +250,21 @@ class FitLoop(StopRules, Publishing):
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
         # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
         sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0
-        signals = trainer._signals
-        trainer._step_skipped = False
+        signals = run.signals
+        run.step_skipped = False
         # A DataLoader's batch sizes are known in advance; other iterables are measured per batch.
         sizes = uniform_batches(loader)
         full_size, last_size, last_idx = sizes if sizes is not None else (0, 0, -1)
         training_step: Callable[[Any, int], Any] | None = None  # picked at the epoch's first batch
         tensor = torch.Tensor
         # Counted here; published to trainer.samples_seen at the logging cadence and when the epoch ends.
-        samples = trainer.samples_seen
+        samples = run.samples_seen
 
-        epoch_batches = self.resume.batches(trainer, loader)  # iter() happens here, exactly once per epoch
+        epoch_batches = self.resume.batches(trainer, run, loader)  # iter() happens here, exactly once per epoch
         sized = loader_length(loader) is not None
         if strategy.world_size > 1 and not sized:
             epoch_batches = in_lockstep(epoch_batches, strategy)
-        epoch_batches = strategy.device_batches(trainer._precision.convert_batches(epoch_batches))  # on a GPU: copied ahead
+        epoch_batches = strategy.device_batches(run.precision.convert_batches(epoch_batches))  # on a GPU: copied ahead
         profiler = trainer.profiler
         if profiler is not None:  # timed versions of what the body calls; without a profiler, nothing changes
             epoch_batches, backward = profiler.timed_iter("fetching", epoch_batches), profiler.timed("backward", backward)
@@ -275,7 +276,7 @@ class FitLoop(StopRules, Publishing):
                 for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
                     if batch_idx >= limit:  # (a hand-written loop's break: the sampler's draws stay the same)
                         break
-                    trainer.is_last_batch = batch_idx + 1 == limit  # an unsized loader's length is unknown: False
+                    run.is_last_batch = batch_idx + 1 == limit  # an unsized loader's length is unknown: False
                     if sizes is None:
                         size = batch_size(batch)
                     else:
@@ -332,14 +333,14 @@ class FitLoop(StopRules, Publishing):
                             optimizer.zero_grad()
                             state.global_step += 1
                         elif stepper is None:
-                            trainer._last_loss = loss  # what an optimizer_step's closure returns
-                            automatic_step(trainer, model, self._publish_step_metrics)
+                            run.last_loss = loss  # what an optimizer_step's closure returns
+                            automatic_step(trainer, run, model, self._publish_step_metrics)
                         if state.global_step >= next_log:
-                            trainer.samples_seen = samples
+                            run.samples_seen = samples
                             self._at_log_step(loss)
                             next_log = self._next_log
                     if val_every and (batch_idx + 1) % val_every == 0 and (batch_idx + 1 < limit or val_last):
-                        evaluation_loop(trainer, "validation", val_loader, trainer.limit_val_batches)
+                        evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches)
                         self._validated_at = state.global_step
                     if batch_end:
                         for fn in batch_end:
@@ -350,12 +351,12 @@ class FitLoop(StopRules, Publishing):
                     ) and self._stopping_now():
                         return batch_idx + 1 < limit
             if not completes and accumulate > 1:  # an unsized loader ran out inside a group: step what it accumulated
-                automatic_step(trainer, model, self._publish_step_metrics)
+                automatic_step(trainer, run, model, self._publish_step_metrics)
                 if state.global_step >= next_log:
-                    trainer.samples_seen = samples
+                    run.samples_seen = samples
                     self._at_log_step(loss)
         finally:  # however the epoch ends
-            trainer.samples_seen = samples
+            run.samples_seen = samples
         if batch_idx < 0 and state.batch_in_epoch == 0:
             once = isinstance(loader, collections.abc.Iterator) and state.current_epoch > 0
             raise ValueError(

@@ -182,7 +182,7 @@ class LoggerAccess:
     """The Trainer's ``logger``, ``loggers`` and ``log_dir``, as Lightning names them."""
 
     _loggers: list[Logger]
-    _log_dir: str | None
+    _run: Any  # trainer/loops/run.py: log_dir, once a stage resolved it
     default_root_dir: str | None
 
     @property
@@ -206,8 +206,8 @@ class LoggerAccess:
     def log_dir(self) -> str | None:
         """The first logger's folder (TensorBoard's ``<log_dir>/<name>/version_<n>``); without
         a logger, the Trainer's ``log_dir`` option."""
-        if self._log_dir is not None:
-            return self._log_dir
+        if self._run.log_dir is not None:
+            return self._run.log_dir
         if not self._loggers:
             return self.default_root_dir
         first = self._loggers[0]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import torch
 
-from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, restore_steps
+from trainer.loops.hooks import Hooks, adapt_steps, restore_steps
 from trainer.checkpoint.paths import resolve_path
 from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.loops.evaluation import evaluation_loop
@@ -25,10 +25,9 @@ from trainer.loops.fit import FitLoop
 from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, prepare, stage_loader
 from trainer.loops.prediction import PredictLoop
 from trainer.core.seed import deterministic_algorithms, seed_everything, seeded_workers
-from trainer.core.state import TrainerState
+from trainer.loops.run import attach_model_callbacks, start
 from trainer.core.module import overridden
 from trainer.core.utilities import rank_zero_only
-from trainer.checkpoint.state_dicts import load_plain_state_dict
 
 log = logging.getLogger("trainer")
 
@@ -77,29 +76,11 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         "state": vars(trainer.state),
         "callback_metrics": trainer.callback_metrics,
         "logged_metrics": trainer.logged_metrics,
-        "run_dir": (trainer.run_dir, trainer._log_dir, logger_versions(trainer)),
+        "run_dir": (trainer.run_dir, trainer.log_dir, logger_versions(trainer)),
         "callbacks": [cb.state_dict() for cb in trainer.callbacks],
         "profiler": trainer.profiler,
         "batches": (trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches),
     }
-
-
-def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
-    """In the caller, after a spawned run: copy rank 0's results into ``model`` and ``trainer``."""
-    if not trainer.strategy.spawned:
-        return result
-    on_meta = any(p.is_meta for p in model.parameters())  # built on the meta device: take the tensors
-    load_plain_state_dict(model, result["model"], assign=on_meta)  # plain keys, also into compiled submodules
-    trainer.state = TrainerState(**result["state"])
-    trainer.callback_metrics, trainer.logged_metrics = result["callback_metrics"], result["logged_metrics"]
-    trainer.run_dir, trainer._log_dir, versions = result["run_dir"]
-    set_logger_versions(trainer, versions)  # the folders rank 0 picked
-    attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match
-    for cb, state in zip(trainer.callbacks, result["callbacks"]):
-        cb.load_state_dict(state)
-    trainer.profiler = result["profiler"]
-    trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches = result["batches"]
-    return result["output"]
 
 
 @contextlib.contextmanager
@@ -121,13 +102,12 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     if trainer.seed is not None:
         seed_everything((trainer.seed + strategy.global_rank) % 2**32)
     strategy.precision.setup(strategy.root_device)  # the device is known now (ddp picks each rank's)
-    trainer._precision = strategy.precision
-    trainer._module = model
+    run = start(trainer, stage, model, datamodule)
     model._trainer = trainer
     rank_zero_only.rank = strategy.global_rank
     if overridden(model, "configure_model"):  # lazily built layers: before the strategy wraps them
         model.configure_model()
-    trainer._precision.convert_module(model)  # a true precision ("bf16-true", "64-true"): before any wrapper
+    run.precision.convert_module(model)  # a true precision ("bf16-true", "64-true"): before any wrapper
     strategy.setup_module(model)
     if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
         strategy.compile(trainer.compile)
@@ -136,20 +116,14 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
     # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
     logs = trainer.loggers if strategy.is_global_zero else []
     writer = [LogWriter(logs)] if trainer.loggers and stage != "predict" else []
-    trainer._hooks = hooks = Hooks(trainer.callbacks + writer, model)
+    run.hooks = hooks = Hooks(trainer.callbacks + writer, model)
     if trainer.profiler is not None:
         trainer.profiler.wrap_hooks(hooks)
-    trainer.datamodule = datamodule
-    if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
-        trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
-        trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}
-        trainer.prog_bar_names, trainer.samples_seen, trainer.grad_norm = set(), 0, None
+    if stage == "fit":
         ckpt_path = resolve_path(trainer, ckpt_path)
-    else:
-        trainer.state.stage = stage  # evaluation never moves the training counters
     # predict logs nothing, so it gets no run folder; evaluation after fit writes into fit's.
-    if stage != "predict" and (trainer.run_dir is None or stage == "fit"):
-        trainer.run_dir, trainer._log_dir, versions = strategy.broadcast_object(
+    if stage != "predict" and (run.run_dir is None or stage == "fit"):
+        run.run_dir, run.log_dir, versions = strategy.broadcast_object(
             resolve_run_dir(trainer, ckpt_path if stage == "fit" else None, stage == "fit") if strategy.is_global_zero else None
         )
         set_logger_versions(trainer, versions)  # every rank's loggers name rank 0's folders
@@ -160,7 +134,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         datamodule.setup(stage)
     hooks.call("setup", trainer, model, stage)
     on_device = trainer.data_on_device and strategy.root_device.type != "cpu"
-    trainer._fetching = Fetching(trainer.batched_fetching, strategy.root_device if on_device else None)
+    run.fetching = Fetching(trainer.batched_fetching, strategy.root_device if on_device else None)
     counters = None
     adapted = adapt_steps(model)  # steps defined without batch_idx
     try:
@@ -189,7 +163,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             warned: list[bool] = []  # the missing validation_step is said once, not at each reload
             reload = fit_loaders if trainer.reload_dataloaders_every_n_epochs else None
             train, val = fit_loaders()
-            FitLoop(trainer, model, train, val, ckpt_path, reload=reload).run()
+            FitLoop(trainer, run, model, train, val, ckpt_path, reload=reload).fit()
             if trainer.fast_dev_run and strategy.is_global_zero:
                 batches, n = trainer.num_training_batches, trainer.fast_dev_run
                 log.info(
@@ -204,18 +178,18 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
             seeded_workers(loader, strategy.global_rank)
         loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, stage))
         if stage == "predict":
-            trainer.predict_loop = PredictLoop(data.return_predictions, trainer.callbacks, len(loaders))
+            run.predict_loop = PredictLoop(data.return_predictions, trainer.callbacks, len(loaders))
             try:
-                outputs = evaluation_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
+                outputs = evaluation_loop(trainer, run, "predict", loaders, trainer.limit_predict_batches)
                 if not data.return_predictions:
                     return None
                 return loaders.pack([strategy.gather_predictions(out) for out in outputs])
             finally:
-                trainer.predict_loop.release()
+                run.predict_loop.release()
         phase = "validation" if stage == "validate" else "test"
         limit = trainer.limit_val_batches if stage == "validate" else trainer.limit_test_batches
-        evaluation_loop(trainer, phase, loaders, limit)
-        return per_loader(trainer.logged_metrics, loaders)
+        evaluation_loop(trainer, run, phase, loaders, limit)
+        return per_loader(run.logged_metrics, loaders)
     except BaseException as err:
         for fn in hooks.on_exception:
             fn(trainer, model, err)
@@ -224,7 +198,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         raise
     finally:
         restore_steps(model, adapted)
-        trainer._fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
+        run.fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
         if counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
             trainer.state.global_step, trainer.state.current_epoch = counters
         hooks.call("teardown", trainer, model, stage)

@@ -12,27 +12,23 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from trainer.checkpoint import files as ckpt_io
-from trainer.core.state import TrainerState
-from trainer.loops.hooks import Hooks
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
 def search_trainer(trainer: Trainer, callbacks: list[Any], **options: Any) -> Trainer:
-    """A shallow copy of ``trainer`` that runs with only ``callbacks`` (no bar, logger,
-    checkpoints or summary, no sanity check, no validation), with fresh counters and metrics.
-    The user's Trainer, its callbacks and its counters are not touched."""
+    """A copy of ``trainer`` that runs with only ``callbacks`` (no bar, logger, checkpoints,
+    summary or profiler, no sanity check, no validation) and ``options``. ``copy.copy`` gives it
+    its own options and no run (fresh counters and metrics); the user's Trainer, its callbacks
+    and its counters are not touched."""
     t = copy.copy(trainer)
-    t.callbacks = list(callbacks)
-    t.default_root_dir, t.run_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, None, False, False, False
-    t._loggers, t._log_dir, t.profiler = [], None, None  # a Trainer(logger=...) or profiler records nothing of a search either
-    t.state = TrainerState()
-    t.callback_metrics, t.logged_metrics, t.train_epoch_metrics, t.prog_bar_names = {}, {}, {}, set()
-    t.num_sanity_val_steps, t.limit_val_batches, t.val_check_interval, t.fast_dev_run = 0, 0, None, 0
-    t._hooks, t._opt, t._manual, t._module, t._train_sink = Hooks([]), None, None, None, None
-    t.optimizer, t.lr_scheduler, t.optimizers, t.lr_schedulers = None, None, [], []
-    for name, value in options.items():
+    t.callbacks, t.loggers, t.profiler = list(callbacks), [], None  # a Trainer(logger=...) or profiler records nothing of a search
+    quiet = dict(
+        default_root_dir=None, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, limit_val_batches=0, val_check_interval=None, fast_dev_run=0,
+    )
+    for name, value in {**quiet, **options}.items():
         setattr(t, name, value)
     return t
 

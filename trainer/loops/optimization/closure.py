@@ -19,6 +19,7 @@ from trainer.core.checks import loss_of
 from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 
@@ -37,9 +38,9 @@ class ClosureStep:
     """Stands where the loop's manual-optimization object does: ``wrap`` the training step,
     then ``end_batch`` counts the step and steps the per-step schedulers."""
 
-    def __init__(self, trainer: Trainer, model: Any, publish: Callable[[], Any]) -> None:
-        name = type(trainer.optimizer).__name__
-        if trainer._precision.scaler is not None:
+    def __init__(self, trainer: Trainer, run: Run, model: Any, publish: Callable[[], Any]) -> None:
+        name = type(run.optimizer).__name__
+        if run.precision.scaler is not None:
             raise ValueError(
                 f"{name} steps with a closure, which precision='16-mixed''s gradient scaler cannot do. "
                 "Use precision='bf16-mixed' or '32'."
@@ -49,12 +50,12 @@ class ClosureStep:
                 f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches!r}) with {name}, which re-evaluates "
                 "the loss inside step(): there is no group of batches to accumulate. Drop accumulate_grad_batches."
             )
-        self.trainer, self.model, self.publish = trainer, model, publish
+        self.trainer, self.run, self.model, self.publish = trainer, run, model, publish
         self.loss: torch.Tensor | None = None
 
     def wrap(self, runner: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
-        trainer, model, optimizer = self.trainer, self.model, self.trainer.optimizer
-        hooks, strategy = trainer._hooks, trainer.strategy
+        trainer, run, model, optimizer = self.trainer, self.run, self.model, self.run.optimizer
+        hooks, strategy = run.hooks, trainer.strategy
 
         def step(batch: Any, batch_idx: int) -> Any:
             outputs: list[Any] = []
@@ -73,12 +74,12 @@ class ClosureStep:
                     fn(trainer, model, optimizer)
                 if trainer.gradient_clip_val is not None:
                     params = [p for g in optimizer.param_groups for p in g["params"]]
-                    trainer.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+                    run.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
                 outputs.append(output)
                 self.loss = loss.detach()
                 return loss
 
-            trainer._step_skipped, trainer._skip_step = False, False
+            run.step_skipped, run.skip_step = False, False
             optimizer.step(closure)
             optimizer.zero_grad()
             return outputs[-1] if outputs else None
@@ -86,18 +87,17 @@ class ClosureStep:
         return step
 
     def end_batch(self, output: Any) -> tuple[torch.Tensor | None, bool]:
-        trainer = self.trainer
-        trainer.state.global_step += 1
-        opt = trainer._opt
+        self.trainer.state.global_step += 1
+        opt = self.run.opt
         if opt.steps_at("step"):
             if opt.needs_metric_at("step"):
                 self.publish()
-            opt.step_schedulers("step", trainer.callback_metrics)
+            opt.step_schedulers("step", self.run.callback_metrics)
         return self.loss, True
 
 
-def closure_step(trainer: Trainer, model: Any, publish: Callable[[], Any]) -> ClosureStep | None:
+def closure_step(trainer: Trainer, run: Run, model: Any, publish: Callable[[], Any]) -> ClosureStep | None:
     """A :class:`ClosureStep` if fit's one optimizer (automatic optimization) needs a closure, else None."""
-    if trainer._manual is not None or trainer.optimizer is None or not needs_closure(trainer.optimizer):
+    if run.manual is not None or run.optimizer is None or not needs_closure(run.optimizer):
         return None
-    return ClosureStep(trainer, model, publish)
+    return ClosureStep(trainer, run, model, publish)
