@@ -22,7 +22,8 @@ from trainer.loops.evaluation import check_val_interval, evaluation_loop, limite
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.loops.optimization.manual import ManualOptimization, check_manual
 from trainer.loops.hooks import batch_transfer
-from trainer.loops.optimization.optim import automatic_step, resolve_optimizers
+from trainer.loops.optimization.optim import resolve_optimizers
+from trainer.loops.optimization.step import StepSequence
 from trainer.loops.publishing import Publishing
 from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
@@ -92,7 +93,13 @@ class FitLoop(StopRules, Publishing):
         check_manual(trainer, model, len(opt.optimizers))
         run.optimizer, run.lr_scheduler = opt.optimizer, opt.scheduler
         run.optimizers, run.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
-        run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers)
+        strategy = trainer.strategy
+        own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
+        backward = strategy.backward if own_backward else torch.Tensor.backward
+        if trainer.profiler is not None:
+            backward = trainer.profiler.timed("backward", backward)
+        self.steps = steps = StepSequence(trainer, run, model, backward)  # the events around a step, in order
+        run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers, steps)
         self.resume = Resume.load(trainer, run, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         self._validated_at = -1  # the step of the latest mid-epoch validation
@@ -234,14 +241,13 @@ class FitLoop(StopRules, Publishing):
         val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
         # The last batch's validation is the epoch end's, if that one runs; else it runs here.
         val_last = not self._epoch_val_due()
-        batch_start, before_backward, after_backward, batch_end = (
-            hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
-        )
-        own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
-        backward = strategy.backward if own_backward else torch.Tensor.backward
+        batch_start, batch_end = hooks.on_train_batch_start, hooks.on_train_batch_end
+        steps, backward = self.steps, self.steps.backward_fn
         scaler, optimizer, manual = run.precision.scaler, opt.optimizer, run.manual
-        stepper = manual or closure_step(trainer, run, model, self._publish_step_metrics)  # LBFGS: the step runs the batch
-        # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
+        stepper = manual or closure_step(trainer, run, steps)  # LBFGS: the step runs the batch
+        # steps.backward and steps.step with nothing around backward and the optimizer step (no
+        # hooks, scaler, clipping or per-step scheduler): the loop calls them in that order itself.
+        plain_backward = not hooks.on_before_backward and not hooks.on_after_backward and scaler is None
         plain_step = (
             trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
             and not opt.steps_at("step") and stepper is None and not opt.own and not hooks.on_before_zero_grad
@@ -267,7 +273,7 @@ class FitLoop(StopRules, Publishing):
         epoch_batches = strategy.device_batches(run.precision.convert_batches(epoch_batches))  # on a GPU: copied ahead
         profiler = trainer.profiler
         if profiler is not None:  # timed versions of what the body calls; without a profiler, nothing changes
-            epoch_batches, backward = profiler.timed_iter("fetching", epoch_batches), profiler.timed("backward", backward)
+            epoch_batches = profiler.timed_iter("fetching", epoch_batches)
         batch_idx = state.batch_in_epoch - 1
         group, completes = 1, True  # without accumulation every batch is a whole group
         try:
@@ -308,33 +314,25 @@ class FitLoop(StopRules, Publishing):
                         loss, completes = stepper.end_batch(output)
                     else:
                         loss = output if type(output) is tensor else loss_of(output)
-                        if before_backward:
-                            for fn in before_backward:
-                                fn(trainer, model, loss)
                         try:
-                            if group == 1 and scaler is None:
+                            if plain_backward and group == 1:
                                 backward(loss)
-                            else:
-                                scaled = loss / group if group > 1 else loss
-                                backward(scaled if scaler is None else scaler.scale(scaled))
+                            else:  # on_before_backward, backward(loss / group, scaled), on_after_backward
+                                steps.backward(loss, group)
                         except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
                             problem = bad_loss(loss)
                             if problem is None:
                                 raise
                             raise problem from err
-                        if after_backward:
-                            for fn in after_backward:
-                                fn(trainer, model)
 
                     state.batch_in_epoch = batch_idx + 1
                     if completes:
-                        if plain_step:  # automatic_step with nothing to do around the step
+                        if plain_step:
                             optimizer.step()
                             optimizer.zero_grad()
                             state.global_step += 1
-                        elif stepper is None:
-                            run.last_loss = loss  # what an optimizer_step's closure returns
-                            automatic_step(trainer, run, model, self._publish_step_metrics)
+                        elif stepper is None:  # unscale, hooks, clip, step, zero_grad, count
+                            steps.step(optimizer, loss)
                         if state.global_step >= next_log:
                             run.samples_seen = samples
                             self._at_log_step(loss)
@@ -351,7 +349,7 @@ class FitLoop(StopRules, Publishing):
                     ) and self._stopping_now():
                         return batch_idx + 1 < limit
             if not completes and accumulate > 1:  # an unsized loader ran out inside a group: step what it accumulated
-                automatic_step(trainer, run, model, self._publish_step_metrics)
+                steps.step(optimizer, loss)
                 if state.global_step >= next_log:
                     run.samples_seen = samples
                     self._at_log_step(loss)

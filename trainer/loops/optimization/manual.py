@@ -9,7 +9,7 @@ the loop does around an automatic step:
   right before they are first needed (``clip_gradients`` or ``step``), so a backward may reach
   any subset of the parameters, as many times as the step needs;
 - the float16 gradient scaler unscales, checks for inf/nan and updates, once per batch;
-- ``on_before_optimizer_step`` hooks run.
+- ``on_before_optimizer_step`` hooks run (in the order of ``StepSequence.manual_step``, step.py).
 
 A training batch in which at least one optimizer stepped advances ``global_step`` by one: a GAN's
 discriminator and generator steps on one batch are one step (Lightning counts each optimizer's
@@ -27,6 +27,7 @@ from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
+    from trainer.loops.optimization.step import StepSequence
     from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
@@ -65,33 +66,26 @@ class ManualOptimizer:
 
     def step(self, closure: Any = None) -> Any:
         manual = self._manual
-        trainer, run = manual.trainer, manual.run
         if closure is not None:  # e.g. LBFGS: the closure recomputes the loss, and its backward needs the sync
-            if run.precision.scaler is not None:
+            if manual.run.precision.scaler is not None:
                 raise ValueError(
                     "optimizer.step(closure) with precision='16-mixed': the gradient scaler cannot step with "
                     "a closure. Use precision='bf16-mixed' or '32', or step without a closure."
                 )
             return self.optimizer.step(lambda: self._closure(closure))
-        self.prepare()
-        for fn in run.hooks.on_before_optimizer_step:
-            fn(trainer, manual.module, self.optimizer)
-        run.step_skipped, run.skip_step = run.skip_step, False
-        if not run.step_skipped:  # skip_optimizer_step() (NaNGuard) drops this update
-            run.precision.step_only(self.optimizer)
+        manual.sequence.manual_step(self.optimizer, self.prepare)
         self._prepared = False
         manual.stepped = True
         return None
 
     def _closure(self, closure: Any) -> Any:
-        loss = closure()
+        def prepare() -> None:  # each evaluation's backward: synced and unscaled again
+            self._prepared = False
+            self.prepare()
+
+        loss = self._manual.sequence.manual_closure(self.optimizer, prepare, closure)
         self._prepared = False
-        self.prepare()
-        manual = self._manual
-        for fn in manual.run.hooks.on_before_optimizer_step:
-            fn(manual.trainer, manual.module, self.optimizer)
-        self._prepared = False
-        manual.stepped = True
+        self._manual.stepped = True
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -102,8 +96,10 @@ class ManualOptimizer:
 class ManualOptimization:
     """The per-fit state of manual optimization, kept on the run while fit runs."""
 
-    def __init__(self, trainer: Trainer, run: Run, module: TrainModule, optimizers: list[torch.optim.Optimizer]) -> None:
-        self.trainer, self.run, self.module = trainer, run, module
+    def __init__(
+        self, trainer: Trainer, run: Run, module: TrainModule, optimizers: list[torch.optim.Optimizer], sequence: StepSequence,
+    ) -> None:
+        self.trainer, self.run, self.module, self.sequence = trainer, run, module, sequence
         self.optimizers = [ManualOptimizer(opt, self) for opt in optimizers]
         self.stepped = False  # an optimizer stepped in this batch's training_step
         self._unscaled: set[int] = set()  # optimizers unscaled since the scaler's last update
@@ -124,7 +120,7 @@ class ManualOptimization:
             self.run.precision.update()
             self._unscaled.clear()
         if stepped:
-            self.trainer.state.global_step += 1
+            self.sequence.count_step()
         for opt in self.optimizers:
             opt._prepared = False
         if isinstance(output, torch.Tensor):
@@ -145,21 +141,20 @@ def manual_backward(module: TrainModule, loss: torch.Tensor, *args: Any, **kwarg
             "set `self.automatic_optimization = False` in __init__, or return the loss from training_step "
             "and let the Trainer run backward."
         )
-    hooks, precision = run.hooks, run.precision
-    for fn in hooks.on_before_backward:
-        fn(trainer, module, loss)
-    scaled = loss if precision.scaler is None else precision.scaler.scale(loss)
-    no_autocast = (
-        contextlib.nullcontext() if precision.dtype is None
-        else torch.autocast(precision.device_type, enabled=False)
-    )
-    with no_autocast:
-        if args or kwargs:
-            scaled.backward(*args, **kwargs)
-        else:
-            trainer.strategy.backward(scaled)
-    for fn in hooks.on_after_backward:
-        fn(trainer, module)
+    precision = run.precision
+
+    def backward(scaled: torch.Tensor) -> None:
+        no_autocast = (
+            contextlib.nullcontext() if precision.dtype is None
+            else torch.autocast(precision.device_type, enabled=False)
+        )
+        with no_autocast:
+            if args or kwargs:
+                scaled.backward(*args, **kwargs)
+            else:
+                trainer.strategy.backward(scaled)
+
+    run.manual.sequence.backward(loss, backward=backward)  # the hooks around it, and the scaler
 
 
 def clip_gradients(
