@@ -34,8 +34,8 @@ from trainer.loops.after_fit import fitted_sources
 from trainer.loops.log_writer import LoggerAccess
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
-from trainer.loops.run import Run, absorb
-from trainer.loops.stage import StageData, run_stage
+from trainer.loops.run import Run, StageData, absorb
+from trainer.loops.stage import run_stage
 from trainer.options import RUNS, check_names, check_weights_only, configure, fit_end_message
 from trainer.tuner import tune_before_fit
 

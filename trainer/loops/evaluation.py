@@ -1,4 +1,5 @@
-"""The evaluation loop: validation (also inside fit), test and predict."""
+"""``trainer.validate`` and ``trainer.test`` in each process (their entry points), and the
+evaluation loop: validation (also inside fit), test and predict."""
 
 from __future__ import annotations
 
@@ -10,18 +11,68 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint.resume import evaluate_checkpoint
+from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import Hooks, batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
-from trainer.data.loaders import Loaders, takes_dataloader_idx
+from trainer.data.loaders import Loaders, stage_loader, takes_dataloader_idx
 from trainer.core.metrics import MetricSink, set_sink
+from trainer.loops.run import start, stage_hooks, use_run_folder
 
 if TYPE_CHECKING:
-    from trainer.loops.run import Run
+    from trainer.core.module import TrainModule
+    from trainer.loops.run import Run, StageData
     from trainer.trainer import Trainer
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
 _COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
+
+
+def validate_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
+    """``trainer.validate`` in this process: one validation over its loaders; what was logged, per loader."""
+    return _evaluate(trainer, "validate", model, data, ckpt_path)
+
+
+def test_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
+    """``trainer.test`` in this process: one test over its loaders; what was logged, per loader."""
+    return _evaluate(trainer, "test", model, data, ckpt_path)
+
+
+def _evaluate(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
+    """The run set up; the run folder (fit's, after a fit); then, between the ``setup`` and
+    ``teardown`` hooks, the checkpoint's weights, the loaders and the loop."""
+    run = start(trainer, stage, model, data.datamodule)
+    if run.run_dir is None:  # evaluation after fit writes into fit's folder
+        use_run_folder(trainer, run)
+    with stage_hooks(trainer, run):
+        loaders = evaluation_loaders(trainer, run, data, ckpt_path)
+        phase, limit = ("validation", trainer.limit_val_batches) if stage == "validate" else ("test", trainer.limit_test_batches)
+        evaluation_loop(trainer, run, phase, loaders, limit)
+        return per_loader(run.logged_metrics, loaders)
+
+
+def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: Any) -> Loaders:
+    """What validate, test and predict share before their loop: the weights of ``ckpt_path``,
+    at its step (the counters come back at the stage's end), and the stage's loaders, seeded
+    and prepared by the strategy."""
+    strategy = trainer.strategy
+    run.counters = evaluate_checkpoint(trainer, ckpt_path)
+    loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule))
+    for loader in loaders:
+        seeded_workers(loader, strategy.global_rank)
+    return loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))
+
+
+def per_loader(metrics: dict[str, float], loaders: Loaders) -> list[dict[str, float]]:
+    """validate's and test's result, as Lightning's: a list with one dict per loader, in the
+    order given (a dict's in its order). With several loaders each holds its own suffixed
+    values; every one holds the unsuffixed ones that an epoch-end hook logged."""
+    if not loaders.several:
+        return [dict(metrics)]
+    suffixes = [loaders.suffix(i) for i in range(len(loaders))]
+    shared = {k: v for k, v in metrics.items() if not any(k.endswith(sfx) for sfx in suffixes)}
+    return [{**{k: v for k, v in metrics.items() if k.endswith(sfx)}, **shared} for sfx in suffixes]
 
 
 def _no_grad(trainer: Trainer) -> Any:

@@ -1,4 +1,5 @@
-"""The fit loop: epochs, the per-batch step, the optimizer step and stop requests."""
+"""``trainer.fit`` in each process: its entry point, and the fit loop (epochs, the per-batch
+step, the optimizer step and stop requests)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ import contextlib
 import logging
 import math
 import signal
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from strategies.base import Strategy
 
 from trainer.core.checks import bad_loss, loss_of
+from trainer.checkpoint.paths import resolve_path
 from trainer.checkpoint.resume import Resume
 from trainer.core.signals import Interrupted
-from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
+from trainer.data.batches import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
 from trainer.loops.optimization.closure import closure_step
-from trainer.loops.evaluation import check_val_interval, evaluation_loop, limited, sanity_check, validation_every
+from trainer.loops.evaluation import evaluation_loop, sanity_check, validation_every
+from trainer.loops.fit_loaders import FitLoaders
+from trainer.loops.run import start, stage_hooks, use_run_folder
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.loops.optimization.manual import ManualOptimization, check_manual
 from trainer.loops.hooks import batch_transfer
@@ -29,16 +33,34 @@ from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
-    from trainer.loops.run import Run
+    from trainer.loops.run import Run, StageData
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
 
 
+def fit_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> None:
+    """``trainer.fit`` in this process: the run set up, the checkpoint to resume (``"last"``
+    found), the run folder (the resumed run's, or a new one), then the loaders and the loop
+    between the ``setup`` and ``teardown`` hooks."""
+    run = start(trainer, "fit", model, data.datamodule)
+    ckpt_path = resolve_path(trainer, ckpt_path)
+    use_run_folder(trainer, run, resume=ckpt_path, fit=True)
+    with stage_hooks(trainer, run):
+        FitLoop(trainer, run, model, FitLoaders(trainer, run, model, data), ckpt_path).fit()
+        if trainer.fast_dev_run and trainer.is_global_zero:
+            batches, n = trainer.num_training_batches, trainer.fast_dev_run
+            log.info(
+                "fast_dev_run=%d: trained on %d batch(es) (%d optimizer step(s)) and validated on up to %d "
+                "batch(es) of each validation loader; wrote no logs and no checkpoints.",
+                n, batches, trainer.global_step, 0 if trainer.val_dataloaders is None else n,
+            )
+
+
 class FitLoop(StopRules, Publishing):
     """One ``fit`` in one process. The order of events, which is the contract callbacks rely on::
 
-        setup("fit")                              (in stage.run_stage)
+        setup("fit")                              (fit_stage, through run.stage_hooks)
         on_fit_start
         sanity check: num_sanity_val_steps validation batches, the RNG left as it was
         on_train_start
@@ -75,19 +97,16 @@ class FitLoop(StopRules, Publishing):
             callbacks' on_train_epoch_end         # epoch checkpoints; what they log joins too
         on_train_end
         on_fit_end
-        teardown("fit")                           (in stage.run_stage)
+        teardown("fit")                           (fit_stage, through run.stage_hooks)
 
     The state that checkpoints record lives on the run (``trainer/loops/run.py``).
     """
 
-    def __init__(
-        self, trainer: Trainer, run: Run, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None,
-        reload: Callable[[], tuple[Any, Any]] | None = None,
-    ) -> None:
+    def __init__(self, trainer: Trainer, run: Run, model: TrainModule, loaders: FitLoaders, ckpt_path: str | None) -> None:
         self.trainer, self.run, self.model = trainer, run, model
-        self._reload, self._loaded_at = reload, 0  # reload_dataloaders_every_n_epochs: where they come from
+        self._loaders, self._loaded_at = loaders, 0  # reload_dataloaders_every_n_epochs: where they come from
         self._told_min = False  # the min_epochs/min_steps message is logged once
-        self._use_loaders(train_loader, val_loader)
+        self.train_loader, self.val_loader = loaders.load()
         # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
         run.opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
         check_manual(trainer, model, len(opt.optimizers))
@@ -109,29 +128,12 @@ class FitLoop(StopRules, Publishing):
         if trainer.is_global_zero:
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
 
-    def _use_loaders(self, train_loader: Any, val_loader: Any) -> None:
-        trainer, run, strategy = self.trainer, self.run, self.trainer.strategy
-        self.train_loader = strategy.process_dataloader(train_loader, "train")
-        self.val_loader = None if val_loader is None else val_loader.map(lambda x: strategy.process_dataloader(x, "validate"))
-        n = loader_length(self.train_loader)
-        if n == 0:
-            raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
-        run.num_training_batches = limited(n, trainer.limit_train_batches)
-        if self.val_loader is not None:
-            check_val_interval(trainer)
-        run.train_dataloader = self.train_loader
-        run.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
-        run.num_val_batches = [] if self.val_loader is None else [
-            limited(length, trainer.limit_val_batches) for length in self.val_loader.lengths()
-        ]
-        check_same_length(strategy.gather_objects(trainer.num_training_batches))
-
     def _maybe_reload(self) -> None:
         """``reload_dataloaders_every_n_epochs``: new loaders from the model's or DataModule's hooks
         at the start of every n-th epoch (loaders passed to fit are the same objects again)."""
         every, epoch = self.trainer.reload_dataloaders_every_n_epochs, self.trainer.state.current_epoch
-        if self._reload is not None and every and epoch - self._loaded_at >= every:
-            self._use_loaders(*self._reload())
+        if every and epoch - self._loaded_at >= every:
+            self.train_loader, self.val_loader = self._loaders.load()
             self._loaded_at = epoch
 
     def fit(self) -> None:
@@ -231,72 +233,38 @@ class FitLoop(StopRules, Publishing):
         The body runs once per batch, between a data load and a model step that push it out of
         the CPU's caches: there, each Python function it calls can cost up to a microsecond, not
         the tens of nanoseconds a micro-benchmark shows (benchmarks/overhead.py). So the
-        common path calls none of its own. Whatever is fixed for the run is read into locals
-        first, and what a run does not use (accumulation, hooks, clipping, a gradient
-        scaler, a strategy's own backward, a stop request) costs a comparison.
+        common path calls none of its own: what is fixed for the epoch is read into locals
+        first, and what a run does not use (accumulation, hooks, clipping, a gradient scaler,
+        a strategy's own backward, a stop request) costs a comparison. With hooks or a scaler,
+        ``steps`` (optimization/step.py) runs the events around backward and the step.
         """
-        trainer, run, model, loader, val_loader = self.trainer, self.run, self.model, self.train_loader, self.val_loader
-        state, hooks, strategy, opt = trainer.state, run.hooks, trainer.strategy, run.opt
-        accumulate, limit, next_log = trainer.accumulate_grad_batches, trainer.num_training_batches, self._next_log
+        trainer, run, model, state, strategy = self.trainer, self.run, self.model, self.trainer.state, self.trainer.strategy
+        loader, val_loader, limit = self.train_loader, self.val_loader, trainer.num_training_batches
         val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
-        # The last batch's validation is the epoch end's, if that one runs; else it runs here.
-        val_last = not self._epoch_val_due()
-        batch_start, batch_end = hooks.on_train_batch_start, hooks.on_train_batch_end
-        steps, backward = self.steps, self.steps.backward_fn
-        scaler, optimizer, manual = run.precision.scaler, opt.optimizer, run.manual
-        stepper = manual or closure_step(trainer, run, steps)  # LBFGS: the step runs the batch
-        # steps.backward and steps.step with nothing around backward and the optimizer step (no
-        # hooks, scaler, clipping or per-step scheduler): the loop calls them in that order itself.
-        plain_backward = not hooks.on_before_backward and not hooks.on_after_backward and scaler is None
-        plain_step = (
-            trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
-            and not opt.steps_at("step") and stepper is None and not opt.own and not hooks.on_before_zero_grad
-        )
+        val_last = not self._epoch_val_due()  # the last batch's validation is the epoch end's, if that one runs
+        batch_start, batch_end, signals = run.hooks.on_train_batch_start, run.hooks.on_train_batch_end, run.signals
+        steps, backward, optimizer, accumulate = self.steps, self.steps.backward_fn, run.opt.optimizer, trainer.accumulate_grad_batches
+        stepper, plain_backward, plain_step = self._stepper()
         transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
-        # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
-        sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0
-        signals = run.signals
-        run.step_skipped = False
-        # A DataLoader's batch sizes are known in advance; other iterables are measured per batch.
-        sizes = uniform_batches(loader)
+        sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0  # steps at which the ranks agree on stop requests
+        sizes = uniform_batches(loader)  # a DataLoader's batch sizes are known in advance; others are measured
         full_size, last_size, last_idx = sizes if sizes is not None else (0, 0, -1)
-        training_step: Callable[[Any, int], Any] | None = None  # picked at the epoch's first batch
-        tensor = torch.Tensor
-        # Counted here; published to trainer.samples_seen at the logging cadence and when the epoch ends.
-        samples = run.samples_seen
-
-        epoch_batches = self.resume.batches(trainer, run, loader)  # iter() happens here, exactly once per epoch
-        sized = loader_length(loader) is not None
-        if strategy.world_size > 1 and not sized:
-            epoch_batches = in_lockstep(epoch_batches, strategy)
-        epoch_batches = strategy.device_batches(run.precision.convert_batches(epoch_batches))  # on a GPU: copied ahead
-        profiler = trainer.profiler
-        if profiler is not None:  # timed versions of what the body calls; without a profiler, nothing changes
-            epoch_batches = profiler.timed_iter("fetching", epoch_batches)
-        batch_idx = state.batch_in_epoch - 1
-        group, completes = 1, True  # without accumulation every batch is a whole group
+        samples, next_log, sized = run.samples_seen, self._next_log, loader_length(loader) is not None
+        training_step, tensor, group, completes = None, torch.Tensor, 1, True  # without accumulation a batch is a group
+        batch_idx, run.step_skipped = state.batch_in_epoch - 1, False
         try:
-            # Holds the strategy's no-sync context over an accumulation group's micro-batches but the last.
-            with contextlib.ExitStack() as no_sync:
-                for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
+            with contextlib.ExitStack() as no_sync:  # the no-sync context over a group's micro-batches but the last
+                for batch_idx, batch in enumerate(self._epoch_batches(loader, sized), start=state.batch_in_epoch):
                     if batch_idx >= limit:  # (a hand-written loop's break: the sampler's draws stay the same)
                         break
                     run.is_last_batch = batch_idx + 1 == limit  # an unsized loader's length is unknown: False
-                    if sizes is None:
-                        size = batch_size(batch)
-                    else:
-                        size = last_size if batch_idx == last_idx else full_size
-                    sink.batch_size = size
-                    samples += size
+                    sink.batch_size = size = batch_size(batch) if sizes is None else last_size if batch_idx == last_idx else full_size
+                    samples += size  # published to trainer.samples_seen at the logging cadence and the epoch's end
                     if transfer is not None:
                         batch = transfer(batch, 0)
-                    if training_step is None:
-                        training_step = strategy.step_runner("training_step", batch)
-                        if profiler is not None:
-                            training_step = profiler.timed("training_step", training_step)
-                        if stepper is not manual:
-                            training_step = stepper.wrap(training_step)
+                    if training_step is None:  # picked at the epoch's first batch
+                        training_step = self._training_step(batch, stepper)
                     if batch_start and -1 in [fn(trainer, model, batch, batch_idx) for fn in batch_start]:
                         break  # Lightning's: on_train_batch_start returning -1 ends the epoch here
                     if accumulate > 1:
@@ -305,12 +273,11 @@ class FitLoop(StopRules, Publishing):
                         completes = batch_idx - group_start + 1 == group
                         if completes:
                             no_sync.close()
-                        elif batch_idx == group_start and sized:  # groups start at multiples of accumulate, resumed too
-                            # Unsized: the epoch may end inside this group, so every micro-batch syncs.
+                        elif batch_idx == group_start and sized:  # unsized: the epoch may end in a group, so all sync
                             no_sync.enter_context(strategy.no_backward_sync())
 
                     output = training_step(batch, batch_idx)
-                    if stepper is not None:  # the step stepped by hand (or LBFGS's closure); a batch that stepped counts one step
+                    if stepper is not None:  # it stepped by hand (or LBFGS's closure did); a batch that stepped counts one
                         loss, completes = stepper.end_batch(output)
                     else:
                         loss = output if type(output) is tensor else loss_of(output)
@@ -324,7 +291,6 @@ class FitLoop(StopRules, Publishing):
                             if problem is None:
                                 raise
                             raise problem from err
-
                     state.batch_in_epoch = batch_idx + 1
                     if completes:
                         if plain_step:
@@ -356,13 +322,53 @@ class FitLoop(StopRules, Publishing):
         finally:  # however the epoch ends
             run.samples_seen = samples
         if batch_idx < 0 and state.batch_in_epoch == 0:
-            once = isinstance(loader, collections.abc.Iterator) and state.current_epoch > 0
-            raise ValueError(
-                f"train_dataloaders yielded no batches in epoch {state.current_epoch}. "
-                + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
-                   "or another object that can be iterated again." if once else "Check the dataset and sampler.")
-            )
+            self._no_batches(loader)
         return False
+
+    def _stepper(self) -> tuple[Any, bool, bool]:
+        """(what takes the step instead of the loop: manual optimization's or LBFGS's, else None;
+        nothing around backward; nothing around the optimizer step). With both, the loop calls
+        backward, ``optimizer.step()`` and ``zero_grad()`` itself, in the StepSequence's order."""
+        trainer, run, hooks, opt = self.trainer, self.run, self.run.hooks, self.run.opt
+        stepper = run.manual or closure_step(trainer, run, self.steps)  # LBFGS: the step runs the batch
+        scaler = run.precision.scaler
+        plain_backward = not hooks.on_before_backward and not hooks.on_after_backward and scaler is None
+        plain_step = (
+            trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
+            and not opt.steps_at("step") and stepper is None and not opt.own and not hooks.on_before_zero_grad
+        )
+        return stepper, plain_backward, plain_step
+
+    def _epoch_batches(self, loader: Any, sized: bool) -> Iterator[Any]:
+        """The epoch's batches: ``iter(loader)`` once (resumed: at the checkpoint's batch), in
+        lockstep across ranks when unsized, in a true precision's dtype, copied ahead to a GPU."""
+        trainer, run, strategy = self.trainer, self.run, self.trainer.strategy
+        epoch_batches = self.resume.batches(trainer, run, loader)
+        if strategy.world_size > 1 and not sized:
+            epoch_batches = in_lockstep(epoch_batches, strategy)
+        epoch_batches = strategy.device_batches(run.precision.convert_batches(epoch_batches))
+        if trainer.profiler is not None:  # timed; without a profiler, nothing changes
+            epoch_batches = trainer.profiler.timed_iter("fetching", epoch_batches)
+        return epoch_batches
+
+    def _training_step(self, first_batch: Any, stepper: Any) -> Callable[[Any, int], Any]:
+        """The epoch's ``training_step(batch, batch_idx)``: the strategy's runner (the model's own
+        method when nothing wraps it), timed with a profiler, inside LBFGS's closure."""
+        training_step = self.trainer.strategy.step_runner("training_step", first_batch)
+        if self.trainer.profiler is not None:
+            training_step = self.trainer.profiler.timed("training_step", training_step)
+        if stepper is not None and stepper is not self.run.manual:
+            training_step = stepper.wrap(training_step)
+        return training_step
+
+    def _no_batches(self, loader: Any) -> None:
+        epoch = self.trainer.state.current_epoch
+        once = isinstance(loader, collections.abc.Iterator) and epoch > 0
+        raise ValueError(
+            f"train_dataloaders yielded no batches in epoch {epoch}. "
+            + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
+               "or another object that can be iterated again." if once else "Check the dataset and sampler.")
+        )
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch

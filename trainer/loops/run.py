@@ -1,16 +1,20 @@
-"""One call's state: what ``fit``, ``validate``, ``test`` or ``predict`` builds when it starts.
+"""One call's state, and how it starts and ends in each process.
 
-A :class:`Run` is built in each process where the call starts (:func:`start`), and handed to the
-loops, the optimization code and the checkpoint's capture and restore; nothing reaches back
-into the Trainer for it. The Trainer keeps a reference to the latest one, which its
-properties read (``trainer.optimizers``, ``trainer.callback_metrics``, ...). This module and
-``trainer/trainer.py`` are the only ones that assign the Trainer's attributes.
+A :class:`Run` is built where ``fit``, ``validate``, ``test`` or ``predict`` starts in a process
+(:func:`start`), and handed to the loops, the optimization code and the checkpoint's capture
+and restore; nothing reaches back into the Trainer for it. The Trainer keeps a reference to
+the latest one, which its properties read (``trainer.optimizers``, ``trainer.callback_metrics``,
+...). Each entry point (``fit.fit_stage``, ``evaluation.validate_stage`` and ``test_stage``,
+``prediction.predict_stage``) reads as: :func:`start`, the run folder, then its work inside
+:func:`stage_hooks`. This module and ``trainer/trainer.py`` are the only ones that assign the
+Trainer's attributes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 import torch
 
@@ -19,11 +23,14 @@ from strategies.precision import Precision
 
 from trainer.checkpoint.state_dicts import load_plain_state_dict
 from trainer.core.module import overridden
+from trainer.core.seed import seed_everything
 from trainer.core.signals import StopSignals
 from trainer.core.state import TrainerState
+from trainer.core.utilities import rank_zero_only
 from trainer.data.fetch import Fetching
-from trainer.loops.hooks import Hooks, check_callbacks
-from trainer.loops.log_writer import set_logger_versions
+from trainer.data.loaders import prepare
+from trainer.loops.hooks import Hooks, adapt_steps, check_callbacks, restore_steps
+from trainer.loops.log_writer import LogWriter, resolve_run_dir, set_logger_versions
 
 if TYPE_CHECKING:
     from trainer.core.metrics import MetricSink
@@ -32,6 +39,15 @@ if TYPE_CHECKING:
     from trainer.loops.optimization.optim import OptimizerSetup
     from trainer.loops.prediction import PredictLoop
     from trainer.trainer import Trainer
+
+
+class StageData(NamedTuple):
+    """What a stage's data comes from, as the caller passed it; resolved in each process."""
+
+    loader: Any  # fit's train_dataloaders, or evaluation's dataloaders
+    val_loader: Any  # fit's val_dataloaders
+    datamodule: Any
+    return_predictions: bool = True  # predict's: keep and return the outputs
 
 
 class Run:
@@ -54,6 +70,7 @@ class Run:
         self.fetching = Fetching(True)  # batched fetching, with data_on_device on the device
         self.signals = StopSignals()  # SIGTERM/SIGINT during fit
         self.phase: str | None = None  # "train", "validation", "test" or "predict" while one runs
+        self.counters: tuple[int, int] | None = None  # the Trainer's step and epoch, while evaluating a checkpoint's
         # --- fit's -------------------------------------------------------------------------
         self.opt: OptimizerSetup | None = None
         self.manual: ManualOptimization | None = None  # under automatic_optimization=False
@@ -104,26 +121,100 @@ class Run:
 # A fit starts its own record, except what it never writes: another stage's batch counts and
 # the last predict's record.
 _FIT_KEEPS = ("num_test_batches", "num_predict_batches", "predict_loop", "run_dir", "log_dir")
+_CALL_OWN = ("hooks", "signals", "phase", "counters")  # what an evaluation does not take from the run before
 
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
-    """The run of ``trainer.<stage>(model, ...)`` in this process, which the Trainer now
-    refers to. A fit starts from nothing (counters, monitors, optimizers); an evaluation
-    keeps fit's, and changes only what it runs."""
-    previous = trainer._run
+    """Set this process up for ``trainer.<stage>(model, ...)`` and return its run, which the
+    Trainer now refers to: seeding, the precision on this process's device, the model on its
+    device (``configure_model``, a true precision, the strategy's wrapper, compile), the
+    callbacks (the model's own joining) and which of them override which hook."""
+    strategy = trainer.strategy
+    if trainer.seed is not None:
+        seed_everything((trainer.seed + strategy.global_rank) % 2**32)
+    strategy.precision.setup(strategy.root_device)  # the device is known now (ddp picks each rank's)
+    run = _new_run(trainer, stage, model, datamodule)
+    model._trainer = trainer
+    rank_zero_only.rank = strategy.global_rank
+    if overridden(model, "configure_model"):  # lazily built layers: before the strategy wraps them
+        model.configure_model()
+    run.precision.convert_module(model)  # a true precision ("bf16-true", "64-true"): before any wrapper
+    strategy.setup_module(model)
+    if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
+        strategy.compile(trainer.compile)
+    attach_model_callbacks(trainer, model)
+    # The loggers are written from the LogWriter, after every callback, on global rank 0 only. The
+    # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
+    logs = trainer.loggers if strategy.is_global_zero else []
+    writer = [LogWriter(logs)] if trainer.loggers and stage != "predict" else []  # predict logs nothing
+    run.hooks = Hooks(trainer.callbacks + writer, model)
+    if trainer.profiler is not None:
+        trainer.profiler.wrap_hooks(run.hooks)
+    return run
+
+
+def _new_run(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
+    """A fit starts from nothing (counters, monitors, optimizers); an evaluation keeps fit's, and
+    changes only what it runs."""
+    previous, run = trainer._run, Run()
     if stage == "fit":
-        run = Run()
         for name in _FIT_KEEPS:
             setattr(run, name, getattr(previous, name))
         trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
     else:
-        run = copy.copy(previous)
-        run.hooks, run.signals, run.phase = Hooks([]), StopSignals(), None
+        fresh, run = run, copy.copy(previous)
+        for name in _CALL_OWN:
+            setattr(run, name, getattr(fresh, name))
         trainer.state.stage = stage  # evaluation never moves the training counters
     run.stage, run.module, run.datamodule = stage, model, datamodule
     run.precision = trainer.strategy.precision
     trainer._run = run
     return run
+
+
+def use_run_folder(trainer: Trainer, run: Run, resume: str | None = None, fit: bool = False) -> None:
+    """The run folder (the first logger's ``<save_dir>/<name>/version_<n>``), picked on global
+    rank 0 for every rank: a fit's own (the resumed run's when ``resume`` lies in one, else a
+    new one); an evaluation's, fit's or else the loggers' current one."""
+    strategy = trainer.strategy
+    run.run_dir, run.log_dir, versions = strategy.broadcast_object(
+        resolve_run_dir(trainer, resume, fit) if strategy.is_global_zero else None
+    )
+    set_logger_versions(trainer, versions)  # every rank's loggers name rank 0's folders
+
+
+@contextlib.contextmanager
+def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
+    """Around an entry point's work: the DataModule's ``prepare_data`` and ``setup``, the
+    ``setup`` hooks; on an error the ``on_exception`` hooks; then ``teardown``, whatever happened."""
+    strategy, model, datamodule, stage = trainer.strategy, run.module, run.datamodule, run.stage
+    if datamodule is not None:
+        datamodule.trainer = trainer
+    prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait
+    if datamodule is not None:
+        datamodule.setup(stage)
+    run.hooks.call("setup", trainer, model, stage)
+    on_device = trainer.data_on_device and strategy.root_device.type != "cpu"
+    run.fetching = Fetching(trainer.batched_fetching, strategy.root_device if on_device else None)
+    adapted = adapt_steps(model)  # steps defined without batch_idx
+    try:
+        yield
+    except BaseException as err:
+        for fn in run.hooks.on_exception:
+            fn(trainer, model, err)
+        if datamodule is not None:
+            datamodule.on_exception(err)
+        raise
+    finally:
+        restore_steps(model, adapted)
+        run.fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
+        if run.counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
+            trainer.state.global_step, trainer.state.current_epoch = run.counters
+        run.hooks.call("teardown", trainer, model, stage)
+        if datamodule is not None:
+            datamodule.teardown(stage)
+        if trainer.compile is not None:  # hand the model back as it came: nn.Module.compile() undone
+            model._compiled_call_impl = None
 
 
 def attach_model_callbacks(trainer: Trainer, model: Any) -> None:
