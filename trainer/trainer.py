@@ -30,7 +30,7 @@ from trainer.checkpoint.resume import capture
 from trainer.core.module import TrainModule, check_model
 from trainer.core.state import TrainerState
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
-from trainer.loops.after_fit import fitted_sources
+from trainer.fitted_model import fitted_sources
 from trainer.loops.log_writer import LoggerAccess
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
