@@ -10,7 +10,7 @@ from torch import nn
 
 from trainer.core.hparams import HyperparametersMixin
 from trainer.core.metrics import log_metric
-from trainer.core.utilities import all_gather
+from trainer.core.distributed import all_gather
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer

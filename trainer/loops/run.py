@@ -26,7 +26,7 @@ from trainer.core.module import overridden
 from trainer.core.seed import seed_everything
 from trainer.core.signals import StopSignals
 from trainer.core.state import TrainerState
-from trainer.core.utilities import rank_zero_only
+from trainer.core.distributed import rank_zero_only
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import prepare
 from trainer.loops.hooks import Hooks, adapt_steps, check_callbacks, restore_steps
