@@ -20,6 +20,7 @@ import torch
 
 from trainer._version import __version__
 from trainer.checkpoint import files as ckpt_io
+from trainer.data.rng import epoch_start_state, generator_states, rng_state, seeded_sampler, set_epoch_start_state, set_generator_states, set_rng_state
 from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import last_checkpoint, load_good, runs_base
 from trainer.data.batches import SkipBatches, rebuild_loader
@@ -88,32 +89,32 @@ class Resume:
                 owner.set_epoch(epoch)
         run.epoch_loader = loader  # checkpoints record its generators
         if not self.pending:
-            run.epoch_start = ckpt_io.epoch_start_state(loader)
+            run.epoch_start = epoch_start_state(loader)
             return batches(loader, run.fetching)
         self.pending = False
         if self.rng is None:  # another world size: no exact RNG to put back
-            run.epoch_start = ckpt_io.epoch_start_state(loader)
+            run.epoch_start = epoch_start_state(loader)
             return _skip(loader, self.batch, fetch=run.fetching)
         rng = self.rng
 
         def put_back_rng() -> None:
-            ckpt_io.set_rng_state(rng)
-            ckpt_io.set_generator_states(loader, rng.get("loader", []))
+            set_rng_state(rng)
+            set_generator_states(loader, rng.get("loader", []))
 
         if self.batch == 0:
             put_back_rng()
-            run.epoch_start = ckpt_io.epoch_start_state(loader)
+            run.epoch_start = epoch_start_state(loader)
             return batches(loader, run.fetching)
         if self.train_metrics is not None and run.train_sink is not None:
             run.train_sink.load_state_dict(self.train_metrics, trainer.strategy.root_device)
         # Re-create the interrupted epoch's order, skip what it consumed, then continue its RNG.
-        ckpt_io.set_epoch_start_state(loader, self.epoch_start)
+        set_epoch_start_state(loader, self.epoch_start)
         run.epoch_start = self.epoch_start
         return _skip(loader, self.batch, after=put_back_rng, fetch=run.fetching)
 
     def _restore_sampler_seed(self, loader: Any) -> None:
         """A DistributedSampler shuffles by seed + epoch: use the checkpoint's seed, whatever this run set."""
-        sampler = ckpt_io.seeded_sampler(loader)
+        sampler = seeded_sampler(loader)
         if sampler is None or not self.sampler_state:
             return
         seed = self.sampler_state["seed"]
@@ -265,8 +266,8 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         epoch, batch = state.current_epoch + 1, 0
     else:
         epoch, batch = state.current_epoch, state.batch_in_epoch
-    local_rng = ckpt_io.rng_state()
-    local_rng["loader"] = ckpt_io.generator_states(run.epoch_loader)  # a DataLoader(generator=g)
+    local_rng = rng_state()
+    local_rng["loader"] = generator_states(run.epoch_loader)  # a DataLoader(generator=g)
     rng = strategy.gather_objects(local_rng)
     start = run.epoch_start
     if batch == 0 and start:  # the next epoch draws from "rng"; only a DistributedSampler's seed carries over

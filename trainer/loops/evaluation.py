@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.checkpoint import files as ckpt_io
+from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
 from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import Hooks, batch_transfer
@@ -230,8 +230,8 @@ def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
         return
     model, hooks, cap = run.module, run.hooks, trainer.limit_val_batches
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
-    rng = ckpt_io.rng_state()
-    generators = [ckpt_io.generator_states(loader) for loader in loaders]
+    rng = rng_state()
+    generators = [generator_states(loader) for loader in loaders]
     run.sanity_checking = True  # from on_sanity_check_start to on_sanity_check_end, as in Lightning
     try:
         hooks.call("on_sanity_check_start", trainer, model)
@@ -240,9 +240,9 @@ def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
             evaluation_loop(trainer, run, "validation", loaders, limit, publish=False)
         finally:
             run.hooks = hooks
-            ckpt_io.set_rng_state(rng)
+            set_rng_state(rng)
             for loader, states in zip(loaders, generators):
-                ckpt_io.set_generator_states(loader, states)
+                set_generator_states(loader, states)
         hooks.call("on_sanity_check_end", trainer, model)
     finally:
         run.sanity_checking = False

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from trainer.checkpoint import files as ckpt_io
+from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -53,8 +53,8 @@ def leaves_no_trace(model: torch.nn.Module, *loaders: Any) -> Iterator[None]:
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     modes = [m.training for m in model.modules()]
     owner = getattr(model, "_trainer", None)
-    rng = ckpt_io.rng_state()
-    generators = [ckpt_io.generator_states(loader) for loader in loaders]
+    rng = rng_state()
+    generators = [generator_states(loader) for loader in loaders]
     try:
         yield
     finally:
@@ -63,9 +63,9 @@ def leaves_no_trace(model: torch.nn.Module, *loaders: Any) -> Iterator[None]:
         for m, mode in zip(model.modules(), modes):
             m.training = mode
         model._trainer = owner
-        ckpt_io.set_rng_state(rng)
+        set_rng_state(rng)
         for loader, states in zip(loaders, generators):
-            ckpt_io.set_generator_states(loader, states)
+            set_generator_states(loader, states)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
