@@ -7,7 +7,6 @@ the counters, or the current run (``trainer/loops/run.py``). Nothing here runs p
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import operator
 import os
@@ -16,18 +15,17 @@ from typing import TYPE_CHECKING, Any
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
 from strategies import Strategy
 
-from trainer.options import Options
-
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
     from trainer.core.state import TrainerState
     from trainer.loops.run import Run
+    from trainer.options import Options
 
 
 class TrainerAttributes:
     """Lightning's Trainer properties. The Trainer sets ``_options``, ``_strategy``, ``callbacks``,
-    ``state`` and ``_run``; each option and each value of :data:`RUN_VALUES` is a property of
-    its own name (settable, as the plain attributes they were)."""
+    ``state`` and ``_run``; each value of :data:`RUN_VALUES` (and, from trainer.py, each option)
+    is a property of its own name (settable, as the plain attributes they were)."""
 
     _options: Options
     _strategy: Strategy
@@ -232,7 +230,7 @@ RUN_VALUES = (
 )
 
 
-def _forward(owner: str, name: str) -> property:
+def forward(owner: str, name: str) -> property:
     """A property that reads and sets ``trainer.<owner>.<name>``: C-level reads, as fast as an attribute's."""
 
     def set_value(trainer: Any, value: Any) -> None:
@@ -241,7 +239,5 @@ def _forward(owner: str, name: str) -> property:
     return property(operator.attrgetter(f"{owner}.{name}"), set_value)
 
 
-for _field in dataclasses.fields(Options):
-    setattr(TrainerAttributes, _field.name, _forward("_options", _field.name))
 for _name in RUN_VALUES:
-    setattr(TrainerAttributes, _name, _forward("_run", _name))
+    setattr(TrainerAttributes, _name, forward("_run", _name))

@@ -21,7 +21,7 @@ from loggers import Logger
 from strategies import Strategy
 from strategies.precision import check_precision_available
 
-from trainer.properties import TrainerAttributes
+from trainer.properties import TrainerAttributes, forward
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
@@ -36,7 +36,7 @@ from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
-from trainer.options import RUNS, check_names, check_weights_only, configure, fit_end_message
+from trainer.options import RUNS, Options, check_names, check_weights_only, configure, fit_end_message
 from trainer.tuner import tune_before_fit
 
 
@@ -306,6 +306,10 @@ class Trainer(TrainerAttributes, LoggerAccess):
         clone.callbacks, clone._loggers = list(self.callbacks), list(self._loggers)
         clone.state, clone._run, clone._fitted = TrainerState(), Run(), None
         return clone
+
+
+for _field in dataclasses.fields(Options):  # trainer.max_epochs reads (and sets) trainer._options.max_epochs
+    setattr(Trainer, _field.name, forward("_options", _field.name))
 
 
 # What save_checkpoint(weights_only=True) keeps: no "loop", so that fit refuses to resume from it.
