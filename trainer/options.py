@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from loggers import Logger
+from loggers._for_trainer import make_loggers
 from strategies import Strategy, select_strategy
 from strategies.precision import Precision, normalize_precision
 
@@ -21,7 +22,6 @@ from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
 from trainer.loops.hooks import check_callbacks
-from trainer.loops.log_writer import make_loggers, split_loggers
 from trainer.loops.profiler import SimpleProfiler
 
 
@@ -344,3 +344,11 @@ def check_weights_only(weights_only: Any) -> None:
     if weights_only is not None and not isinstance(weights_only, bool):
         raise TypeError(f"weights_only={weights_only!r} must be True, False or None.")
 
+
+def split_loggers(callbacks: Any) -> tuple[Any, list[Logger]]:
+    """Loggers passed in ``callbacks`` (``callbacks.TensorBoardLogger(flush_secs=...)`` was a
+    callback before the loggers package) are taken out: they replace the default logger."""
+    if callbacks is None or isinstance(callbacks, (Callback, str, bytes)) or not hasattr(callbacks, "__iter__"):
+        return callbacks, []
+    callbacks = list(callbacks)
+    return [cb for cb in callbacks if not isinstance(cb, Logger)], [cb for cb in callbacks if isinstance(cb, Logger)]

@@ -13,6 +13,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
+from loggers import Logger
+from loggers._for_trainer import logger_list
 from strategies import Strategy
 
 if TYPE_CHECKING:
@@ -219,6 +221,42 @@ class TrainerAttributes:
     @property
     def _signals(self) -> Any:
         return self._run.signals
+
+
+class LoggerAccess:
+    """The Trainer's ``logger``, ``loggers`` and ``log_dir``, as Lightning names them."""
+
+    _loggers: list[Logger]
+    _run: Any  # trainer/loops/run.py: log_dir, once a stage resolved it
+    default_root_dir: str | None
+
+    @property
+    def logger(self) -> Logger | None:
+        """The first logger (None with ``logger=False``)."""
+        return self._loggers[0] if self._loggers else None
+
+    @logger.setter
+    def logger(self, value: Logger | None) -> None:
+        self._loggers = [] if value is None else logger_list([value])
+
+    @property
+    def loggers(self) -> list[Logger]:
+        return self._loggers
+
+    @loggers.setter
+    def loggers(self, value: list[Logger] | None) -> None:
+        self._loggers = [] if value is None else logger_list(value)
+
+    @property
+    def log_dir(self) -> str | None:
+        """The first logger's folder (TensorBoard's ``<log_dir>/<name>/version_<n>``); without
+        a logger, the Trainer's ``log_dir`` option."""
+        if self._run.log_dir is not None:
+            return self._run.log_dir
+        if not self._loggers:
+            return self.default_root_dir
+        first = self._loggers[0]
+        return first.log_dir or first.save_dir
 
 
 # The run's values that Lightning code reads as the Trainer's (trainer/loops/run.py says what each is).

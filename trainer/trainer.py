@@ -21,7 +21,7 @@ from loggers import Logger
 from strategies import Strategy
 from strategies.precision import check_precision_available
 
-from trainer.properties import TrainerAttributes, forward
+from trainer.properties import LoggerAccess, TrainerAttributes, forward
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
@@ -31,7 +31,6 @@ from trainer.core.module import TrainModule, check_model
 from trainer.core.state import TrainerState
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
 from trainer.fitted_model import fitted_sources
-from trainer.loops.log_writer import LoggerAccess
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb

@@ -30,7 +30,8 @@ from trainer.core.distributed import rank_zero_only
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import prepare
 from trainer.loops.hooks import Hooks, adapt_steps, check_callbacks, restore_steps
-from trainer.loops.log_writer import LogWriter, resolve_run_dir, set_logger_versions
+from trainer.checkpoint.run_dir import resolve_run_dir, set_logger_versions
+from trainer.loops.log_writer import LogWriter
 
 if TYPE_CHECKING:
     from trainer.core.metrics import MetricSink

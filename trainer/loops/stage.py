@@ -17,7 +17,7 @@ import torch
 from trainer.core.seed import deterministic_algorithms
 from trainer.loops.evaluation import test_stage, validate_stage
 from trainer.loops.fit import fit_stage
-from trainer.loops.log_writer import logger_versions
+from trainer.checkpoint.run_dir import logger_versions
 from trainer.loops.prediction import predict_stage
 from trainer.loops.run import StageData
 
