@@ -9,7 +9,7 @@ a sentence saying what to do instead; a misspelt name gets the closest valid one
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
@@ -203,20 +203,20 @@ class Options:
     num_nodes: int = 1
     sync_batchnorm: bool = False
     use_distributed_sampler: bool = True
+    callbacks: list[Callback] = field(default_factory=list)  # the given ones, then the built-in ones
+    profiler: SimpleProfiler | None = None
 
 
 class Configured(NamedTuple):
-    """What ``configure`` builds: the options, and the objects they name."""
+    """What ``configure`` builds: the options, and the strategy and loggers they name."""
 
     options: Options
     strategy: Strategy
-    callbacks: list[Callback]
     loggers: list[Logger]
-    profiler: SimpleProfiler | None
 
 
 def configure(o: dict[str, Any]) -> Configured:
-    """Check ``Trainer(...)``'s arguments ``o``; build the strategy, callbacks, loggers and profiler."""
+    """Check ``Trainer(...)``'s arguments ``o``; build the callbacks, profiler, strategy and loggers."""
     t = Options()
     o = {k: _NONE_IS_DEFAULT[k] if v is None and k in _NONE_IS_DEFAULT else v for k, v in o.items()}
     t.max_epochs, t.min_epochs, t.max_steps, t.min_steps, t._endless = loop_limits(
@@ -278,7 +278,7 @@ def configure(o: dict[str, Any]) -> Configured:
     t.reload_dataloaders_every_n_epochs = positive_int(
         "reload_dataloaders_every_n_epochs", o["reload_dataloaders_every_n_epochs"], minimum=0
     )
-    profiler = profiler_of(o["profiler"])
+    t.profiler = profiler_of(o["profiler"])
     max_time = max_time_seconds(o["max_time"])
     t.overfit_batches = limit("overfit_batches", o["overfit_batches"])
     if t.overfit_batches:  # train and validate on the same first batches, in order
@@ -304,7 +304,8 @@ def configure(o: dict[str, Any]) -> Configured:
     given = check_callbacks(callbacks)
     if t.fast_dev_run:  # no bar, no files: a configured bar or checkpointer is left out too
         given = [cb for cb in given if not isinstance(cb, (ProgressBar, ModelCheckpoint, ModelSummary))]
-    return Configured(t, strategy, given + default_callbacks(t, given, max_time), loggers, profiler)
+    t.callbacks = given + default_callbacks(t, given, max_time)
+    return Configured(t, strategy, loggers)
 
 
 def default_callbacks(t: Options, given: list[Callback], max_time: float | None) -> list[Callback]:

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from trainer.options import Options
 
 
-class TrainerAttributes:
-    """Lightning's Trainer properties. The Trainer sets ``_options``, ``_strategy``, ``callbacks``,
+class TrainerProperties:
+    """Lightning's Trainer properties. The Trainer sets ``_options``, ``_strategy``, ``_loggers``,
     ``state`` and ``_run``; each value of :data:`RUN_VALUES` (and, from trainer.py, each option)
     is a property of its own name (settable, as the plain attributes they were)."""
 
@@ -278,4 +278,4 @@ def forward(owner: str, name: str) -> property:
 
 
 for _name in RUN_VALUES:
-    setattr(TrainerAttributes, _name, forward("_run", _name))
+    setattr(TrainerProperties, _name, forward("_run", _name))

@@ -21,7 +21,7 @@ from loggers import Logger
 from strategies import Strategy
 from strategies.precision import check_precision_available
 
-from trainer.properties import LoggerAccess, TrainerAttributes, forward
+from trainer.properties import LoggerAccess, TrainerProperties, forward
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
@@ -39,7 +39,7 @@ from trainer.options import RUNS, Options, check_names, check_weights_only, conf
 from trainer.tuner import tune_before_fit
 
 
-class Trainer(TrainerAttributes, LoggerAccess):
+class Trainer(TrainerProperties, LoggerAccess):
     """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a ``TrainModule``.
 
     All options are keyword-only, with Lightning's names and meanings (docs/trainer-arguments.md
@@ -105,7 +105,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         del options["self"], options["unknown"]
         check_names(unknown, options)  # Lightning's arguments we do not take, and typos
         # trainer/options.py: each checked, the strategy and callbacks built. trainer.<option> reads _options.
-        self._options, self._strategy, self.callbacks, self._loggers, self.profiler = configure(options)
+        self._options, self._strategy, self._loggers = configure(options)
         self.state = TrainerState()  # the counters users read
         self._run = Run()  # the current (or last) call's state: trainer/loops/run.py
         self._fitted: tuple[Any, Any, Any] | None = None  # fit's (model, datamodule, val_dataloaders)
@@ -301,8 +301,8 @@ class Trainer(TrainerAttributes, LoggerAccess):
         optimizers or model. The Tuner's searches run on such copies."""
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
-        clone._options = dataclasses.replace(self._options)
-        clone.callbacks, clone._loggers = list(self.callbacks), list(self._loggers)
+        clone._options = dataclasses.replace(self._options, callbacks=list(self.callbacks))
+        clone._loggers = list(self._loggers)
         clone.state, clone._run, clone._fitted = TrainerState(), Run(), None
         return clone
 

@@ -17,20 +17,28 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
-def search_trainer(trainer: Trainer, callbacks: list[Any], **options: Any) -> Trainer:
-    """A copy of ``trainer`` that runs with only ``callbacks`` (no bar, logger, checkpoints,
-    summary or profiler, no sanity check, no validation) and ``options``. ``copy.copy`` gives it
-    its own options and no run (fresh counters and metrics); the user's Trainer, its callbacks
-    and its counters are not touched."""
-    t = copy.copy(trainer)
-    t.callbacks, t.loggers, t.profiler = list(callbacks), [], None  # a Trainer(logger=...) or profiler records nothing of a search
-    quiet = dict(
-        default_root_dir=None, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, limit_val_batches=0, val_check_interval=None, fast_dev_run=0,
-    )
-    for name, value in {**quiet, **options}.items():
-        setattr(t, name, value)
-    return t
+def search_trainer(trainer: Trainer, callbacks: list[Any], steps: int, method: str = "fit", limit_train: bool = False) -> Trainer:
+    """A copy of ``trainer`` that runs ``steps`` optimizer steps of fit (``limit_train``: of as
+    many batches), or ``steps`` batches of another ``method``, with only ``callbacks``: no bar,
+    logger, checkpoints, summary or profiler, no sanity check, no validation. ``copy.copy`` gives
+    it its own options and no run (fresh counters and metrics), so its options are set through
+    the Trainer's public names; the user's Trainer, its callbacks and its counters are not touched."""
+    search = copy.copy(trainer)
+    search.callbacks, search.loggers, search.profiler = list(callbacks), [], None  # a search records nothing
+    search.default_root_dir, search.enable_checkpointing, search.enable_progress_bar = None, False, False
+    search.enable_model_summary, search.num_sanity_val_steps, search.fast_dev_run = False, 0, 0
+    search.limit_val_batches, search.val_check_interval = 0, None
+    if method == "fit":
+        search.max_epochs, search.max_steps = None, steps
+        if limit_train:
+            search.limit_train_batches = steps
+    elif method == "validate":
+        search.limit_val_batches = steps
+    elif method == "test":
+        search.limit_test_batches = steps
+    else:
+        search.limit_predict_batches = steps
+    return search
 
 
 @contextlib.contextmanager
