@@ -73,7 +73,7 @@ class FitLoop(StopRules, Publishing):
                 strategy.no_backward_sync() held from an accumulation group's first
                 micro-batch until its last one starts (no gradient sync until then)
                 loss = strategy's training_step runner   # split, compute, combine
-                on_before_backward
+                on_before_backward                       # to zero_grad: StepSequence (optimization/step.py)
                 backward(loss / group size)
                 on_after_backward
                 if the group is complete:
