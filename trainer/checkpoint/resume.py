@@ -20,7 +20,9 @@ import torch
 
 from trainer._version import __version__
 from trainer.checkpoint import files as ckpt_io
-from trainer.data.rng import epoch_start_state, generator_states, rng_state, seeded_sampler, set_epoch_start_state, set_generator_states, set_rng_state
+from trainer.data.rng import (
+    epoch_start_state, generator_states, rng_state, seeded_sampler, set_epoch_start_state, set_generator_states, set_rng_state,
+)
 from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import last_checkpoint, load_good, runs_base
 from trainer.data.batches import SkipBatches, rebuild_loader

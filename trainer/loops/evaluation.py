@@ -31,15 +31,17 @@ _COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict
 
 def validate_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
     """``trainer.validate`` in this process: one validation over its loaders; what was logged, per loader."""
-    return _evaluate(trainer, "validate", model, data, ckpt_path)
+    return _evaluate(trainer, "validate", model, data, ckpt_path, "validation", trainer.limit_val_batches)
 
 
 def test_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
     """``trainer.test`` in this process: one test over its loaders; what was logged, per loader."""
-    return _evaluate(trainer, "test", model, data, ckpt_path)
+    return _evaluate(trainer, "test", model, data, ckpt_path, "test", trainer.limit_test_batches)
 
 
-def _evaluate(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
+def _evaluate(
+    trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any, phase: str, limit: int | float | None,
+) -> list[dict[str, float]]:
     """The run set up; the run folder (fit's, after a fit); then, between the ``setup`` and
     ``teardown`` hooks, the checkpoint's weights, the loaders and the loop."""
     run = start(trainer, stage, model, data.datamodule)
@@ -47,7 +49,6 @@ def _evaluate(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         use_run_folder(trainer, run)
     with stage_hooks(trainer, run):
         loaders = evaluation_loaders(trainer, run, data, ckpt_path)
-        phase, limit = ("validation", trainer.limit_val_batches) if stage == "validate" else ("test", trainer.limit_test_batches)
         evaluation_loop(trainer, run, phase, loaders, limit)
         return per_loader(run.logged_metrics, loaders)
 

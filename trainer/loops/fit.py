@@ -243,7 +243,8 @@ class FitLoop(StopRules, Publishing):
         val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
         val_last = not self._epoch_val_due()  # the last batch's validation is the epoch end's, if that one runs
         batch_start, batch_end, signals = run.hooks.on_train_batch_start, run.hooks.on_train_batch_end, run.signals
-        steps, backward, optimizer, accumulate = self.steps, self.steps.backward_fn, run.opt.optimizer, trainer.accumulate_grad_batches
+        steps, backward, optimizer = self.steps, self.steps.backward_fn, run.opt.optimizer
+        accumulate = trainer.accumulate_grad_batches
         stepper, plain_backward, plain_step = self._stepper()
         transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
@@ -259,7 +260,8 @@ class FitLoop(StopRules, Publishing):
                     if batch_idx >= limit:  # (a hand-written loop's break: the sampler's draws stay the same)
                         break
                     run.is_last_batch = batch_idx + 1 == limit  # an unsized loader's length is unknown: False
-                    sink.batch_size = size = batch_size(batch) if sizes is None else last_size if batch_idx == last_idx else full_size
+                    size = batch_size(batch) if sizes is None else last_size if batch_idx == last_idx else full_size
+                    sink.batch_size = size
                     samples += size  # published to trainer.samples_seen at the logging cadence and the epoch's end
                     if transfer is not None:
                         batch = transfer(batch, 0)

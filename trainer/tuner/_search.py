@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
-def search_trainer(trainer: Trainer, callbacks: list[Any], steps: int, method: str = "fit", limit_train: bool = False) -> Trainer:
+def search_trainer(
+    trainer: Trainer, callbacks: list[Any], steps: int, method: str = "fit", limit_train: bool = False,
+) -> Trainer:
     """A copy of ``trainer`` that runs ``steps`` optimizer steps of fit (``limit_train``: of as
     many batches), or ``steps`` batches of another ``method``, with only ``callbacks``: no bar,
     logger, checkpoints, summary or profiler, no sanity check, no validation. ``copy.copy`` gives

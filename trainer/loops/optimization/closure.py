@@ -4,8 +4,8 @@ Such an optimizer re-evaluates the loss itself, as many times as it asks. The lo
 no forward or backward of its own for the batch: it calls ``optimizer.step(closure)`` once,
 where each call of the closure is ``zero_grad``, ``training_step``, the backward hooks and
 backward, ``on_before_optimizer_step`` and clipping, as Lightning's closure does (the order is
-``StepSequence.step_with_closure``'s, in step.py). One ``optimizer.step`` is one ``global_step``. Optimizers that take no closure never see this
-module: the loop's per-step path is unchanged for them.
+``StepSequence.step_with_closure``'s, in step.py). One ``optimizer.step`` is one ``global_step``.
+Optimizers that take no closure never see this module: the loop's per-step path is unchanged for them.
 """
 
 from __future__ import annotations
