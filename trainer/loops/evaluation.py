@@ -27,20 +27,21 @@ if TYPE_CHECKING:
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
 _COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
+_LIMITS = {"validation": "limit_val_batches", "test": "limit_test_batches"}
 
 
 def validate_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
     """``trainer.validate`` in this process: one validation over its loaders; what was logged, per loader."""
-    return _evaluate(trainer, "validate", model, data, ckpt_path, "validation", trainer.limit_val_batches)
+    return _evaluate(trainer, "validate", model, data, ckpt_path, "validation")
 
 
 def test_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
     """``trainer.test`` in this process: one test over its loaders; what was logged, per loader."""
-    return _evaluate(trainer, "test", model, data, ckpt_path, "test", trainer.limit_test_batches)
+    return _evaluate(trainer, "test", model, data, ckpt_path, "test")
 
 
 def _evaluate(
-    trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any, phase: str, limit: int | float | None,
+    trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any, phase: str,
 ) -> list[dict[str, float]]:
     """The run set up; the run folder (fit's, after a fit); then, between the ``setup`` and
     ``teardown`` hooks, the checkpoint's weights, the loaders and the loop."""
@@ -49,7 +50,7 @@ def _evaluate(
         use_run_folder(trainer, run)
     with stage_hooks(trainer, run):
         loaders = evaluation_loaders(trainer, run, data, ckpt_path)
-        evaluation_loop(trainer, run, phase, loaders, limit)
+        evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # as set by then (setup hooks)
         return per_loader(run.logged_metrics, loaders)
 
 
