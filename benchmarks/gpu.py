@@ -255,7 +255,7 @@ def report_dp_memory(device: torch.device) -> None:
 
     def ours(model: nn.Module) -> float:
         from trainer.core.metrics import MetricSink, set_sink
-        from trainer.loops.precision import Precision
+        from strategies.precision import Precision
 
         strategy = DataParallelStrategy(device_ids=[0, 0])
         strategy.configure_devices("auto")

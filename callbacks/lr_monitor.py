@@ -89,8 +89,7 @@ class LearningRateMonitor(Callback):
     @staticmethod
     def _names(trainer: Trainer) -> tuple[list[str], list[torch.optim.Optimizer], list[str | None]]:
         """One name per param group: optimizers with a scheduler first, as Lightning orders them."""
-        opt_setup = getattr(trainer, "_opt", None)
-        configs = list(getattr(opt_setup, "schedulers", []) or [])
+        configs = list(trainer.lr_scheduler_configs)
         ordered: list[tuple[Any, str | None, str | None]] = []  # (optimizer, scheduler's name, interval)
         for config in configs:
             ordered.append((config.scheduler.optimizer, getattr(config, "name", None), config.interval))

@@ -194,7 +194,7 @@ class ModelCheckpoint(Callback):
         epoch_due = not self._at_epoch_end and self._epoch_due(trainer)
         if not (epoch_due or self._waiting) or trainer.global_step == self._last_step_saved:
             return
-        if trainer._epoch_complete:  # the epoch-end validation: save after the epoch's end (hooks, scheduler)
+        if trainer.at_epoch_end:  # the epoch-end validation: save after the epoch's end (hooks, scheduler)
             self._after_epoch = True
             return
         batch, group = trainer.state.batch_in_epoch, trainer.accumulate_grad_batches
@@ -330,8 +330,8 @@ class ModelCheckpoint(Callback):
     def _current(self, trainer: Trainer) -> Any:
         """The monitor's latest value, or None. A value training logs is published at each log
         step: between two, this step's is published now (every rank takes this path alike)."""
-        if self.monitor not in trainer.callback_metrics and trainer._publish_step_metrics is not None:
-            trainer._publish_step_metrics()
+        if self.monitor not in trainer.callback_metrics:
+            trainer.publish_step_metrics()
         return trainer.callback_metrics.get(self.monitor)
 
     def _better(self, a: float, b: float) -> bool:

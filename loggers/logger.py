@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 from trainer.checkpoint.run_dir import claim_version, resumed_version
-from trainer.core.utilities import rank_zero_only
+from trainer.core.distributed import rank_zero_only
 
 
 class DummyExperiment:

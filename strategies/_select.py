@@ -9,6 +9,7 @@ import torch
 from ._env import launched_env
 from .base import Strategy
 from .data_parallel import DataParallelStrategy
+from .precision import Precision
 from .ddp import DDPStrategy
 from .single_device import SingleDeviceStrategy
 
@@ -103,12 +104,18 @@ def normalize_devices(devices: Any) -> str | int | list[int]:
     raise TypeError(f"devices={devices!r} must be 'auto', a count or a list. {_DEVICES_HELP}")
 
 
-def select_strategy(strategy: Any, devices: Any, accelerator: Any = "auto", num_nodes: Any = 1) -> Strategy:
+def select_strategy(
+    strategy: Any, devices: Any, accelerator: Any = "auto", num_nodes: Any = 1, precision: Precision | None = None,
+) -> Strategy:
+    """The strategy, built with ``precision`` (full precision if None). A strategy the user
+    built gets it too, as Lightning's connector gives its precision plugin to one."""
     devices = normalize_devices(devices)
     kind = resolve_accelerator(accelerator)
     nodes = check_num_nodes(num_nodes)
     if isinstance(strategy, Strategy):
         chosen = strategy
+        if precision is not None:
+            chosen.precision = precision
     elif isinstance(strategy, str):
         if strategy.startswith(("deepspeed", "xla", "hpu", "single_xla", "single_hpu")):
             raise ValueError(
@@ -121,9 +128,9 @@ def select_strategy(strategy: Any, devices: Any, accelerator: Any = "auto", num_
         elif name is None:
             raise ValueError(f"Unknown strategy {strategy!r}. Valid: {_VALID}.{_did_you_mean(strategy)}")
         if name == "ddp_unused":
-            chosen = DDPStrategy(find_unused_parameters=True)
+            chosen = DDPStrategy(find_unused_parameters=True, precision=precision)
         else:
-            chosen = _strategy_class(_auto(devices, kind, nodes) if name == "auto" else name)()
+            chosen = _strategy_class(_auto(devices, kind, nodes) if name == "auto" else name)(precision=precision)
     else:
         raise TypeError(f"strategy={strategy!r} must be a name ({_VALID}).")
     if kind == "mps" and chosen.name not in ("single", "base"):

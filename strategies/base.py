@@ -13,6 +13,8 @@ from trainer.checkpoint.state_dicts import load_plain_state_dict, optimizer_stat
 from trainer.data.batches import move_to_device, on_cpu
 from trainer.data.device_copy import copied_ahead
 
+from .precision import Precision
+
 
 class StepDispatcher(nn.Module):
     """Routes ``forward(step_name, batch, batch_idx)`` to the user's ``*_step`` method.
@@ -50,12 +52,13 @@ class Strategy:
     #: then copies rank 0's results back.
     spawned = False
 
-    def __init__(self) -> None:
+    def __init__(self, precision: Precision | None = None) -> None:
         self.root_device = torch.device("cpu")
         self.global_rank = 0
         self.local_rank = 0
         self.world_size = 1
-        self.precision: Any = None  # set by the Trainer: autocast context and scaler
+        #: autocast and the gradient scaler: the Trainer's ``precision=`` (full precision if not given)
+        self.precision: Precision = Precision() if precision is None else precision
         self.module: nn.Module | None = None  # the user's TrainModule, unwrapped
         # Set by Trainer(sync_batchnorm=True): BatchNorm statistics over all processes' batches.
         self.sync_batchnorm = False

@@ -24,6 +24,7 @@ from trainer.data.batches import apply_to_tensors, move_to_device
 from trainer.core.metrics import MetricSink, current_sink, set_sink
 
 from .base import StepDispatcher, Strategy, check_cuda_indices, check_given_ids, device_id_list
+from .precision import Precision
 
 
 def split_batch(batch: Any, n: int) -> list[tuple[Any, int]]:
@@ -148,8 +149,10 @@ class DataParallelStrategy(Strategy):
 
     name = "dp"
 
-    def __init__(self, device_ids: list[int] | None = None, output_device: int | None = None) -> None:
-        super().__init__()
+    def __init__(
+        self, device_ids: list[int] | None = None, output_device: int | None = None, precision: Precision | None = None,
+    ) -> None:
+        super().__init__(precision)
         if output_device is not None and (isinstance(output_device, bool) or not isinstance(output_device, int)):
             raise TypeError(f"DataParallelStrategy(output_device={output_device!r}) must be a CUDA index or None.")
         self.device_ids = device_id_list("DataParallelStrategy", device_ids)

@@ -22,6 +22,7 @@ from ._env import launched_env
 from ._sharding import ContiguousShard, drops_last, sampler_seed, sampler_to_shard
 from ._spawn import spawn
 from .base import StepDispatcher, Strategy, check_cuda_indices, check_given_ids, device_id_list
+from .precision import Precision
 
 #: How long a collective may wait for a peer before the job fails (torch's NCCL default is 30 min).
 DEFAULT_TIMEOUT = timedelta(minutes=5)
@@ -49,8 +50,9 @@ class DDPStrategy(Strategy):
         find_unused_parameters: bool = False,
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         device_ids: list[int] | None = None,
+        precision: Precision | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(precision)
         self._given_ids = device_id_list("DDPStrategy", device_ids)
         if start_method not in _START_METHODS:
             raise ValueError(f"DDPStrategy(start_method={start_method!r}): valid values are {_START_METHODS}.")

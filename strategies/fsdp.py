@@ -29,6 +29,7 @@ from trainer.checkpoint.state_dicts import optimizer_state_by_name, optimizer_st
 
 from .base import StepDispatcher
 from .ddp import DEFAULT_TIMEOUT, DDPStrategy
+from .precision import Precision
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered to CPU memory, one tensor at a time
 
@@ -81,8 +82,11 @@ class FSDPStrategy(DDPStrategy):
         start_method: str = "spawn",
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         device_ids: list[int] | None = None,
+        precision: Precision | None = None,
     ) -> None:
-        super().__init__(backend=backend, start_method=start_method, timeout=timeout, device_ids=device_ids)
+        super().__init__(
+            backend=backend, start_method=start_method, timeout=timeout, device_ids=device_ids, precision=precision,
+        )
         if shard is not None and not callable(shard) and not (
             isinstance(shard, (list, tuple)) and all(isinstance(c, type) and issubclass(c, nn.Module) for c in shard)
         ):

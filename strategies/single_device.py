@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .base import Strategy, check_cuda_indices
+from .precision import Precision
 
 
 def default_device() -> torch.device:
@@ -14,8 +15,8 @@ def default_device() -> torch.device:
 class SingleDeviceStrategy(Strategy):
     name = "single"
 
-    def __init__(self, device: torch.device | str | int | None = None) -> None:
-        super().__init__()
+    def __init__(self, device: torch.device | str | int | None = None, precision: Precision | None = None) -> None:
+        super().__init__(precision)
         self._device_given = device is not None
         if device is None:
             self.root_device = default_device()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ PACKAGES = ("trainer", "callbacks", "strategies", "loggers")
 RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.checkpoint": 2,
     "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.loops": 4, "trainer.trainer": 5, "trainer.options": 5,
-    "trainer.attributes": 5, "trainer.tuner": 5, "trainer.cli": 5,
+    "trainer.properties": 5, "trainer.fitted_model": 5, "trainer.tuner": 5, "trainer.cli": 5,
 }
 
 
@@ -91,6 +92,80 @@ def test_imports_run_one_way(path):
         room = _room(module)
         if room is not None and room != own:
             assert RANK[room] < RANK[own] or (own == "trainer.trainer"), f"{path} ({own}) imports {module} ({room}), a room above it"
+
+
+# A run's state is one object, handed down (docs/layout.md): the Trainer holds its options, the
+# counters and a reference to the current run, and only the Trainer and the run's own module
+# write its attributes. Everywhere else a Trainer is only given values through its public
+# setters (Lightning's: should_stop, accumulate_grad_batches, the options, ...).
+TRAINER_WRITERS = ("trainer/trainer.py", "trainer/loops/run.py")
+
+
+def _names_a_trainer(node: ast.AST) -> bool:
+    """``trainer``, ``search`` (the Tuner's copy), or ``<anything>.trainer`` / ``<anything>._trainer``."""
+    if isinstance(node, ast.Name):
+        return node.id in ("trainer", "search")
+    return isinstance(node, ast.Attribute) and node.attr in ("trainer", "_trainer")
+
+
+def _trainer_attribute_writes(path: str) -> list[tuple[int, str]]:
+    """(line, attribute) of each ``trainer.<attribute> = ...`` (also augmented, annotated or in a
+    tuple) and ``setattr(trainer, ...)``; a name that is not a constant is ``"<computed>"``."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(open(os.path.join(ROOT, path)).read())):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        while any(isinstance(t, (ast.Tuple, ast.List)) for t in targets):
+            targets = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
+        found += [(t.lineno, t.attr) for t in targets if isinstance(t, ast.Attribute) and _names_a_trainer(t.value)]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and node.args:
+            if _names_a_trainer(node.args[0]):
+                name = node.args[1]
+                found.append((node.lineno, name.value if isinstance(name, ast.Constant) else "<computed>"))
+    return found
+
+
+def _public_setters() -> set[str]:
+    from trainer import Trainer
+
+    return {n for n, v in inspect.getmembers(Trainer) if isinstance(v, property) and v.fset and not n.startswith("_")}
+
+
+def test_the_checks_of_trainer_writes_find_them():
+    """The two checks below can fail: they find the writes a Trainer used to get from everywhere."""
+    code = "trainer._opt = opt\ntrainer.grad_norm, trainer.state = 1, 2\nsetattr(search, name, 0)\nmodule.trainer._phase = None\n"
+    tree = ast.parse(code)
+    assert sorted(t.attr for t in ast.walk(tree) if isinstance(t, ast.Attribute) and _names_a_trainer(t.value)) == [
+        "_opt", "_phase", "grad_norm", "state",
+    ]
+    assert {"should_stop", "accumulate_grad_batches", "max_epochs", "callbacks", "logger"} <= _public_setters()
+    assert not {"_run", "_options", "state", "_strategy"} & _public_setters()
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if p not in TRAINER_WRITERS])
+def test_only_the_trainer_and_the_run_write_the_trainers_attributes(path):
+    setters = _public_setters()
+    bad = [f"line {line}: trainer.{name}" for line, name in _trainer_attribute_writes(path) if name not in setters]
+    assert not bad, (
+        f"{path} writes the Trainer's own attributes ({', '.join(bad)}): a call's state belongs on its run "
+        "(trainer/loops/run.py), handed to whoever needs it; elsewhere set only the Trainer's public setters."
+    )
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if p.startswith("callbacks/")])
+def test_callbacks_read_no_underscore_name_of_the_trainer_or_the_run(path):
+    bad = []
+    for node in ast.walk(ast.parse(open(os.path.join(ROOT, path)).read())):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and _names_a_trainer(node.value):
+            bad.append(f"line {node.lineno}: trainer.{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            name = node.args[1] if len(node.args) > 1 else None
+            if node.args and _names_a_trainer(node.args[0]) and isinstance(name, ast.Constant) and str(name.value).startswith("_"):
+                bad.append(f"line {node.lineno}: {node.func.id}(trainer, {name.value!r})")
+    assert not bad, f"{path} reads private names of the Trainer or its run ({', '.join(bad)}): use public ones"
 
 
 def test_the_trainer_package_has_no_circle_through_its_init(script_env):

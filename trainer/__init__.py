@@ -26,7 +26,8 @@ from trainer.core.seed import seed_everything
 from trainer.core.signals import Interrupted
 from trainer.core.state import TrainerState
 from trainer.core.hparams import AttributeDict
-from trainer.core.utilities import grad_norm, rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
+from trainer.core.distributed import rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
+from trainer.core.metrics import grad_norm
 
 # Rank 0's one-line summaries (strategy, resume) show by default, like a progress bar does;
 # configure the "trainer" logger to change that.

@@ -1,6 +1,7 @@
 """The Trainer's options: Lightning's names and spellings, checked once, when it is built.
 
-``configure`` turns ``Trainer(...)``'s arguments into the attributes the loops read. The
+``configure`` turns ``Trainer(...)``'s arguments into :class:`Options`, which the loops read
+through the Trainer's attributes of the same names. The
 arguments of Lightning's Trainer that this one does not take are answered here too, each with
 a sentence saying what to do instead; a misspelt name gets the closest valid one.
 """
@@ -8,21 +9,20 @@ a sentence saying what to do instead; a misspelt name gets the closest valid one
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, NamedTuple
 
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
-from strategies import select_strategy
+from loggers import Logger
+from loggers._for_trainer import make_loggers
+from strategies import Strategy, select_strategy
+from strategies.precision import Precision, normalize_precision
 
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
 from trainer.loops.hooks import check_callbacks
-from trainer.loops.log_writer import make_loggers, split_loggers
-from trainer.loops.precision import normalize_precision
 from trainer.loops.profiler import SimpleProfiler
-
-if TYPE_CHECKING:
-    from trainer.trainer import Trainer
 
 
 class _DefaultDir(str):
@@ -161,9 +161,63 @@ _NONE_IS_DEFAULT = {
 }
 
 
-def configure(trainer: Trainer, o: dict[str, Any]) -> None:
-    """Check ``Trainer(...)``'s arguments ``o`` and set the attributes the loops read."""
-    t = trainer
+@dataclass
+class Options:
+    """``Trainer(...)``'s arguments, checked: what the loops read. The Trainer's attribute of each
+    name reads and sets this object's (``trainer.max_epochs`` is ``options.max_epochs``)."""
+
+    max_epochs: int | None = None
+    min_epochs: int | None = None
+    max_steps: int | None = None
+    min_steps: int | None = None
+    _endless: bool = False  # max_epochs=-1: until something else ends it
+    precision: str = "32-true"
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str = "norm"
+    check_val_every_n_epoch: int | None = 1
+    val_check_interval: int | float | None = None
+    log_every_n_steps: int = 50
+    default_root_dir: str | None = None
+    name: str = "default"
+    enable_progress_bar: bool = True
+    enable_checkpointing: bool = True
+    limit_train_batches: int | float | None = None
+    limit_val_batches: int | float | None = None
+    limit_test_batches: int | float | None = None
+    limit_predict_batches: int | float | None = None
+    seed: int | None = None
+    deterministic: bool | str = False
+    _optimizer_factory: Callable[..., Any] | None = None  # Trainer(optimizer=...)
+    num_sanity_val_steps: int = 2
+    enable_model_summary: bool = True
+    batched_fetching: bool = True
+    data_on_device: bool = False
+    compile: dict[str, Any] | None = None
+    benchmark: bool | None = None
+    detect_anomaly: bool = False
+    inference_mode: bool = True
+    reload_dataloaders_every_n_epochs: int = 0
+    overfit_batches: int | float = 0
+    fast_dev_run: int = 0
+    num_nodes: int = 1
+    sync_batchnorm: bool = False
+    use_distributed_sampler: bool = True
+    callbacks: list[Callback] = field(default_factory=list)  # the given ones, then the built-in ones
+    profiler: SimpleProfiler | None = None
+
+
+class Configured(NamedTuple):
+    """What ``configure`` builds: the options, and the strategy and loggers they name."""
+
+    options: Options
+    strategy: Strategy
+    loggers: list[Logger]
+
+
+def configure(o: dict[str, Any]) -> Configured:
+    """Check ``Trainer(...)``'s arguments ``o``; build the callbacks, profiler, strategy and loggers."""
+    t = Options()
     o = {k: _NONE_IS_DEFAULT[k] if v is None and k in _NONE_IS_DEFAULT else v for k, v in o.items()}
     t.max_epochs, t.min_epochs, t.max_steps, t.min_steps, t._endless = loop_limits(
         o["max_epochs"], o["min_epochs"], o["max_steps"], o["min_steps"]
@@ -239,21 +293,22 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
         t.limit_train_batches = t.limit_val_batches = t.limit_test_batches = t.limit_predict_batches = n
         t.check_val_every_n_epoch, t.val_check_interval = 1, None
         t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False
-    t._strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"])
+    strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"], Precision(t.precision))
     t.num_nodes = o["num_nodes"]
     t.sync_batchnorm = flag("sync_batchnorm", o["sync_batchnorm"])
-    t._strategy.sync_batchnorm = t.sync_batchnorm or t._strategy.sync_batchnorm
+    strategy.sync_batchnorm = t.sync_batchnorm or strategy.sync_batchnorm
     t.use_distributed_sampler = flag("use_distributed_sampler", o["use_distributed_sampler"])
-    t._strategy.use_distributed_sampler = t.use_distributed_sampler
+    strategy.use_distributed_sampler = t.use_distributed_sampler
     callbacks, legacy = split_loggers(o["callbacks"])  # a TensorBoardLogger passed as a callback, as before loggers/
-    t._loggers = [] if t.fast_dev_run else make_loggers(o["logger"], legacy, t.default_root_dir, t.name)
+    loggers = [] if t.fast_dev_run else make_loggers(o["logger"], legacy, t.default_root_dir, t.name)
     given = check_callbacks(callbacks)
     if t.fast_dev_run:  # no bar, no files: a configured bar or checkpointer is left out too
         given = [cb for cb in given if not isinstance(cb, (ProgressBar, ModelCheckpoint, ModelSummary))]
     t.callbacks = given + default_callbacks(t, given, max_time)
+    return Configured(t, strategy, loggers)
 
 
-def default_callbacks(t: Trainer, given: list[Callback], max_time: float | None) -> list[Callback]:
+def default_callbacks(t: Options, given: list[Callback], max_time: float | None) -> list[Callback]:
     """The built-ins, except those the user passed configured (e.g. ``ProgressBar(refresh_s=1)``):
     two bars would both draw, and two checkpointers would write the same files. A
     Timer given in ``callbacks`` wins over ``max_time``, as in Lightning."""
@@ -290,3 +345,11 @@ def check_weights_only(weights_only: Any) -> None:
     if weights_only is not None and not isinstance(weights_only, bool):
         raise TypeError(f"weights_only={weights_only!r} must be True, False or None.")
 
+
+def split_loggers(callbacks: Any) -> tuple[Any, list[Logger]]:
+    """Loggers passed in ``callbacks`` (``callbacks.TensorBoardLogger(flush_secs=...)`` was a
+    callback before the loggers package) are taken out: they replace the default logger."""
+    if callbacks is None or isinstance(callbacks, (Callback, str, bytes)) or not hasattr(callbacks, "__iter__"):
+        return callbacks, []
+    callbacks = list(callbacks)
+    return [cb for cb in callbacks if not isinstance(cb, Logger)], [cb for cb in callbacks if isinstance(cb, Logger)]

@@ -8,7 +8,7 @@ order of events), and ``evaluation.py`` runs validation, test and predict.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import os
 from datetime import timedelta
 from typing import Any, Callable, Iterable
@@ -19,33 +19,27 @@ from torch import nn
 from callbacks import Callback
 from loggers import Logger
 from strategies import Strategy
+from strategies.precision import check_precision_available
 
-from trainer.attributes import TrainerAttributes
+from trainer.properties import LoggerAccess, TrainerProperties, forward
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
 from trainer.checkpoint.paths import best_checkpoint
 from trainer.checkpoint.resume import capture
-from trainer.core.metrics import MetricSink
 from trainer.core.module import TrainModule, check_model
-from trainer.core.signals import StopSignals
 from trainer.core.state import TrainerState
-from trainer.data.fetch import Fetching
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
-from trainer.loops.after_fit import fitted_sources
-from trainer.loops.hooks import Hooks
-from trainer.loops.log_writer import LoggerAccess
-from trainer.loops.optimization.manual import ManualOptimization
-from trainer.loops.optimization.optim import OptimizerSetup
-from trainer.loops.precision import Precision, check_precision_available
+from trainer.fitted_model import fitted_sources
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
-from trainer.loops.stage import StageData, absorb, run_stage
-from trainer.options import RUNS, check_names, check_weights_only, configure, fit_end_message
+from trainer.loops.run import Run, StageData, absorb
+from trainer.loops.stage import run_stage
+from trainer.options import RUNS, Options, check_names, check_weights_only, configure, fit_end_message
 from trainer.tuner import tune_before_fit
 
 
-class Trainer(TrainerAttributes, LoggerAccess):
+class Trainer(TrainerProperties, LoggerAccess):
     """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a ``TrainModule``.
 
     All options are keyword-only, with Lightning's names and meanings (docs/trainer-arguments.md
@@ -110,60 +104,21 @@ class Trainer(TrainerAttributes, LoggerAccess):
         options = dict(locals())
         del options["self"], options["unknown"]
         check_names(unknown, options)  # Lightning's arguments we do not take, and typos
-        configure(self, options)  # trainer/options.py: each checked, the strategy and callbacks built
-        self.sanity_checking = False  # True while the sanity check runs
-        self.is_last_batch = False  # during fit: the batch being trained on is its epoch's last (sized loaders)
-        self.state = TrainerState()
-        self._phase: str | None = None  # "train", "validation", "test" or "predict" while one runs
-        self.datamodule: DataModule | None = None  # the stage's, while it runs and after
-        self.train_dataloader: Any = None  # fit's training loader, as the strategy prepared it
-        self.callback_metrics: dict[str, float] = {}
-        self.logged_metrics: dict[str, float] = {}  # the epoch means of the phase that just ended
-        self.train_epoch_metrics: dict[str, float] = {}  # the last training epoch's means
-        self.prog_bar_names: set[str] = set()  # names logged with prog_bar=True
-        # Training samples this process has stepped through, updated every log_every_n_steps steps
-        # and at each epoch's end (TensorBoard's throughput reads it then).
-        self.samples_seen = 0
-        self.run_dir: str | None = None  # the first logger's <save_dir>/<name>/version_<n>: checkpoints go there
-        self._log_dir: str | None = None  # the first logger's log_dir, once a stage resolved it
+        # trainer/options.py: each checked, the strategy and callbacks built. trainer.<option> reads _options.
+        self._options, self._strategy, self._loggers = configure(options)
+        self.state = TrainerState()  # the counters users read
+        self._run = Run()  # the current (or last) call's state: trainer/loops/run.py
         self._fitted: tuple[Any, Any, Any] | None = None  # fit's (model, datamodule, val_dataloaders)
-        self.predict_loop: Any = None  # the running predict's record (loops/prediction.py)
-        self._fetching = Fetching(self.batched_fetching)  # a stage's, with data_on_device on its device
-        self.grad_norm: torch.Tensor | None = None
-        self.num_training_batches: int | float = math.inf
-        self.num_val_batches: list[int | float] = []  # per validation loader, after limit_val_batches
-        self.num_test_batches: list[int | float] = []
-        self.num_predict_batches: list[int | float] = []
-        self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None
-        self.optimizer: torch.optim.Optimizer | None = None  # the first (under automatic optimization, the only) one
-        self.lr_scheduler: Any = None
-        self.optimizers: list[torch.optim.Optimizer] = []  # all, in configure_optimizers' order
-        self.lr_schedulers: list[Any] = []
-        self._opt: OptimizerSetup | None = None
-        self._manual: ManualOptimization | None = None  # set while a fit with automatic_optimization=False runs
-        self._module: TrainModule | None = None
-        self._precision: Precision | None = None
-        self._hooks = Hooks([])
-        self._signals = StopSignals()
-        self._skip_step = False  # set by skip_optimizer_step() for the step about to happen
-        self._step_skipped = False  # whether the last optimizer step was skipped
-        self._train_sink: MetricSink | None = None
-        self._step_cache: tuple[int, dict[str, float]] = (-1, {})
-        self._epoch_complete = False
-        # While fit runs: puts this step's training values (reduced across ranks) into callback_metrics
-        # now, not at the next log step; what a monitor that training logs reads between log steps.
-        self._publish_step_metrics: Callable[[], dict[str, float]] | None = None
-        self._epoch_start: dict[str, Any] | None = None  # RNG that re-creates this epoch's order
-        self._epoch_loader: Any = None  # the training loader; checkpoints record its generators
 
     def step_metrics(self, prog_bar_only: bool = False) -> dict[str, float]:
         """The latest values logged in training_step, as floats (reads them off the device once per step)."""
-        sink = self._train_sink
+        run = self._run
+        sink = run.train_sink
         if sink is None:
             return {}
-        if self._step_cache[0] != self.state.global_step:
-            self._step_cache = (self.state.global_step, sink.latest_floats())
-        values = self._step_cache[1]
+        if run.step_cache[0] != self.state.global_step:
+            run.step_cache = (self.state.global_step, sink.latest_floats())
+        values = run.step_cache[1]
         return {k: v for k, v in values.items() if k in sink.prog_bar} if prog_bar_only else values
 
     def hparams(self) -> dict[str, Any]:
@@ -184,7 +139,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         Under DDP every rank must make the same call (agree first, e.g. with
         ``strategy.all_reduce_sum``), as ``callbacks.NaNGuard`` does.
         """
-        self._skip_step = True
+        self._run.skip_step = True
 
     # --- entry points ------------------------------------------------------------------
     def fit(
@@ -277,11 +232,9 @@ class Trainer(TrainerAttributes, LoggerAccess):
     ) -> Any:
         """Run ``stage`` in the strategy's processes (``stage.run_stage``) and take back its results."""
         check_precision_available(self.precision)  # here, not in each of several DDP workers
-        self.datamodule = datamodule
         data = StageData(loader, val_loader, datamodule, keep)
-        result = absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
-        self._module = model  # after a spawned stage too: trainer.lightning_module, validate(model=None)
-        return result
+        # After a spawned stage, the caller's run records what rank 0 reported (trainer.lightning_module too).
+        return absorb(self, model, datamodule, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
 
     # --- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike, weights_only: bool = False, storage_options: Any = None) -> None:
@@ -298,7 +251,8 @@ class Trainer(TrainerAttributes, LoggerAccess):
                 f"save_checkpoint(storage_options={storage_options!r}): remote file systems are not supported; "
                 "write to a local path and copy it."
             )
-        if self._opt is None:  # no fit ran in this process: its optimizer state is elsewhere, or nowhere
+        run = self._run
+        if run.opt is None:  # no fit ran in this process: its optimizer state is elsewhere, or nowhere
             after_spawn = self._strategy.spawned and self.global_step > 0
             raise RuntimeError(
                 f"trainer.save_checkpoint({os.fspath(path)!r}) needs a fit's full state (optimizer, RNG, "
@@ -309,11 +263,11 @@ class Trainer(TrainerAttributes, LoggerAccess):
                    "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
             )
         if self._strategy.sharded_checkpoints:  # one folder, each rank writing its shards, now
-            meta = capture(self, tensors=False)
+            meta = capture(self, run, tensors=False)
             if self.is_global_zero:
-                for cb in self._hooks.on_save_checkpoint:
-                    cb(self, self._module, meta)
-            self._strategy.save_sharded_checkpoint(meta if self.is_global_zero else None, os.fspath(path), self._opt.optimizers)
+                for cb in run.hooks.on_save_checkpoint:
+                    cb(self, run.module, meta)
+            self._strategy.save_sharded_checkpoint(meta if self.is_global_zero else None, os.fspath(path), run.opt.optimizers)
             return
         # CPU copies: a file written on a GPU loads with plain torch.load on a machine without one.
         checkpoint = self.checkpoint_state(copy=True)
@@ -328,20 +282,33 @@ class Trainer(TrainerAttributes, LoggerAccess):
         rank 0; None on the other ranks. Every rank must call it. Its tensors are the live
         model's and optimizer's, or with ``copy=True`` copies on the CPU (what the hooks
         added too), safe to write while training goes on."""
-        checkpoint = capture(self)
+        run = self._run
+        checkpoint = capture(self, run)
         if not self.is_global_zero:
             return None
-        for cb in self._hooks.on_save_checkpoint:
-            cb(self, self._module, checkpoint)
+        for cb in run.hooks.on_save_checkpoint:
+            cb(self, run.module, checkpoint)
         return snapshot(checkpoint) if copy else checkpoint
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_module"] = None  # sent separately as fit's argument
-        # likewise (and a dataset is costly to pickle twice)
-        state["val_dataloaders"] = state["train_dataloader"] = state["datamodule"] = None
-        state["_fitted"] = state["predict_loop"] = None  # a model, data, predictions: the caller's only
+        state = self.__dict__.copy()  # the run leaves out its model, data and predictions (Run.__getstate__)
+        state["_fitted"] = None  # a model and data: the caller's only
         return state
+
+    def __copy__(self) -> Trainer:
+        """``copy.copy(trainer)``: the same strategy, callbacks and loggers, its own copy of the
+        options (setting one changes only the copy), and no run yet: counters at 0, no metrics,
+        optimizers or model. The Tuner's searches run on such copies."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone._options = dataclasses.replace(self._options, callbacks=list(self.callbacks))
+        clone._loggers = list(self._loggers)
+        clone.state, clone._run, clone._fitted = TrainerState(), Run(), None
+        return clone
+
+
+for _field in dataclasses.fields(Options):  # trainer.max_epochs reads (and sets) trainer._options.max_epochs
+    setattr(Trainer, _field.name, forward("_options", _field.name))
 
 
 # What save_checkpoint(weights_only=True) keeps: no "loop", so that fit refuses to resume from it.

@@ -73,7 +73,7 @@ class StochasticWeightAveraging(Callback):
         self._scheduler, self._loaded = None, None
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
-        if len(trainer.optimizers) != 1 or trainer._manual is not None:
+        if len(trainer.optimizers) != 1 or not getattr(module, "automatic_optimization", True):
             raise ValueError("StochasticWeightAveraging works with one optimizer under automatic optimization.")
         groups = len(trainer.optimizer.param_groups)
         if isinstance(self._swa_lrs, (list, tuple)) and len(self._swa_lrs) != groups:
@@ -97,7 +97,7 @@ class StochasticWeightAveraging(Callback):
                     group["lr"] = lr
                 self._scheduler.load_state_dict(self._loaded["scheduler"])
             # SWALR replaces the model's schedulers, which checkpoints then leave out.
-            trainer._opt.schedulers, trainer.lr_schedulers = [], [self._scheduler]
+            trainer.lr_scheduler_configs, trainer.lr_schedulers = [], [self._scheduler]
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if self.swa_start <= trainer.current_epoch <= self.swa_end and self._average_model is not None:
@@ -112,7 +112,7 @@ class StochasticWeightAveraging(Callback):
         with torch.no_grad():
             for mine, averaged in zip(module.parameters(), average.module.parameters()):
                 mine.copy_(averaged.to(mine.device))
-        loader = getattr(trainer, "_epoch_loader", None)
+        loader = trainer.train_dataloader
         if loader is not None and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules()):
             torch.optim.swa_utils.update_bn(loader, module, device=module.device)
         checkpoint = trainer.checkpoint_callback

@@ -20,7 +20,7 @@ from tests._models import Classifier, dataset, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import Trainer
 from trainer.core.metrics import MetricSink, set_sink
-from trainer.loops.precision import Precision
+from strategies.precision import Precision
 
 CPU = torch.device("cpu")
 Pair = namedtuple("Pair", "inputs targets")

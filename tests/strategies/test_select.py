@@ -11,6 +11,7 @@ import torch
 import strategies
 from strategies import DataParallelStrategy, DDPStrategy, SingleDeviceStrategy, Strategy
 from strategies._env import launched_env
+from strategies.precision import Precision
 from tests._models import Classifier, loader, quiet
 from trainer import Trainer
 
@@ -45,6 +46,19 @@ def test_an_instance_is_used_as_given():
     assert chosen.num_processes == 2
     assert chosen.timeout.total_seconds() == 30
     assert isinstance(Trainer(strategy=SingleDeviceStrategy("cpu"), **quiet()).strategy.root_device, torch.device)
+
+
+def test_the_strategy_is_built_with_the_trainers_precision():
+    """Strategy(precision=...) from the start, a Precision object, named or given as an instance:
+    a step never finds a strategy without one."""
+    assert type(SingleDeviceStrategy().precision) is Precision and SingleDeviceStrategy().precision.precision == "32-true"
+    named = Trainer(strategy="single", precision="bf16-mixed", **quiet()).strategy
+    assert named.precision.precision == "bf16-mixed" and named.precision.dtype == torch.bfloat16
+    given = DDPStrategy()
+    assert Trainer(strategy=given, precision="64-true", **quiet()).strategy.precision.param_dtype == torch.float64
+    trainer = Trainer(max_steps=1, precision="bf16-mixed", **quiet())
+    trainer.fit(Classifier(), loader(8))
+    assert trainer.strategy.precision.device_type == "cpu" and trainer.strategy.precision.scaler is None
 
 
 def test_a_single_device_instance_and_a_device_list_conflict():

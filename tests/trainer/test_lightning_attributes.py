@@ -3,6 +3,7 @@ table, save_checkpoint(weights_only=...), weights_only= on the entry points, and
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -258,3 +259,50 @@ def test_is_last_batch_is_true_for_the_epochs_last_batch_only():
     trainer = Trainer(max_epochs=2, limit_train_batches=3, **quiet(callbacks=[Watch()]))
     trainer.fit(Classifier(), loader(64, batch_size=8))
     assert [flag for _, _, flag in seen] == [False, False, False, False, True, True] * 2
+
+
+# --- what callbacks and the Tuner use of ours (trainer/properties.py, trainer/loops/run.py) --------
+def test_a_copy_of_the_trainer_has_its_own_options_and_no_run():
+    trainer = Trainer(max_steps=2, **quiet())
+    trainer.fit(Classifier(), loader(64))
+    clone = copy.copy(trainer)
+    assert clone.strategy is trainer.strategy and list(clone.callbacks) == list(trainer.callbacks)
+    assert (clone.global_step, clone.optimizers, clone.callback_metrics, clone.lightning_module) == (0, [], {}, None)
+    clone.max_steps, clone.callbacks = 3, []
+    assert trainer.max_steps == 2 and trainer.callbacks  # setting the copy's options leaves the original's
+    clone.fit(Classifier(), loader(64))
+    assert clone.global_step == 3 and trainer.global_step == 2 and trainer.optimizer is not clone.optimizer
+
+
+def test_at_epoch_end_is_true_from_the_epochs_last_batch_to_its_on_train_epoch_end():
+    seen = []
+
+    class Watch(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            seen.append(("batch", trainer.at_epoch_end))
+
+        def on_validation_end(self, trainer, module):
+            seen.append(("validation", trainer.at_epoch_end))
+
+        def on_train_epoch_end(self, trainer, module):
+            seen.append(("epoch_end", trainer.at_epoch_end))
+
+    trainer = Trainer(max_epochs=1, val_check_interval=1, num_sanity_val_steps=0, **quiet(callbacks=[Watch()]))
+    trainer.fit(Classifier(), loader(16, batch_size=8), loader(8))
+    assert seen == [("validation", False), ("batch", False), ("batch", False), ("validation", True), ("epoch_end", True)]
+    assert trainer.at_epoch_end is False
+
+
+def test_publish_step_metrics_puts_this_steps_values_into_callback_metrics_between_log_steps():
+    seen = []
+
+    class Publish(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            before = trainer.callback_metrics["train_loss"]
+            seen.append((before, trainer.publish_step_metrics()["train_loss"], trainer.callback_metrics["train_loss"]))
+
+    trainer = Trainer(max_steps=3, log_every_n_steps=50, **quiet(callbacks=[Publish()]))
+    trainer.fit(Classifier(), loader(64))
+    (_, step1, _), (before, published, after), _ = seen
+    assert before == step1 and published == after != before  # step 1's until step 2's is published
+    assert Trainer(**quiet()).publish_step_metrics() == {}  # outside fit: nothing to publish

@@ -7,7 +7,6 @@ import io
 import itertools
 import os
 import pickle
-import random
 import shutil
 import zipfile
 from typing import Any
@@ -249,83 +248,6 @@ def require_archive(path: str, label: str) -> None:
             f"{label} is not a checkpoint: torch.save writes a zip archive and this file is not one "
             "(another kind of file, or cut off while being written). Pass a .ckpt file the Trainer wrote, or 'last'."
         )
-
-
-# --- RNG states ----------------------------------------------------------------------------
-def rng_state() -> dict[str, Any]:
-    """Every generator a step may draw from, in a form ``weights_only`` loads."""
-    version, internal, gauss = random.getstate()
-    try:
-        import numpy as np
-    except ImportError:
-        np = None
-    # The 625 words as one tensor, not 625 ints: torch.save calls back into Python per object.
-    # Through numpy when it is there: 4x faster than torch.tensor(tuple), at every save.
-    words = torch.tensor(internal, dtype=torch.int64) if np is None else torch.from_numpy(np.array(internal, dtype=np.int64))
-    state: dict[str, Any] = {"python": [version, words, gauss], "torch": torch.get_rng_state()}
-    if np is not None:
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        state["numpy"] = [kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, cached]
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    version, words, gauss = state["python"]
-    random.setstate((version, tuple(words.tolist()), gauss))
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        try:
-            import numpy as np
-        except ImportError:
-            pass
-        else:
-            kind, keys, pos, has_gauss, cached = state["numpy"]
-            np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def loader_generators(loader: Any) -> list[torch.Generator]:
-    """The generators that decide a DataLoader's order, besides the global one."""
-    found: list[torch.Generator] = []
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    for owner in (loader, getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
-        gen = getattr(owner, "generator", None)
-        if isinstance(gen, torch.Generator) and all(gen is not g for g in found):
-            found.append(gen)
-    return found
-
-
-def generator_states(loader: Any) -> list[torch.Tensor]:
-    return [g.get_state() for g in loader_generators(loader)] if loader is not None else []
-
-
-def set_generator_states(loader: Any, states: list[torch.Tensor]) -> None:
-    for gen, saved in zip(loader_generators(loader), states):
-        gen.set_state(saved)
-
-
-def seeded_sampler(loader: Any) -> Any:
-    """The loader's sampler if it shuffles by ``seed + epoch`` (DistributedSampler does), else None."""
-    sampler = getattr(loader, "sampler", None)
-    return sampler if isinstance(getattr(sampler, "seed", None), int) and hasattr(sampler, "epoch") else None
-
-
-def epoch_start_state(loader: Any) -> dict[str, Any]:
-    """What re-creates an epoch's data order, taken just before ``iter(loader)``: the global
-    torch RNG, the loader's generators, and a DistributedSampler's seed and epoch."""
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "generators": generator_states(loader)}
-    sampler = seeded_sampler(loader)
-    if sampler is not None:
-        state["sampler"] = {"seed": sampler.seed, "epoch": sampler.epoch}
-    return state
-
-
-def set_epoch_start_state(loader: Any, state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    set_generator_states(loader, state["generators"])
 
 
 def plain(value: Any) -> Any:

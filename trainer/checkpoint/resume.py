@@ -20,6 +20,9 @@ import torch
 
 from trainer._version import __version__
 from trainer.checkpoint import files as ckpt_io
+from trainer.data.rng import (
+    epoch_start_state, generator_states, rng_state, seeded_sampler, set_epoch_start_state, set_generator_states, set_rng_state,
+)
 from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import last_checkpoint, load_good, runs_base
 from trainer.data.batches import SkipBatches, rebuild_loader
@@ -29,6 +32,7 @@ from trainer.core.module import TrainModule
 from trainer.checkpoint.state_dicts import plain_state_dict
 
 if TYPE_CHECKING:
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
@@ -57,14 +61,14 @@ class Resume:
 
     # --- loading -----------------------------------------------------------------------
     @classmethod
-    def load(cls, trainer: Trainer, path: str | None) -> "Resume":
-        """Restore everything from ``path`` (already resolved by :func:`resolve_path`)."""
-        trainer._epoch_start = trainer._epoch_loader = None  # nothing from an earlier fit leaks in
+    def load(cls, trainer: Trainer, run: Run, path: str | None) -> "Resume":
+        """Restore everything from ``path`` (already resolved by :func:`resolve_path`) into the
+        fit's ``run`` and the trainer's counters and callbacks."""
         if path is None:
             return cls()
         ckpt = load_good(path)
         strategy = trainer.strategy
-        restore(trainer, ckpt)
+        restore(trainer, run, ckpt)
         if strategy.is_global_zero:
             log.info("Resumed from %s at epoch %d, step %d.", path, trainer.current_epoch, trainer.global_step)
             if ckpt["loop"].get("world_size", 1) != strategy.world_size:
@@ -75,7 +79,7 @@ class Resume:
                 )
         return cls(ckpt, strategy.global_rank, strategy.world_size)
 
-    def batches(self, trainer: Trainer, loader: Any) -> Iterator[Any]:
+    def batches(self, trainer: Trainer, run: Run, loader: Any) -> Iterator[Any]:
         """The iterator for the current epoch; the only place that calls ``iter(loader)``."""
         epoch = trainer.state.current_epoch
         if self.pending:
@@ -85,34 +89,34 @@ class Resume:
         for owner in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
             if hasattr(owner, "set_epoch"):
                 owner.set_epoch(epoch)
-        trainer._epoch_loader = loader  # checkpoints record its generators
+        run.epoch_loader = loader  # checkpoints record its generators
         if not self.pending:
-            trainer._epoch_start = ckpt_io.epoch_start_state(loader)
-            return batches(loader, trainer._fetching)
+            run.epoch_start = epoch_start_state(loader)
+            return batches(loader, run.fetching)
         self.pending = False
         if self.rng is None:  # another world size: no exact RNG to put back
-            trainer._epoch_start = ckpt_io.epoch_start_state(loader)
-            return _skip(loader, self.batch, fetch=trainer._fetching)
+            run.epoch_start = epoch_start_state(loader)
+            return _skip(loader, self.batch, fetch=run.fetching)
         rng = self.rng
 
         def put_back_rng() -> None:
-            ckpt_io.set_rng_state(rng)
-            ckpt_io.set_generator_states(loader, rng.get("loader", []))
+            set_rng_state(rng)
+            set_generator_states(loader, rng.get("loader", []))
 
         if self.batch == 0:
             put_back_rng()
-            trainer._epoch_start = ckpt_io.epoch_start_state(loader)
-            return batches(loader, trainer._fetching)
-        if self.train_metrics is not None and trainer._train_sink is not None:
-            trainer._train_sink.load_state_dict(self.train_metrics, trainer.strategy.root_device)
+            run.epoch_start = epoch_start_state(loader)
+            return batches(loader, run.fetching)
+        if self.train_metrics is not None and run.train_sink is not None:
+            run.train_sink.load_state_dict(self.train_metrics, trainer.strategy.root_device)
         # Re-create the interrupted epoch's order, skip what it consumed, then continue its RNG.
-        ckpt_io.set_epoch_start_state(loader, self.epoch_start)
-        trainer._epoch_start = self.epoch_start
-        return _skip(loader, self.batch, after=put_back_rng, fetch=trainer._fetching)
+        set_epoch_start_state(loader, self.epoch_start)
+        run.epoch_start = self.epoch_start
+        return _skip(loader, self.batch, after=put_back_rng, fetch=run.fetching)
 
     def _restore_sampler_seed(self, loader: Any) -> None:
         """A DistributedSampler shuffles by seed + epoch: use the checkpoint's seed, whatever this run set."""
-        sampler = ckpt_io.seeded_sampler(loader)
+        sampler = seeded_sampler(loader)
         if sampler is None or not self.sampler_state:
             return
         seed = self.sampler_state["seed"]
@@ -160,9 +164,9 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: b
     return it
 
 
-def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
+def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
     """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
-    opt, strategy = trainer._opt, trainer.strategy
+    opt, strategy = run.opt, trainer.strategy
     load_model(strategy, ckpt, opt.optimizers)
     states = ckpt.get("callbacks", {})
     for cb in trainer.callbacks:  # before the optimizers: BaseFinetuning puts back the param groups it added
@@ -176,15 +180,15 @@ def restore(trainer: Trainer, ckpt: dict[str, Any]) -> None:
         "scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers", "lr_scheduler",
         lambda sched, state: sched.load_state_dict(state),
     )
-    trainer._precision.load_state_dict(ckpt.get("precision", {}))
-    datamodule = trainer.datamodule
+    run.precision.load_state_dict(ckpt.get("precision", {}))
+    datamodule = run.datamodule
     if datamodule is not None and "datamodule" in ckpt:
         datamodule.load_state_dict(ckpt["datamodule"])
     loop = ckpt["loop"]
     trainer.state.global_step = loop["global_step"]
     trainer.state.current_epoch = loop["epoch"]
     trainer.state.batch_in_epoch = _batch_position(loop, trainer.strategy.world_size)
-    trainer.callback_metrics.update(ckpt.get("metrics", {}))
+    run.callback_metrics.update(ckpt.get("metrics", {}))
 
 
 def load_model(strategy: Any, ckpt: dict[str, Any], optimizers: list[Any] = ()) -> None:
@@ -254,26 +258,27 @@ def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[
     return sorted(own - set(state)), sorted(set(state) - own)
 
 
-def capture(trainer: Trainer, tensors: bool = True) -> dict[str, Any]:
-    """The full state. Every rank must call it (RNG states are gathered to all ranks).
-    ``tensors=False`` leaves out the model and the optimizers (a sharded checkpoint's strategy
-    writes those itself)."""
-    strategy, state, opt = trainer.strategy, trainer.state, trainer._opt
-    if trainer._epoch_complete:
+def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
+    """The full state: the trainer's counters, callbacks and options, and the ``run``'s
+    optimizers, precision, loader position and metrics. Every rank must call it (RNG states
+    are gathered to all ranks). ``tensors=False`` leaves out the model and the optimizers (a
+    sharded checkpoint's strategy writes those itself)."""
+    strategy, state, opt = trainer.strategy, trainer.state, run.opt
+    if run.epoch_complete:
         epoch, batch = state.current_epoch + 1, 0
     else:
         epoch, batch = state.current_epoch, state.batch_in_epoch
-    local_rng = ckpt_io.rng_state()
-    local_rng["loader"] = ckpt_io.generator_states(trainer._epoch_loader)  # a DataLoader(generator=g)
+    local_rng = rng_state()
+    local_rng["loader"] = generator_states(run.epoch_loader)  # a DataLoader(generator=g)
     rng = strategy.gather_objects(local_rng)
-    start = trainer._epoch_start
+    start = run.epoch_start
     if batch == 0 and start:  # the next epoch draws from "rng"; only a DistributedSampler's seed carries over
         start = {"sampler": start["sampler"]} if "sampler" in start else None
     epoch_start = strategy.gather_objects(start)
     # Mid-epoch, the epoch's logged values so far (per rank): the resumed epoch's means need them.
-    sink = trainer._train_sink if batch > 0 else None
+    sink = run.train_sink if batch > 0 else None
     train_metrics = strategy.gather_objects(None if sink is None else sink.state_dict())
-    module = trainer.module
+    module = run.module
     hparams, left_out = checkpoint_hparams(module)
     weights = {
         "model": strategy.module_state_dict(),
@@ -284,20 +289,20 @@ def capture(trainer: Trainer, tensors: bool = True) -> dict[str, Any]:
         "version": __version__,
         **weights,
         "lr_schedulers": [] if opt is None else [s.scheduler.state_dict() for s in opt.schedulers],
-        "precision": trainer._precision.state_dict(),
+        "precision": run.precision.state_dict(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "loop": {
             "epoch": epoch, "batch_in_epoch": batch, "global_step": state.global_step,
             "world_size": strategy.world_size,
         },
-        "metrics": dict(trainer.callback_metrics),
+        "metrics": dict(run.callback_metrics),
         "rng": rng,
         "epoch_start": epoch_start,
         "train_metrics": train_metrics,
         "strategy": strategy.name,
         "hparams": hparams,  # the plain ones: weights_only=True loads them
         "hparams_left_out": left_out,  # load_from_checkpoint asks for these
-        **_datamodule_state(trainer.datamodule),
+        **_datamodule_state(run.datamodule),
         "trainer": ckpt_io.plain(trainer.hparams()),
     }
 

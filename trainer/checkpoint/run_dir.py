@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
 
 
 def resumed_version(base: str, resume_path: str | None) -> str | None:
@@ -36,3 +40,36 @@ def claim_version(base: str, what: str) -> int:
             return n
         except FileExistsError:
             n += 1
+
+
+# --- the run folder ------------------------------------------------------------------------
+def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tuple[str | None, str | None, list[Any]]:
+    """On global rank 0, before a stage: (the run folder, where checkpoints go under;
+    ``trainer.log_dir``; the loggers' versions). A fit picks each file logger's version
+    folder: the resumed run's own when ``resume_path`` lies in one, else the next free one
+    (the Trainer's default logger takes a new one at each fit). The run folder is Lightning's
+    ``<save_dir>/<name>/<version>`` of the first logger; without a logger, ``log_dir``."""
+    root = trainer.default_root_dir
+    if not trainer.loggers:
+        return None if root is None else os.path.abspath(root), root, []
+    if fit:
+        for lg in trainer.loggers:
+            start = getattr(lg, "_start_fit", None)
+            if start is not None:
+                start(resume_path, lg._made_by_trainer)
+    first = trainer.loggers[0]
+    version = first.version
+    folder = version if isinstance(version, str) else f"version_{version}"
+    save_dir = first.save_dir or root or os.getcwd()
+    run_dir = os.path.abspath(os.path.join(save_dir, first.name or "", folder))
+    return run_dir, first.log_dir or first.save_dir or root or run_dir, logger_versions(trainer)
+
+
+def logger_versions(trainer: Trainer) -> list[Any]:
+    return [getattr(lg, "_version", None) for lg in trainer.loggers]
+
+
+def set_logger_versions(trainer: Trainer, versions: list[Any]) -> None:
+    for lg, version in zip(trainer.loggers, versions):
+        if version is not None and hasattr(lg, "_version"):
+            lg._version = version

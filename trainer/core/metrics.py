@@ -357,3 +357,23 @@ def _one_float(name: str, tensor: torch.Tensor, listed: Any) -> float:
 
 
 _not_scalar = not_scalar
+
+
+def grad_norm(module: torch.nn.Module, norm_type: float | int | str, group_separator: str = "/") -> dict[str, torch.Tensor]:
+    """The ``norm_type`` norm of each parameter's gradient, and of all of them together, under
+    Lightning's keys: ``grad_2.0_norm/<parameter>`` and ``grad_2.0_norm_total``. Parameters
+    without a gradient are left out. For ``self.log_dict`` in ``on_before_optimizer_step``."""
+    try:
+        p = float(norm_type)
+    except (TypeError, ValueError):
+        p = -1.0
+    if not p > 0:
+        raise ValueError(f"grad_norm(norm_type={norm_type!r}): norm_type must be a positive number or 'inf'.")
+    norms = {
+        f"grad_{p}_norm{group_separator}{name}": param.grad.detach().norm(p)
+        for name, param in module.named_parameters()
+        if param.grad is not None
+    }
+    if norms:
+        norms[f"grad_{p}_norm_total"] = torch.stack([n.float() for n in norms.values()]).norm(p)
+    return norms

@@ -10,7 +10,7 @@ from torch import nn
 
 from trainer.core.hparams import HyperparametersMixin
 from trainer.core.metrics import log_metric
-from trainer.core.utilities import all_gather
+from trainer.core.distributed import all_gather
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -79,7 +79,8 @@ class TrainModule(HyperparametersMixin, nn.Module):
         """The optimizers from configure_optimizers, in its order: one, or a list of several. Under
         manual optimization their ``step()`` also syncs gradients (ddp) and runs the scaler."""
         trainer = self.trainer
-        opts = trainer.optimizers if trainer._manual is None else trainer._manual.optimizers
+        manual = trainer._run.manual
+        opts = trainer.optimizers if manual is None else manual.optimizers
         return opts[0] if len(opts) == 1 else list(opts)
 
     def lr_schedulers(self) -> Any:

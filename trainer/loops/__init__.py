@@ -1,4 +1,4 @@
-"""The order of events: a stage, the fit and evaluation loops, hooks, optimization and precision."""
+"""The order of events: each entry point's run, the fit and evaluation loops, hooks and optimization."""
 
 from trainer.loops.fit import FitLoop
 from trainer.loops.stage import run_stage

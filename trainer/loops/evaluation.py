@@ -1,4 +1,5 @@
-"""The evaluation loop: validation (also inside fit), test and predict."""
+"""``trainer.validate`` and ``trainer.test`` in each process (their entry points), and the
+evaluation loop: validation (also inside fit), test and predict."""
 
 from __future__ import annotations
 
@@ -9,18 +10,71 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.checkpoint import files as ckpt_io
+from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
+from trainer.checkpoint.resume import evaluate_checkpoint
+from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import Hooks, batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
-from trainer.data.loaders import Loaders, takes_dataloader_idx
+from trainer.data.loaders import Loaders, stage_loader, takes_dataloader_idx
 from trainer.core.metrics import MetricSink, set_sink
+from trainer.loops.run import start, stage_hooks, use_run_folder
 
 if TYPE_CHECKING:
+    from trainer.core.module import TrainModule
+    from trainer.loops.run import Run, StageData
     from trainer.trainer import Trainer
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
 _COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
+_LIMITS = {"validation": "limit_val_batches", "test": "limit_test_batches"}
+
+
+def validate_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
+    """``trainer.validate`` in this process: one validation over its loaders; what was logged, per loader."""
+    return _evaluate(trainer, "validate", model, data, ckpt_path, "validation")
+
+
+def test_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> list[dict[str, float]]:
+    """``trainer.test`` in this process: one test over its loaders; what was logged, per loader."""
+    return _evaluate(trainer, "test", model, data, ckpt_path, "test")
+
+
+def _evaluate(
+    trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt_path: Any, phase: str,
+) -> list[dict[str, float]]:
+    """The run set up; the run folder (fit's, after a fit); then, between the ``setup`` and
+    ``teardown`` hooks, the checkpoint's weights, the loaders and the loop."""
+    run = start(trainer, stage, model, data.datamodule)
+    if run.run_dir is None:  # evaluation after fit writes into fit's folder
+        use_run_folder(trainer, run)
+    with stage_hooks(trainer, run):
+        loaders = evaluation_loaders(trainer, run, data, ckpt_path)
+        evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # as set by then (setup hooks)
+        return per_loader(run.logged_metrics, loaders)
+
+
+def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: Any) -> Loaders:
+    """What validate, test and predict share before their loop: the weights of ``ckpt_path``,
+    at its step (the counters come back at the stage's end), and the stage's loaders, seeded
+    and prepared by the strategy."""
+    strategy = trainer.strategy
+    run.counters = evaluate_checkpoint(trainer, ckpt_path)
+    loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule))
+    for loader in loaders:
+        seeded_workers(loader, strategy.global_rank)
+    return loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))
+
+
+def per_loader(metrics: dict[str, float], loaders: Loaders) -> list[dict[str, float]]:
+    """validate's and test's result, as Lightning's: a list with one dict per loader, in the
+    order given (a dict's in its order). With several loaders each holds its own suffixed
+    values; every one holds the unsuffixed ones that an epoch-end hook logged."""
+    if not loaders.several:
+        return [dict(metrics)]
+    suffixes = [loaders.suffix(i) for i in range(len(loaders))]
+    shared = {k: v for k, v in metrics.items() if not any(k.endswith(sfx) for sfx in suffixes)}
+    return [{**{k: v for k, v in metrics.items() if k.endswith(sfx)}, **shared} for sfx in suffixes]
 
 
 def _no_grad(trainer: Trainer) -> Any:
@@ -48,23 +102,23 @@ def results_table(stage: str, results: list[dict[str, float]]) -> str:
 
 
 def evaluation_loop(
-    trainer: Trainer, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
+    trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
-    """:func:`run_evaluation`, with ``trainer._phase`` saying which phase runs (``trainer.validating``
+    """:func:`run_evaluation`, with ``run.phase`` saying which phase runs (``trainer.validating``
     and friends read it), timed when a profiler is on."""
-    previous, trainer._phase = trainer._phase, phase
+    previous, run.phase = run.phase, phase
     profiler = trainer.profiler
     start = time.perf_counter()
     try:
-        return run_evaluation(trainer, phase, loaders, limit, publish)
+        return run_evaluation(trainer, run, phase, loaders, limit, publish)
     finally:
-        trainer._phase = previous
+        run.phase = previous
         if profiler is not None and publish:
             profiler.add(phase, time.perf_counter() - start)
 
 
 def run_evaluation(
-    trainer: Trainer, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
+    trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
     """Run ``phase`` ("validation", "test" or "predict") over ``loaders`` (one loader or a
     :class:`~trainer.loaders.Loaders`); for predict, one list of outputs per loader, else None.
@@ -85,13 +139,13 @@ def run_evaluation(
 
     The training counters (``global_step``, ``current_epoch``) are read, never changed.
     """
-    model, hooks, strategy = trainer.module, trainer._hooks, trainer.strategy
+    model, hooks, strategy = run.module, run.hooks, trainer.strategy
     loaders = loaders if isinstance(loaders, Loaders) else Loaders(loaders)
     step_name = _STEP[phase]
     lengths = loaders.lengths()
     counts = [limited(n, limit) for n in lengths]
     if publish:  # Lightning's trainer.num_val_batches (num_test_batches, ...): one count per loader
-        setattr(trainer, _COUNTS[phase], counts)
+        setattr(run, _COUNTS[phase], counts)
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
         return [[] for _ in counts] if phase == "predict" else None
@@ -118,9 +172,9 @@ def run_evaluation(
             with _no_grad(trainer), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
-                record = trainer.predict_loop if phase == "predict" else None
-                it = batches(loader, trainer._fetching, None if record is None else record.start_loader(loader))
-                it = trainer._precision.convert_batches(it)
+                record = run.predict_loop if phase == "predict" else None
+                it = batches(loader, run.fetching, None if record is None else record.start_loader(loader))
+                it = run.precision.convert_batches(it)
                 it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
                 for batch_idx, batch in enumerate(it):
                     sink.batch_size = batch_size(batch)
@@ -152,19 +206,19 @@ def run_evaluation(
         hidden |= outer.hidden
         aliases.update(outer.aliases)
         if publish:
-            trainer.logged_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
-            trainer.callback_metrics.update(means)
-            trainer.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
-            trainer.prog_bar_names |= prog_bar | outer.prog_bar
+            run.logged_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
+            run.callback_metrics.update(means)
+            run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
+            run.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:
         set_sink(previous_sink)
         for m, mode in zip(model.modules(), modes):
             m.training = mode
-    return trainer.predict_loop._predictions if phase == "predict" else None
+    return run.predict_loop._predictions if phase == "predict" else None
 
 
-def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
+def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
     """Before training: ``num_sanity_val_steps`` batches of each validation loader (-1: all), so
     that a bug in ``validation_step`` shows in seconds, not after the first epoch.
 
@@ -176,24 +230,24 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
     steps = trainer.num_sanity_val_steps
     if loaders is None or steps == 0 or trainer.limit_val_batches == 0:
         return
-    model, hooks, cap = trainer.module, trainer._hooks, trainer.limit_val_batches
+    model, hooks, cap = run.module, run.hooks, trainer.limit_val_batches
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
-    rng = ckpt_io.rng_state()
-    generators = [ckpt_io.generator_states(loader) for loader in loaders]
-    trainer.sanity_checking = True  # from on_sanity_check_start to on_sanity_check_end, as in Lightning
+    rng = rng_state()
+    generators = [generator_states(loader) for loader in loaders]
+    run.sanity_checking = True  # from on_sanity_check_start to on_sanity_check_end, as in Lightning
     try:
         hooks.call("on_sanity_check_start", trainer, model)
-        trainer._hooks = Hooks([], model)
+        run.hooks = Hooks([], model)
         try:
-            evaluation_loop(trainer, "validation", loaders, limit, publish=False)
+            evaluation_loop(trainer, run, "validation", loaders, limit, publish=False)
         finally:
-            trainer._hooks = hooks
-            ckpt_io.set_rng_state(rng)
+            run.hooks = hooks
+            set_rng_state(rng)
             for loader, states in zip(loaders, generators):
-                ckpt_io.set_generator_states(loader, states)
+                set_generator_states(loader, states)
         hooks.call("on_sanity_check_end", trainer, model)
     finally:
-        trainer.sanity_checking = False
+        run.sanity_checking = False
 
 
 def limited(n: int | None, limit: int | float | None) -> int | float:

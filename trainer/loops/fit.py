@@ -1,4 +1,5 @@
-"""The fit loop: epochs, the per-batch step, the optimizer step and stop requests."""
+"""``trainer.fit`` in each process: its entry point, and the fit loop (epochs, the per-batch
+step, the optimizer step and stop requests)."""
 
 from __future__ import annotations
 
@@ -7,36 +8,59 @@ import contextlib
 import logging
 import math
 import signal
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from strategies.base import Strategy
 
 from trainer.core.checks import bad_loss, loss_of
+from trainer.checkpoint.paths import resolve_path
 from trainer.checkpoint.resume import Resume
 from trainer.core.signals import Interrupted
-from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
+from trainer.data.batches import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
 from trainer.loops.optimization.closure import closure_step
-from trainer.loops.evaluation import check_val_interval, evaluation_loop, limited, sanity_check, validation_every
+from trainer.loops.evaluation import evaluation_loop, sanity_check, validation_every
+from trainer.loops.fit_loaders import FitLoaders
+from trainer.loops.run import start, stage_hooks, use_run_folder
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.loops.optimization.manual import ManualOptimization, check_manual
 from trainer.loops.hooks import batch_transfer
-from trainer.loops.optimization.optim import automatic_step, resolve_optimizers
+from trainer.loops.optimization.optim import resolve_optimizers
+from trainer.loops.optimization.step import StepSequence
 from trainer.loops.publishing import Publishing
 from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
+    from trainer.loops.run import Run, StageData
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
 
 
+def fit_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> None:
+    """``trainer.fit`` in this process: the run set up, the checkpoint to resume (``"last"``
+    found), the run folder (the resumed run's, or a new one), then the loaders and the loop
+    between the ``setup`` and ``teardown`` hooks."""
+    run = start(trainer, "fit", model, data.datamodule)
+    ckpt_path = resolve_path(trainer, ckpt_path)
+    use_run_folder(trainer, run, resume=ckpt_path, fit=True)
+    with stage_hooks(trainer, run):
+        FitLoop(trainer, run, model, FitLoaders(trainer, run, model, data), ckpt_path).fit()
+        if trainer.fast_dev_run and trainer.is_global_zero:
+            batches, n = trainer.num_training_batches, trainer.fast_dev_run
+            log.info(
+                "fast_dev_run=%d: trained on %d batch(es) (%d optimizer step(s)) and validated on up to %d "
+                "batch(es) of each validation loader; wrote no logs and no checkpoints.",
+                n, batches, trainer.global_step, 0 if trainer.val_dataloaders is None else n,
+            )
+
+
 class FitLoop(StopRules, Publishing):
     """One ``fit`` in one process. The order of events, which is the contract callbacks rely on::
 
-        setup("fit")                              (in stage.run_stage)
+        setup("fit")                              (fit_stage, through run.stage_hooks)
         on_fit_start
         sanity check: num_sanity_val_steps validation batches, the RNG left as it was
         on_train_start
@@ -49,7 +73,7 @@ class FitLoop(StopRules, Publishing):
                 strategy.no_backward_sync() held from an accumulation group's first
                 micro-batch until its last one starts (no gradient sync until then)
                 loss = strategy's training_step runner   # split, compute, combine
-                on_before_backward
+                on_before_backward                       # to zero_grad: StepSequence (optimization/step.py)
                 backward(loss / group size)
                 on_after_backward
                 if the group is complete:
@@ -73,26 +97,29 @@ class FitLoop(StopRules, Publishing):
             callbacks' on_train_epoch_end         # epoch checkpoints; what they log joins too
         on_train_end
         on_fit_end
-        teardown("fit")                           (in stage.run_stage)
+        teardown("fit")                           (fit_stage, through run.stage_hooks)
 
-    The state that checkpoints record lives on the Trainer (``checkpoint_state``).
+    The state that checkpoints record lives on the run (``trainer/loops/run.py``).
     """
 
-    def __init__(
-        self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None,
-        reload: Callable[[], tuple[Any, Any]] | None = None,
-    ) -> None:
-        self.trainer, self.model = trainer, model
-        self._reload, self._loaded_at = reload, 0  # reload_dataloaders_every_n_epochs: where they come from
+    def __init__(self, trainer: Trainer, run: Run, model: TrainModule, loaders: FitLoaders, ckpt_path: str | None) -> None:
+        self.trainer, self.run, self.model = trainer, run, model
+        self._loaders, self._loaded_at = loaders, 0  # reload_dataloaders_every_n_epochs: where they come from
         self._told_min = False  # the min_epochs/min_steps message is logged once
-        self._use_loaders(train_loader, val_loader)
+        self.train_loader, self.val_loader = loaders.load()
         # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
-        trainer._opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
+        run.opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
         check_manual(trainer, model, len(opt.optimizers))
-        trainer.optimizer, trainer.lr_scheduler = opt.optimizer, opt.scheduler
-        trainer.optimizers, trainer.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
-        trainer._manual = None if opt.automatic else ManualOptimization(trainer, model, opt.optimizers)
-        self.resume = Resume.load(trainer, ckpt_path)
+        run.optimizer, run.lr_scheduler = opt.optimizer, opt.scheduler
+        run.optimizers, run.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
+        strategy = trainer.strategy
+        own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
+        backward = strategy.backward if own_backward else torch.Tensor.backward
+        if trainer.profiler is not None:
+            backward = trainer.profiler.timed("backward", backward)
+        self.steps = steps = StepSequence(trainer, run, model, backward)  # the events around a step, in order
+        run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers, steps)
+        self.resume = Resume.load(trainer, run, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         self._validated_at = -1  # the step of the latest mid-epoch validation
         step = trainer.state.global_step
@@ -101,54 +128,37 @@ class FitLoop(StopRules, Publishing):
         if trainer.is_global_zero:
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
 
-    def _use_loaders(self, train_loader: Any, val_loader: Any) -> None:
-        trainer, strategy = self.trainer, self.trainer.strategy
-        self.train_loader = strategy.process_dataloader(train_loader, "train")
-        self.val_loader = None if val_loader is None else val_loader.map(lambda x: strategy.process_dataloader(x, "validate"))
-        n = loader_length(self.train_loader)
-        if n == 0:
-            raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
-        trainer.num_training_batches = limited(n, trainer.limit_train_batches)
-        if self.val_loader is not None:
-            check_val_interval(trainer)
-        trainer.train_dataloader = self.train_loader
-        trainer.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
-        trainer.num_val_batches = [] if self.val_loader is None else [
-            limited(length, trainer.limit_val_batches) for length in self.val_loader.lengths()
-        ]
-        check_same_length(strategy.gather_objects(trainer.num_training_batches))
-
     def _maybe_reload(self) -> None:
         """``reload_dataloaders_every_n_epochs``: new loaders from the model's or DataModule's hooks
         at the start of every n-th epoch (loaders passed to fit are the same objects again)."""
         every, epoch = self.trainer.reload_dataloaders_every_n_epochs, self.trainer.state.current_epoch
-        if self._reload is not None and every and epoch - self._loaded_at >= every:
-            self._use_loaders(*self._reload())
+        if every and epoch - self._loaded_at >= every:
+            self.train_loader, self.val_loader = self._loaders.load()
             self._loaded_at = epoch
 
-    def run(self) -> None:
-        trainer = self.trainer
+    def fit(self) -> None:
+        trainer, run = self.trainer, self.run
         if trainer.profiler is not None:
-            trainer.profiler.attach_optimizers(trainer._opt.optimizers)
-        trainer._phase = "train"
-        trainer._publish_step_metrics = self._publish_step_metrics
+            trainer.profiler.attach_optimizers(run.opt.optimizers)
+        run.phase = "train"
+        run.publish_step_metrics = self._publish_step_metrics
         try:
-            self._run()
+            self._fit()
         finally:
-            trainer._phase = None
-            trainer._publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
+            run.phase = None
+            run.publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
 
-    def _run(self) -> None:
-        trainer, model, hooks, state = self.trainer, self.model, self.trainer._hooks, self.trainer.state
-        with trainer._signals:
+    def _fit(self) -> None:
+        trainer, run, model, hooks, state = self.trainer, self.run, self.model, self.run.hooks, self.trainer.state
+        with run.signals:
             if not model.training:  # a model handed over in eval mode trains; submodules the
                 model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
             hooks.call("on_fit_start", trainer, model)
-            sanity_check(trainer, self.val_loader)
+            sanity_check(trainer, run, self.val_loader)
             hooks.call("on_train_start", trainer, model)
             while not self._done():
                 self._maybe_reload()
-                trainer._train_sink = sink = MetricSink(training=True)
+                run.train_sink = sink = MetricSink(training=True)
                 previous_sink = set_sink(sink)
                 try:
                     hooks.call("on_train_epoch_start", trainer, model)
@@ -166,7 +176,7 @@ class FitLoop(StopRules, Publishing):
                 state.should_stop = trainer.strategy.any_rank(state.should_stop)
             hooks.call("on_train_end", trainer, model)
             hooks.call("on_fit_end", trainer, model)
-        received = trainer._signals.received
+        received = run.signals.received
         if received is not None:  # came after the last stop check: finished, but say so
             raise Interrupted(
                 f"{signal.Signals(received).name} arrived after the last step boundary; training "
@@ -178,24 +188,24 @@ class FitLoop(StopRules, Publishing):
         """A completed epoch's end. The model's ``on_train_epoch_end`` runs with the epoch's
         values still open, so that what it logs joins the epoch means (taken again then);
         the callbacks' hooks come last and read those means in ``callback_metrics``."""
-        trainer, hooks = self.trainer, self.trainer._hooks
-        sink = trainer._train_sink
-        trainer._epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
+        trainer, run, hooks = self.trainer, self.run, self.run.hooks
+        sink = run.train_sink
+        run.epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
         self._publish_epoch_means(sink)
         if self._epoch_val_due():
-            evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
+            evaluation_loop(trainer, run, "validation", self.val_loader, trainer.limit_val_batches)
         own = hooks.module_hooks.get("on_train_epoch_end")
         previous, sink.batch_size = set_sink(sink), 1  # what the hooks log: one value per process
         try:
             if own is not None:
                 self._epoch_end_hook(own, sink)
-            trainer._opt.step_schedulers("epoch", trainer.callback_metrics)
+            run.opt.step_schedulers("epoch", run.callback_metrics)
             for fn in hooks.on_train_epoch_end:
                 if fn is not own:
                     self._epoch_end_hook(fn, sink)
         finally:
             set_sink(previous)
-        trainer._epoch_complete = False
+        run.epoch_complete = False
 
     def _epoch_end_hook(self, fn: Callable[..., Any], sink: MetricSink) -> None:
         """An ``on_train_epoch_end`` hook; what it logs joins the epoch means, published again."""
@@ -215,7 +225,7 @@ class FitLoop(StopRules, Publishing):
         validates = trainer.check_val_every_n_epoch is not None or trainer.val_check_interval is not None
         just_validated = self._validated_at == trainer.state.global_step  # val_check_interval hit this very step
         if trainer.state.stop_reason == "max_steps" and self.val_loader is not None and validates and not just_validated:
-            evaluation_loop(trainer, "validation", self.val_loader, trainer.limit_val_batches)
+            evaluation_loop(trainer, self.run, "validation", self.val_loader, trainer.limit_val_batches)
 
     def _train_epoch(self, sink: MetricSink) -> bool:
         """One epoch's batches; returns True if fit must stop before the epoch's end.
@@ -223,73 +233,40 @@ class FitLoop(StopRules, Publishing):
         The body runs once per batch, between a data load and a model step that push it out of
         the CPU's caches: there, each Python function it calls can cost up to a microsecond, not
         the tens of nanoseconds a micro-benchmark shows (benchmarks/overhead.py). So the
-        common path calls none of its own. Whatever is fixed for the run is read into locals
-        first, and what a run does not use (accumulation, hooks, clipping, a gradient
-        scaler, a strategy's own backward, a stop request) costs a comparison.
+        common path calls none of its own: what is fixed for the epoch is read into locals
+        first, and what a run does not use (accumulation, hooks, clipping, a gradient scaler,
+        a strategy's own backward, a stop request) costs a comparison. With hooks or a scaler,
+        ``steps`` (optimization/step.py) runs the events around backward and the step.
         """
-        trainer, model, loader, val_loader = self.trainer, self.model, self.train_loader, self.val_loader
-        state, hooks, strategy, opt = trainer.state, trainer._hooks, trainer.strategy, trainer._opt
-        accumulate, limit, next_log = trainer.accumulate_grad_batches, trainer.num_training_batches, self._next_log
+        trainer, run, model, state, strategy = self.trainer, self.run, self.model, self.trainer.state, self.trainer.strategy
+        loader, val_loader, limit = self.train_loader, self.val_loader, trainer.num_training_batches
         val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
-        # The last batch's validation is the epoch end's, if that one runs; else it runs here.
-        val_last = not self._epoch_val_due()
-        batch_start, before_backward, after_backward, batch_end = (
-            hooks.on_train_batch_start, hooks.on_before_backward, hooks.on_after_backward, hooks.on_train_batch_end
-        )
-        own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
-        backward = strategy.backward if own_backward else torch.Tensor.backward
-        scaler, optimizer, manual = trainer._precision.scaler, opt.optimizer, trainer._manual
-        stepper = manual or closure_step(trainer, model, self._publish_step_metrics)  # LBFGS: the step runs the batch
-        # An optimizer step with nothing around it: no clipping, hooks, scaler or per-step scheduler.
-        plain_step = (
-            trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
-            and not opt.steps_at("step") and stepper is None and not opt.own and not hooks.on_before_zero_grad
-        )
+        val_last = not self._epoch_val_due()  # the last batch's validation is the epoch end's, if that one runs
+        batch_start, batch_end, signals = run.hooks.on_train_batch_start, run.hooks.on_train_batch_end, run.signals
+        steps, backward, optimizer = self.steps, self.steps.backward_fn, run.opt.optimizer
+        accumulate = trainer.accumulate_grad_batches
+        stepper, plain_backward, plain_step = self._stepper()
         transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
-        # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
-        sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0
-        signals = trainer._signals
-        trainer._step_skipped = False
-        # A DataLoader's batch sizes are known in advance; other iterables are measured per batch.
-        sizes = uniform_batches(loader)
+        sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0  # steps at which the ranks agree on stop requests
+        sizes = uniform_batches(loader)  # a DataLoader's batch sizes are known in advance; others are measured
         full_size, last_size, last_idx = sizes if sizes is not None else (0, 0, -1)
-        training_step: Callable[[Any, int], Any] | None = None  # picked at the epoch's first batch
-        tensor = torch.Tensor
-        # Counted here; published to trainer.samples_seen at the logging cadence and when the epoch ends.
-        samples = trainer.samples_seen
-
-        epoch_batches = self.resume.batches(trainer, loader)  # iter() happens here, exactly once per epoch
-        sized = loader_length(loader) is not None
-        if strategy.world_size > 1 and not sized:
-            epoch_batches = in_lockstep(epoch_batches, strategy)
-        epoch_batches = strategy.device_batches(trainer._precision.convert_batches(epoch_batches))  # on a GPU: copied ahead
-        profiler = trainer.profiler
-        if profiler is not None:  # timed versions of what the body calls; without a profiler, nothing changes
-            epoch_batches, backward = profiler.timed_iter("fetching", epoch_batches), profiler.timed("backward", backward)
-        batch_idx = state.batch_in_epoch - 1
-        group, completes = 1, True  # without accumulation every batch is a whole group
+        samples, next_log, sized = run.samples_seen, self._next_log, loader_length(loader) is not None
+        training_step, tensor, group, completes = None, torch.Tensor, 1, True  # without accumulation a batch is a group
+        batch_idx, run.step_skipped = state.batch_in_epoch - 1, False
         try:
-            # Holds the strategy's no-sync context over an accumulation group's micro-batches but the last.
-            with contextlib.ExitStack() as no_sync:
-                for batch_idx, batch in enumerate(epoch_batches, start=state.batch_in_epoch):
+            with contextlib.ExitStack() as no_sync:  # the no-sync context over a group's micro-batches but the last
+                for batch_idx, batch in enumerate(self._epoch_batches(loader, sized), start=state.batch_in_epoch):
                     if batch_idx >= limit:  # (a hand-written loop's break: the sampler's draws stay the same)
                         break
-                    trainer.is_last_batch = batch_idx + 1 == limit  # an unsized loader's length is unknown: False
-                    if sizes is None:
-                        size = batch_size(batch)
-                    else:
-                        size = last_size if batch_idx == last_idx else full_size
+                    run.is_last_batch = batch_idx + 1 == limit  # an unsized loader's length is unknown: False
+                    size = batch_size(batch) if sizes is None else last_size if batch_idx == last_idx else full_size
                     sink.batch_size = size
-                    samples += size
+                    samples += size  # published to trainer.samples_seen at the logging cadence and the epoch's end
                     if transfer is not None:
                         batch = transfer(batch, 0)
-                    if training_step is None:
-                        training_step = strategy.step_runner("training_step", batch)
-                        if profiler is not None:
-                            training_step = profiler.timed("training_step", training_step)
-                        if stepper is not manual:
-                            training_step = stepper.wrap(training_step)
+                    if training_step is None:  # picked at the epoch's first batch
+                        training_step = self._training_step(batch, stepper)
                     if batch_start and -1 in [fn(trainer, model, batch, batch_idx) for fn in batch_start]:
                         break  # Lightning's: on_train_batch_start returning -1 ends the epoch here
                     if accumulate > 1:
@@ -298,48 +275,38 @@ class FitLoop(StopRules, Publishing):
                         completes = batch_idx - group_start + 1 == group
                         if completes:
                             no_sync.close()
-                        elif batch_idx == group_start and sized:  # groups start at multiples of accumulate, resumed too
-                            # Unsized: the epoch may end inside this group, so every micro-batch syncs.
+                        elif batch_idx == group_start and sized:  # unsized: the epoch may end in a group, so all sync
                             no_sync.enter_context(strategy.no_backward_sync())
 
                     output = training_step(batch, batch_idx)
-                    if stepper is not None:  # the step stepped by hand (or LBFGS's closure); a batch that stepped counts one step
+                    if stepper is not None:  # it stepped by hand (or LBFGS's closure did); a batch that stepped counts one
                         loss, completes = stepper.end_batch(output)
                     else:
                         loss = output if type(output) is tensor else loss_of(output)
-                        if before_backward:
-                            for fn in before_backward:
-                                fn(trainer, model, loss)
                         try:
-                            if group == 1 and scaler is None:
+                            if plain_backward and group == 1:
                                 backward(loss)
-                            else:
-                                scaled = loss / group if group > 1 else loss
-                                backward(scaled if scaler is None else scaler.scale(scaled))
+                            else:  # on_before_backward, backward(loss / group, scaled), on_after_backward
+                                steps.backward(loss, group)
                         except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
                             problem = bad_loss(loss)
                             if problem is None:
                                 raise
                             raise problem from err
-                        if after_backward:
-                            for fn in after_backward:
-                                fn(trainer, model)
-
                     state.batch_in_epoch = batch_idx + 1
                     if completes:
-                        if plain_step:  # automatic_step with nothing to do around the step
+                        if plain_step:
                             optimizer.step()
                             optimizer.zero_grad()
                             state.global_step += 1
-                        elif stepper is None:
-                            trainer._last_loss = loss  # what an optimizer_step's closure returns
-                            automatic_step(trainer, model, self._publish_step_metrics)
+                        elif stepper is None:  # unscale, hooks, clip, step, zero_grad, count
+                            steps.step(optimizer, loss)
                         if state.global_step >= next_log:
-                            trainer.samples_seen = samples
+                            run.samples_seen = samples
                             self._at_log_step(loss)
                             next_log = self._next_log
                     if val_every and (batch_idx + 1) % val_every == 0 and (batch_idx + 1 < limit or val_last):
-                        evaluation_loop(trainer, "validation", val_loader, trainer.limit_val_batches)
+                        evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches)
                         self._validated_at = state.global_step
                     if batch_end:
                         for fn in batch_end:
@@ -350,20 +317,60 @@ class FitLoop(StopRules, Publishing):
                     ) and self._stopping_now():
                         return batch_idx + 1 < limit
             if not completes and accumulate > 1:  # an unsized loader ran out inside a group: step what it accumulated
-                automatic_step(trainer, model, self._publish_step_metrics)
+                steps.step(optimizer, loss)
                 if state.global_step >= next_log:
-                    trainer.samples_seen = samples
+                    run.samples_seen = samples
                     self._at_log_step(loss)
         finally:  # however the epoch ends
-            trainer.samples_seen = samples
+            run.samples_seen = samples
         if batch_idx < 0 and state.batch_in_epoch == 0:
-            once = isinstance(loader, collections.abc.Iterator) and state.current_epoch > 0
-            raise ValueError(
-                f"train_dataloaders yielded no batches in epoch {state.current_epoch}. "
-                + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
-                   "or another object that can be iterated again." if once else "Check the dataset and sampler.")
-            )
+            self._no_batches(loader)
         return False
+
+    def _stepper(self) -> tuple[Any, bool, bool]:
+        """(what takes the step instead of the loop: manual optimization's or LBFGS's, else None;
+        nothing around backward; nothing around the optimizer step). With both, the loop calls
+        backward, ``optimizer.step()`` and ``zero_grad()`` itself, in the StepSequence's order."""
+        trainer, run, hooks, opt = self.trainer, self.run, self.run.hooks, self.run.opt
+        stepper = run.manual or closure_step(trainer, run, self.steps)  # LBFGS: the step runs the batch
+        scaler = run.precision.scaler
+        plain_backward = not hooks.on_before_backward and not hooks.on_after_backward and scaler is None
+        plain_step = (
+            trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
+            and not opt.steps_at("step") and stepper is None and not opt.own and not hooks.on_before_zero_grad
+        )
+        return stepper, plain_backward, plain_step
+
+    def _epoch_batches(self, loader: Any, sized: bool) -> Iterator[Any]:
+        """The epoch's batches: ``iter(loader)`` once (resumed: at the checkpoint's batch), in
+        lockstep across ranks when unsized, in a true precision's dtype, copied ahead to a GPU."""
+        trainer, run, strategy = self.trainer, self.run, self.trainer.strategy
+        epoch_batches = self.resume.batches(trainer, run, loader)
+        if strategy.world_size > 1 and not sized:
+            epoch_batches = in_lockstep(epoch_batches, strategy)
+        epoch_batches = strategy.device_batches(run.precision.convert_batches(epoch_batches))
+        if trainer.profiler is not None:  # timed; without a profiler, nothing changes
+            epoch_batches = trainer.profiler.timed_iter("fetching", epoch_batches)
+        return epoch_batches
+
+    def _training_step(self, first_batch: Any, stepper: Any) -> Callable[[Any, int], Any]:
+        """The epoch's ``training_step(batch, batch_idx)``: the strategy's runner (the model's own
+        method when nothing wraps it), timed with a profiler, inside LBFGS's closure."""
+        training_step = self.trainer.strategy.step_runner("training_step", first_batch)
+        if self.trainer.profiler is not None:
+            training_step = self.trainer.profiler.timed("training_step", training_step)
+        if stepper is not None and stepper is not self.run.manual:
+            training_step = stepper.wrap(training_step)
+        return training_step
+
+    def _no_batches(self, loader: Any) -> None:
+        epoch = self.trainer.state.current_epoch
+        once = isinstance(loader, collections.abc.Iterator) and epoch > 0
+        raise ValueError(
+            f"train_dataloaders yielded no batches in epoch {epoch}. "
+            + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
+               "or another object that can be iterated again." if once else "Check the dataset and sampler.")
+        )
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch

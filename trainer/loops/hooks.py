@@ -142,17 +142,5 @@ def batch_transfer(model: Any, strategy: Any) -> Callable[[Any, int], Any] | Non
     return transfer
 
 
-def attach_model_callbacks(trainer: Any, model: Any) -> None:
-    """``configure_callbacks()``: the model's callbacks join the Trainer's, each replacing the
-    Trainer's callbacks of its type (Lightning's rule)."""
-    if not overridden(model, "configure_callbacks"):
-        return
-    extra = model.configure_callbacks()
-    extra = [extra] if isinstance(extra, Callback) else list(extra or [])
-    check_callbacks(extra)
-    types = {type(cb) for cb in extra}
-    trainer.callbacks = [cb for cb in trainer.callbacks if type(cb) not in types] + extra
-
-
 def overrides_state(callback: Callback) -> bool:
     return type(callback).state_dict is not Callback.state_dict

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from callbacks.base import Callback
 from loggers import Logger, TensorBoardLogger
-from trainer.core.checks import instances_of
 from trainer.core.hparams import is_plain
 
 if TYPE_CHECKING:
@@ -143,115 +141,3 @@ def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, Any]:
         if owner is not None and getattr(owner, "_log_hyperparams", True):  # save_hyperparameters(logger=False)
             params.update({k: v for k, v in (getattr(owner, "hparams", None) or {}).items() if is_plain(v)})
     return params
-
-
-# --- the run folder ------------------------------------------------------------------------
-def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tuple[str | None, str | None, list[Any]]:
-    """On global rank 0, before a stage: (the run folder, where checkpoints go under;
-    ``trainer.log_dir``; the loggers' versions). A fit picks each file logger's version
-    folder: the resumed run's own when ``resume_path`` lies in one, else the next free one
-    (the Trainer's default logger takes a new one at each fit). The run folder is Lightning's
-    ``<save_dir>/<name>/<version>`` of the first logger; without a logger, ``log_dir``."""
-    root = trainer.default_root_dir
-    if not trainer.loggers:
-        return None if root is None else os.path.abspath(root), root, []
-    if fit:
-        for lg in trainer.loggers:
-            start = getattr(lg, "_start_fit", None)
-            if start is not None:
-                start(resume_path, lg._made_by_trainer)
-    first = trainer.loggers[0]
-    version = first.version
-    folder = version if isinstance(version, str) else f"version_{version}"
-    save_dir = first.save_dir or root or os.getcwd()
-    run_dir = os.path.abspath(os.path.join(save_dir, first.name or "", folder))
-    return run_dir, first.log_dir or first.save_dir or root or run_dir, logger_versions(trainer)
-
-
-def logger_versions(trainer: Trainer) -> list[Any]:
-    return [getattr(lg, "_version", None) for lg in trainer.loggers]
-
-
-def set_logger_versions(trainer: Trainer, versions: list[Any]) -> None:
-    for lg, version in zip(trainer.loggers, versions):
-        if version is not None and hasattr(lg, "_version"):
-            lg._version = version
-
-
-class LoggerAccess:
-    """The Trainer's ``logger``, ``loggers`` and ``log_dir``, as Lightning names them."""
-
-    _loggers: list[Logger]
-    _log_dir: str | None
-    default_root_dir: str | None
-
-    @property
-    def logger(self) -> Logger | None:
-        """The first logger (None with ``logger=False``)."""
-        return self._loggers[0] if self._loggers else None
-
-    @logger.setter
-    def logger(self, value: Logger | None) -> None:
-        self._loggers = [] if value is None else logger_list([value])
-
-    @property
-    def loggers(self) -> list[Logger]:
-        return self._loggers
-
-    @loggers.setter
-    def loggers(self, value: list[Logger] | None) -> None:
-        self._loggers = [] if value is None else logger_list(value)
-
-    @property
-    def log_dir(self) -> str | None:
-        """The first logger's folder (TensorBoard's ``<log_dir>/<name>/version_<n>``); without
-        a logger, the Trainer's ``log_dir`` option."""
-        if self._log_dir is not None:
-            return self._log_dir
-        if not self._loggers:
-            return self.default_root_dir
-        first = self._loggers[0]
-        return first.log_dir or first.save_dir
-
-
-# --- Trainer(logger=...) -------------------------------------------------------------------
-def make_loggers(logger: Any, legacy: list[Logger], root: str | None, name: str) -> list[Logger]:
-    """``Trainer(logger=...)``: True -> a TensorBoardLogger under ``<log_dir>/<name>`` (none
-    with ``log_dir=None``), False -> none, a logger or a list of them -> those. Loggers made
-    without a ``save_dir`` write under ``log_dir`` (the working directory if None)."""
-    if logger is None:
-        logger = True
-    if isinstance(logger, bool):
-        if not logger or root is None:
-            return []
-        # TensorBoardLogger(flush_secs=...) passed in callbacks, as before the loggers package, replaces the default.
-        chosen = legacy or [TensorBoardLogger(root, name=name, default_hp_metric=False)]
-        for lg in chosen:
-            lg._made_by_trainer = True  # a new version folder for each fit, as the run folder always had
-    else:
-        chosen = [logger] if isinstance(logger, Logger) else logger_list(logger)
-    for lg in chosen:
-        adopt = getattr(lg, "_adopt", None)
-        if adopt is not None:
-            adopt(root if root is not None else os.getcwd(), name)
-    return chosen
-
-
-def split_loggers(callbacks: Any) -> tuple[Any, list[Logger]]:
-    """Loggers passed in ``callbacks`` (``callbacks.TensorBoardLogger(flush_secs=...)`` was a
-    callback before the loggers package) are taken out: they replace the default logger."""
-    if callbacks is None or isinstance(callbacks, (Callback, str, bytes)) or not hasattr(callbacks, "__iter__"):
-        return callbacks, []
-    callbacks = list(callbacks)
-    return [cb for cb in callbacks if not isinstance(cb, Logger)], [cb for cb in callbacks if isinstance(cb, Logger)]
-
-
-def logger_list(value: Any) -> list[Logger]:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(
-            f"logger={value!r:.80} must be True (TensorBoard under log_dir), False (no logging), a loggers.Logger "
-            "such as loggers.CSVLogger('logs'), or a list of them."
-        )
-    value = list(value)
-    instances_of("logger", value, Logger, "loggers.Logger", "save_dir", " (subclass it, or pass a list of loggers)")
-    return value

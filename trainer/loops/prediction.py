@@ -1,4 +1,5 @@
-"""What ``trainer.predict`` keeps while it runs: Lightning's ``trainer.predict_loop``.
+"""``trainer.predict`` in each process (its entry point), and what it keeps while it runs:
+Lightning's ``trainer.predict_loop``.
 
 Prediction writers (``callbacks.BasePredictionWriter``) read it: ``current_batch_indices``
 in ``on_predict_batch_end``, ``predictions`` and ``epoch_batch_indices`` in
@@ -11,9 +12,34 @@ so memory stays flat over any number of batches.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import IterableDataset
+
+from trainer.loops.evaluation import evaluation_loaders, evaluation_loop
+from trainer.loops.run import start, stage_hooks
+
+if TYPE_CHECKING:
+    from trainer.core.module import TrainModule
+    from trainer.loops.run import StageData
+    from trainer.trainer import Trainer
+
+
+def predict_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: Any) -> Any:
+    """``trainer.predict`` in this process: the run set up (no run folder: predict logs nothing),
+    then, between the ``setup`` and ``teardown`` hooks, the checkpoint's weights, the loaders and
+    the loop. Returns the outputs, gathered to global rank 0 (None if not kept)."""
+    run = start(trainer, "predict", model, data.datamodule)
+    with stage_hooks(trainer, run):
+        loaders = evaluation_loaders(trainer, run, data, ckpt_path)
+        run.predict_loop = PredictLoop(data.return_predictions, trainer.callbacks, len(loaders))
+        try:
+            outputs = evaluation_loop(trainer, run, "predict", loaders, trainer.limit_predict_batches)
+            if not data.return_predictions:
+                return None
+            return loaders.pack([trainer.strategy.gather_predictions(out) for out in outputs])
+        finally:
+            run.predict_loop.release()
 
 
 class PredictLoop:

@@ -12,6 +12,7 @@ from trainer.core.metrics import MetricSink, mean_over_processes
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 
@@ -19,6 +20,7 @@ class Publishing:
     """FitLoop's publishing half (the loop itself is in fit.py)."""
 
     trainer: Trainer
+    run: Run
     model: TrainModule
     _published: tuple[int, dict[str, float]]
     _logged_step: int
@@ -28,38 +30,38 @@ class Publishing:
         """At step 1 and every ``log_every_n_steps`` steps: check the loss, and publish the
         step's logged values (also at an epoch's end, for its last step, with no ``loss``)."""
         trainer = self.trainer
-        if not trainer._step_skipped and loss is not None:  # a skipped step's loss was judged already
+        if not self.run.step_skipped and loss is not None:  # a skipped step's loss was judged already
             self._check_finite(loss)
         step, every = trainer.state.global_step, trainer.log_every_n_steps
         self._logged_step, self._next_log = step, step - step % every + every
         metrics = self._publish_step_metrics()
-        for fn in trainer._hooks.on_train_log:
+        for fn in self.run.hooks.on_train_log:
             fn(trainer, self.model, metrics)
 
     def _publish_step_metrics(self) -> dict[str, float]:
         """This step's logged values, into ``callback_metrics`` (once per step)."""
-        trainer = self.trainer
+        trainer, run = self.trainer, self.run
         step = trainer.state.global_step
         if self._published[0] != step:
             metrics = trainer.step_metrics()
             if trainer.strategy.world_size > 1:  # what monitors read must be the same on every rank
                 metrics = mean_over_processes(metrics, trainer.strategy.reduce_metrics)
-            sink = trainer._train_sink
+            sink = run.train_sink
             if sink is not None and sink.options:  # self.log keywords: aliases, logger=False
-                trainer.callback_metrics.update(sink.for_callbacks(metrics))
+                run.callback_metrics.update(sink.for_callbacks(metrics))
                 metrics = sink.for_logger(metrics)
             else:
-                trainer.callback_metrics.update(metrics)
+                run.callback_metrics.update(metrics)
             self._published = (step, metrics)
         return self._published[1]
 
     def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
-        trainer = self.trainer
-        means = sink.epoch_means(trainer.strategy.reduce_metrics)
+        strategy, run = self.trainer.strategy, self.run
+        means = sink.epoch_means(strategy.reduce_metrics)
         if sink.options:  # values logged with on_epoch=False: their last step's, as Lightning leaves them
-            trainer.callback_metrics.update(sink.last_steps(means, trainer.strategy))
-        trainer.callback_metrics.update(sink.for_callbacks(means))
-        trainer.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
+            run.callback_metrics.update(sink.last_steps(means, strategy))
+        run.callback_metrics.update(sink.for_callbacks(means))
+        run.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
         if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
-            trainer.logged_metrics = means
-        trainer.prog_bar_names |= sink.prog_bar
+            run.logged_metrics = means
+        run.prog_bar_names |= sink.prog_bar

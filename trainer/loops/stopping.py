@@ -18,6 +18,7 @@ from trainer.core.signals import Interrupted
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
@@ -26,6 +27,7 @@ STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop request
 
 class StopRules:
     trainer: Trainer
+    run: Run
     model: TrainModule
     _told_min: bool
 
@@ -38,7 +40,7 @@ class StopRules:
         """True at a step boundary where fit must end. On several processes, stop requests
         (should_stop, SIGTERM/SIGINT) are agreed every few steps, so all ranks stop together."""
         trainer = self.trainer
-        state, strategy, signals = trainer.state, trainer.strategy, trainer._signals
+        state, strategy, signals = trainer.state, trainer.strategy, self.run.signals
         if strategy.world_size > 1:
             if state.global_step % STOP_SYNC_EVERY:
                 return self._reached_max_steps()
@@ -60,7 +62,7 @@ class StopRules:
 
     def _interrupt(self) -> None:
         trainer = self.trainer
-        signum = trainer._signals.received or signal.SIGTERM
+        signum = self.run.signals.received or signal.SIGTERM
         trainer.state.stop_reason = "signal"
         checkpoint = trainer.checkpoint_callback
         path = None if checkpoint is None else checkpoint.write_last(trainer, self.model)

@@ -11,30 +11,36 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from trainer.checkpoint import files as ckpt_io
-from trainer.core.state import TrainerState
-from trainer.loops.hooks import Hooks
+from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
-def search_trainer(trainer: Trainer, callbacks: list[Any], **options: Any) -> Trainer:
-    """A shallow copy of ``trainer`` that runs with only ``callbacks`` (no bar, logger,
-    checkpoints or summary, no sanity check, no validation), with fresh counters and metrics.
-    The user's Trainer, its callbacks and its counters are not touched."""
-    t = copy.copy(trainer)
-    t.callbacks = list(callbacks)
-    t.default_root_dir, t.run_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, None, False, False, False
-    t._loggers, t._log_dir, t.profiler = [], None, None  # a Trainer(logger=...) or profiler records nothing of a search either
-    t.state = TrainerState()
-    t.callback_metrics, t.logged_metrics, t.train_epoch_metrics, t.prog_bar_names = {}, {}, {}, set()
-    t.num_sanity_val_steps, t.limit_val_batches, t.val_check_interval, t.fast_dev_run = 0, 0, None, 0
-    t._hooks, t._opt, t._manual, t._module, t._train_sink = Hooks([]), None, None, None, None
-    t.optimizer, t.lr_scheduler, t.optimizers, t.lr_schedulers = None, None, [], []
-    for name, value in options.items():
-        setattr(t, name, value)
-    return t
+def search_trainer(
+    trainer: Trainer, callbacks: list[Any], steps: int, method: str = "fit", limit_train: bool = False,
+) -> Trainer:
+    """A copy of ``trainer`` that runs ``steps`` optimizer steps of fit (``limit_train``: of as
+    many batches), or ``steps`` batches of another ``method``, with only ``callbacks``: no bar,
+    logger, checkpoints, summary or profiler, no sanity check, no validation. ``copy.copy`` gives
+    it its own options and no run (fresh counters and metrics), so its options are set through
+    the Trainer's public names; the user's Trainer, its callbacks and its counters are not touched."""
+    search = copy.copy(trainer)
+    search.callbacks, search.loggers, search.profiler = list(callbacks), [], None  # a search records nothing
+    search.default_root_dir, search.enable_checkpointing, search.enable_progress_bar = None, False, False
+    search.enable_model_summary, search.num_sanity_val_steps, search.fast_dev_run = False, 0, 0
+    search.limit_val_batches, search.val_check_interval = 0, None
+    if method == "fit":
+        search.max_epochs, search.max_steps = None, steps
+        if limit_train:
+            search.limit_train_batches = steps
+    elif method == "validate":
+        search.limit_val_batches = steps
+    elif method == "test":
+        search.limit_test_batches = steps
+    else:
+        search.limit_predict_batches = steps
+    return search
 
 
 @contextlib.contextmanager
@@ -57,8 +63,8 @@ def leaves_no_trace(model: torch.nn.Module, *loaders: Any) -> Iterator[None]:
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     modes = [m.training for m in model.modules()]
     owner = getattr(model, "_trainer", None)
-    rng = ckpt_io.rng_state()
-    generators = [ckpt_io.generator_states(loader) for loader in loaders]
+    rng = rng_state()
+    generators = [generator_states(loader) for loader in loaders]
     try:
         yield
     finally:
@@ -67,9 +73,9 @@ def leaves_no_trace(model: torch.nn.Module, *loaders: Any) -> Iterator[None]:
         for m, mode in zip(model.modules(), modes):
             m.training = mode
         model._trainer = owner
-        ckpt_io.set_rng_state(rng)
+        set_rng_state(rng)
         for loader, states in zip(loaders, generators):
-            ckpt_io.set_generator_states(loader, states)
+            set_generator_states(loader, states)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -18,7 +18,6 @@ log = logging.getLogger("trainer")
 
 MODES = ("power", "binsearch")
 METHODS = {"fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}
-LIMITS = {"validate": "limit_val_batches", "test": "limit_test_batches", "predict": "limit_predict_batches"}
 
 
 def check_scale(mode: Any, method: Any, steps_per_trial: Any, init_val: Any, max_trials: Any, batch_arg_name: Any) -> None:
@@ -72,10 +71,7 @@ def scale_batch_size(
                 f"batch_size=self.{batch_arg_name} to the DataLoader."
             )
         length = len(loader.dataset) if isinstance(loader, DataLoader) and hasattr(loader.dataset, "__len__") else None
-        if method == "fit":
-            search = search_trainer(trainer, [], max_epochs=None, max_steps=steps_per_trial, limit_train_batches=steps_per_trial)
-        else:
-            search = search_trainer(trainer, [], **{LIMITS[method]: steps_per_trial})
+        search = search_trainer(trainer, [], steps_per_trial, method, limit_train=True)
         try:
             with leaves_no_trace(model), quiet_fit():
                 if method == "fit":

@@ -169,7 +169,7 @@ def lr_find(
     name, places = lr_attribute(model, datamodule, attr_name) if update_attr else ("", [])
     finder = LRFinder(mode, float(min_lr), float(max_lr), num_training)
     probe = _RangeTest(finder, early_stop_threshold)
-    search = search_trainer(trainer, [probe], max_epochs=None, max_steps=num_training)
+    search = search_trainer(trainer, [probe], num_training)
     with leaves_no_trace(model, train_dataloaders, val_dataloaders), quiet_fit():
         search.fit(model, train_dataloaders, val_dataloaders, datamodule)
     steps = len(finder.results["lr"])

@@ -22,7 +22,7 @@ from tests._models import Classifier, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import CheckpointError, Trainer
 from trainer.checkpoint.files import save_atomic
-from trainer.loops.precision import Precision
+from strategies.precision import Precision
 
 
 class Scheduled(Classifier):

@@ -15,7 +15,7 @@ from tests._models import Classifier, dataset, loader, quiet
 from strategies import SingleDeviceStrategy
 from trainer import Trainer, TrainModule
 from trainer.core.metrics import MetricSink, set_sink
-from trainer.loops.precision import Precision
+from strategies.precision import Precision
 
 
 class Count(Callback):

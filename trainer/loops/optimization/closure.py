@@ -3,9 +3,9 @@
 Such an optimizer re-evaluates the loss itself, as many times as it asks. The loop then runs
 no forward or backward of its own for the batch: it calls ``optimizer.step(closure)`` once,
 where each call of the closure is ``zero_grad``, ``training_step``, the backward hooks and
-backward, ``on_before_optimizer_step`` and clipping, as Lightning's closure does. One
-``optimizer.step`` is one ``global_step``. Optimizers that take no closure never see this
-module: the loop's per-step path is unchanged for them.
+backward, ``on_before_optimizer_step`` and clipping, as Lightning's closure does (the order is
+``StepSequence.step_with_closure``'s, in step.py). One ``optimizer.step`` is one ``global_step``.
+Optimizers that take no closure never see this module: the loop's per-step path is unchanged for them.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from trainer.core.checks import loss_of
-from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
+    from trainer.loops.optimization.step import StepSequence
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 
@@ -37,9 +38,9 @@ class ClosureStep:
     """Stands where the loop's manual-optimization object does: ``wrap`` the training step,
     then ``end_batch`` counts the step and steps the per-step schedulers."""
 
-    def __init__(self, trainer: Trainer, model: Any, publish: Callable[[], Any]) -> None:
-        name = type(trainer.optimizer).__name__
-        if trainer._precision.scaler is not None:
+    def __init__(self, trainer: Trainer, run: Run, steps: StepSequence) -> None:
+        name = type(run.optimizer).__name__
+        if run.precision.scaler is not None:
             raise ValueError(
                 f"{name} steps with a closure, which precision='16-mixed''s gradient scaler cannot do. "
                 "Use precision='bf16-mixed' or '32'."
@@ -49,55 +50,34 @@ class ClosureStep:
                 f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches!r}) with {name}, which re-evaluates "
                 "the loss inside step(): there is no group of batches to accumulate. Drop accumulate_grad_batches."
             )
-        self.trainer, self.model, self.publish = trainer, model, publish
+        self.optimizer, self.steps = run.optimizer, steps
         self.loss: torch.Tensor | None = None
 
     def wrap(self, runner: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
-        trainer, model, optimizer = self.trainer, self.model, self.trainer.optimizer
-        hooks, strategy = trainer._hooks, trainer.strategy
+        optimizer, steps = self.optimizer, self.steps
 
         def step(batch: Any, batch_idx: int) -> Any:
             outputs: list[Any] = []
 
-            def closure() -> torch.Tensor:
-                optimizer.zero_grad()
-                with torch.enable_grad():
-                    output = runner(batch, batch_idx)
-                    loss = output if isinstance(output, torch.Tensor) else loss_of(output)
-                    for fn in hooks.on_before_backward:
-                        fn(trainer, model, loss)
-                    strategy.backward(loss)
-                for fn in hooks.on_after_backward:
-                    fn(trainer, model)
-                for fn in hooks.on_before_optimizer_step:
-                    fn(trainer, model, optimizer)
-                if trainer.gradient_clip_val is not None:
-                    params = [p for g in optimizer.param_groups for p in g["params"]]
-                    trainer.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+            def forward() -> torch.Tensor:  # one evaluation's training step; the optimizer asks for several
+                output = runner(batch, batch_idx)
                 outputs.append(output)
+                loss = output if isinstance(output, torch.Tensor) else loss_of(output)
                 self.loss = loss.detach()
                 return loss
 
-            trainer._step_skipped, trainer._skip_step = False, False
-            optimizer.step(closure)
-            optimizer.zero_grad()
+            steps.step_with_closure(optimizer, forward)
             return outputs[-1] if outputs else None
 
         return step
 
     def end_batch(self, output: Any) -> tuple[torch.Tensor | None, bool]:
-        trainer = self.trainer
-        trainer.state.global_step += 1
-        opt = trainer._opt
-        if opt.steps_at("step"):
-            if opt.needs_metric_at("step"):
-                self.publish()
-            opt.step_schedulers("step", trainer.callback_metrics)
+        self.steps.count_step()
         return self.loss, True
 
 
-def closure_step(trainer: Trainer, model: Any, publish: Callable[[], Any]) -> ClosureStep | None:
+def closure_step(trainer: Trainer, run: Run, steps: StepSequence) -> ClosureStep | None:
     """A :class:`ClosureStep` if fit's one optimizer (automatic optimization) needs a closure, else None."""
-    if trainer._manual is not None or trainer.optimizer is None or not needs_closure(trainer.optimizer):
+    if run.manual is not None or run.optimizer is None or not needs_closure(run.optimizer):
         return None
-    return ClosureStep(trainer, model, publish)
+    return ClosureStep(trainer, run, steps)

@@ -9,7 +9,7 @@ the loop does around an automatic step:
   right before they are first needed (``clip_gradients`` or ``step``), so a backward may reach
   any subset of the parameters, as many times as the step needs;
 - the float16 gradient scaler unscales, checks for inf/nan and updates, once per batch;
-- ``on_before_optimizer_step`` hooks run.
+- ``on_before_optimizer_step`` hooks run (in the order of ``StepSequence.manual_step``, step.py).
 
 A training batch in which at least one optimizer stepped advances ``global_step`` by one: a GAN's
 discriminator and generator steps on one batch are one step (Lightning counts each optimizer's
@@ -27,6 +27,8 @@ from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
+    from trainer.loops.optimization.step import StepSequence
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 
@@ -56,7 +58,7 @@ class ManualOptimizer:
         manual = self._manual
         manual.trainer.strategy.sync_gradients(self.params())
         manual.before_unscale(self.optimizer)
-        manual.trainer._precision.unscale(self.optimizer)
+        manual.run.precision.unscale(self.optimizer)
         self._prepared = True
 
     def params(self) -> list[torch.nn.Parameter]:
@@ -64,33 +66,26 @@ class ManualOptimizer:
 
     def step(self, closure: Any = None) -> Any:
         manual = self._manual
-        trainer = manual.trainer
         if closure is not None:  # e.g. LBFGS: the closure recomputes the loss, and its backward needs the sync
-            if trainer._precision.scaler is not None:
+            if manual.run.precision.scaler is not None:
                 raise ValueError(
                     "optimizer.step(closure) with precision='16-mixed': the gradient scaler cannot step with "
                     "a closure. Use precision='bf16-mixed' or '32', or step without a closure."
                 )
             return self.optimizer.step(lambda: self._closure(closure))
-        self.prepare()
-        for fn in trainer._hooks.on_before_optimizer_step:
-            fn(trainer, manual.module, self.optimizer)
-        trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
-        if not trainer._step_skipped:  # skip_optimizer_step() (NaNGuard) drops this update
-            trainer._precision.step_only(self.optimizer)
+        manual.sequence.manual_step(self.optimizer, self.prepare)
         self._prepared = False
         manual.stepped = True
         return None
 
     def _closure(self, closure: Any) -> Any:
-        loss = closure()
+        def prepare() -> None:  # each evaluation's backward: synced and unscaled again
+            self._prepared = False
+            self.prepare()
+
+        loss = self._manual.sequence.manual_closure(self.optimizer, prepare, closure)
         self._prepared = False
-        self.prepare()
-        manual = self._manual
-        for fn in manual.trainer._hooks.on_before_optimizer_step:
-            fn(manual.trainer, manual.module, self.optimizer)
-        self._prepared = False
-        manual.stepped = True
+        self._manual.stepped = True
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -99,10 +94,12 @@ class ManualOptimizer:
 
 
 class ManualOptimization:
-    """The per-fit state of manual optimization, kept on the Trainer while fit runs."""
+    """The per-fit state of manual optimization, kept on the run while fit runs."""
 
-    def __init__(self, trainer: Trainer, module: TrainModule, optimizers: list[torch.optim.Optimizer]) -> None:
-        self.trainer, self.module = trainer, module
+    def __init__(
+        self, trainer: Trainer, run: Run, module: TrainModule, optimizers: list[torch.optim.Optimizer], sequence: StepSequence,
+    ) -> None:
+        self.trainer, self.run, self.module, self.sequence = trainer, run, module, sequence
         self.optimizers = [ManualOptimizer(opt, self) for opt in optimizers]
         self.stepped = False  # an optimizer stepped in this batch's training_step
         self._unscaled: set[int] = set()  # optimizers unscaled since the scaler's last update
@@ -111,7 +108,7 @@ class ManualOptimization:
         """The scaler unscales (and steps) each optimizer once between updates: an optimizer that
         steps again in the same batch (a critic's five steps) first closes the previous round."""
         if id(optimizer) in self._unscaled:
-            self.trainer._precision.update()
+            self.run.precision.update()
             self._unscaled.clear()
         self._unscaled.add(id(optimizer))
 
@@ -120,10 +117,10 @@ class ManualOptimization:
         it returned none), and whether it stepped. A step advances ``global_step`` here."""
         stepped, self.stepped = self.stepped, False
         if self._unscaled:
-            self.trainer._precision.update()
+            self.run.precision.update()
             self._unscaled.clear()
         if stepped:
-            self.trainer.state.global_step += 1
+            self.sequence.count_step()
         for opt in self.optimizers:
             opt._prepared = False
         if isinstance(output, torch.Tensor):
@@ -137,27 +134,27 @@ def manual_backward(module: TrainModule, loss: torch.Tensor, *args: Any, **kwarg
     """``loss.backward()`` with the float16 scaler applied, outside autocast (torch runs backward
     ops in the precision their forward used), between the backward hooks."""
     trainer = module.trainer
-    if trainer._manual is None:
+    run = trainer._run
+    if run.manual is None:
         raise RuntimeError(
             f"{type(module).__name__}.manual_backward() is for manual optimization, inside training_step: "
             "set `self.automatic_optimization = False` in __init__, or return the loss from training_step "
             "and let the Trainer run backward."
         )
-    hooks, precision = trainer._hooks, trainer._precision
-    for fn in hooks.on_before_backward:
-        fn(trainer, module, loss)
-    scaled = loss if precision.scaler is None else precision.scaler.scale(loss)
-    no_autocast = (
-        contextlib.nullcontext() if precision.dtype is None
-        else torch.autocast(precision.device_type, enabled=False)
-    )
-    with no_autocast:
-        if args or kwargs:
-            scaled.backward(*args, **kwargs)
-        else:
-            trainer.strategy.backward(scaled)
-    for fn in hooks.on_after_backward:
-        fn(trainer, module)
+    precision = run.precision
+
+    def backward(scaled: torch.Tensor) -> None:
+        no_autocast = (
+            contextlib.nullcontext() if precision.dtype is None
+            else torch.autocast(precision.device_type, enabled=False)
+        )
+        with no_autocast:
+            if args or kwargs:
+                scaled.backward(*args, **kwargs)
+            else:
+                trainer.strategy.backward(scaled)
+
+    run.manual.sequence.backward(loss, backward=backward)  # the hooks around it, and the scaler
 
 
 def clip_gradients(
@@ -177,7 +174,7 @@ def clip_gradients(
         params = optimizer.params()
     else:  # automatic optimization: the loop unscaled them already, in on_before_optimizer_step
         params = [p for group in optimizer.param_groups for p in group["params"]]
-    trainer.grad_norm = norm = clip(params, gradient_clip_val, algorithm)
+    trainer._run.grad_norm = norm = clip(params, gradient_clip_val, algorithm)
     return norm
 
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 from torch.optim import Optimizer
 
 from trainer.core.module import overridden
-
-if TYPE_CHECKING:
-    from trainer.trainer import Trainer
 
 _INTERVALS = ("epoch", "step")
 _SHAPES = (
@@ -200,68 +197,3 @@ def clip(params: list[torch.nn.Parameter], value: float, algorithm: str) -> torc
     else:
         torch.nn.utils.clip_grad_value_(params, value)
     return norm
-
-
-def automatic_step(trainer: Trainer, model: torch.nn.Module, publish: Callable[[], Any]) -> None:
-    """Unscale, on_before_optimizer_step, clip, then step (or skip), zero_grad, and the per-step
-    schedulers (``publish`` puts this step's values where a monitoring scheduler reads them).
-    The loop steps the optimizer itself when none of these applies."""
-    precision, opt = trainer._precision, trainer._opt
-    optimizer = opt.optimizer
-    precision.unscale(optimizer)  # hooks and clipping see the true gradients (a no-op without a scaler)
-    for fn in trainer._hooks.on_before_optimizer_step:
-        fn(trainer, model, optimizer)
-    own = opt.own
-    if "configure_gradient_clipping" in own:  # the model clips (with self.clip_gradients) or not
-        own["configure_gradient_clipping"](optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-    elif trainer.gradient_clip_val is not None:
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        trainer.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-    trainer._step_skipped, trainer._skip_step = trainer._skip_step, False
-    epoch, batch_idx = trainer.state.current_epoch, trainer.state.batch_in_epoch - 1
-    if trainer._step_skipped:
-        precision.skip()
-    elif "optimizer_step" in own:  # e.g. a learning-rate warm-up around optimizer.step(closure=...)
-        own["optimizer_step"](epoch, batch_idx, _Stepping(optimizer, precision), _closure(trainer))
-    else:
-        precision.step(optimizer)
-    for fn in trainer._hooks.on_before_zero_grad:
-        fn(trainer, model, optimizer)
-    if "optimizer_zero_grad" in own:
-        own["optimizer_zero_grad"](epoch, batch_idx, optimizer)
-    else:
-        optimizer.zero_grad()
-    trainer.state.global_step += 1
-    if opt.steps_at("step"):
-        if opt.needs_metric_at("step"):  # its monitor must be this step's value
-            publish()
-        opt.step_schedulers("step", trainer.callback_metrics)
-
-
-class _Stepping:
-    """The optimizer ``optimizer_step`` gets: ``step(closure=...)`` goes through the precision
-    (the gradient scaler under 16-mixed); everything else is the optimizer's."""
-
-    def __init__(self, optimizer: Optimizer, precision: Any) -> None:
-        self.optimizer, self._precision = optimizer, precision
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = closure() if closure is not None else None
-        self._precision.step(self.optimizer)
-        return loss
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
-
-
-def _closure(trainer: Trainer) -> Callable[[], Any]:
-    """``optimizer_closure``: training_step and backward ran already (the loop runs them before
-    the step, so hooks and accumulation see the gradients); calling it returns that loss."""
-
-    def closure() -> Any:
-        return trainer._last_loss
-
-    return closure

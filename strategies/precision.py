@@ -78,17 +78,26 @@ class Precision:
     (``convert_batches``), and runs steps with that default dtype.
     """
 
-    def __init__(self, precision: str, device: torch.device) -> None:
+    def __init__(self, precision: str = "32-true", device: torch.device | None = None) -> None:
         self.precision = precision = normalize_precision(precision)
-        self.device_type = device.type
-        if precision == "16-mixed" and device.type != "cuda":
-            raise ValueError(_FP16_NEEDS_CUDA.format(where=repr(device.type)))
         #: the dtype that steps run in; None for full precision (no context entered per step)
         self.dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
         self.param_dtype = _TRUE_DTYPES.get(precision)  # a true precision's dtype, else None
         if self.param_dtype is not None:
             self.dtype = self.param_dtype
-        self.scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" else None
+        self.device_type = "cpu"
+        self.scaler: torch.amp.GradScaler | None = None
+        if device is not None:
+            self.setup(device)
+
+    def setup(self, device: torch.device) -> None:
+        """Bind the device that a stage runs on in this process, once it is known (ddp picks
+        each rank's in ``setup_environment``): autocast's device type and, for "16-mixed", a
+        fresh gradient scaler for the stage."""
+        if self.precision == "16-mixed" and device.type != "cuda":
+            raise ValueError(_FP16_NEEDS_CUDA.format(where=repr(device.type)))
+        self.device_type = device.type
+        self.scaler = torch.amp.GradScaler("cuda") if self.precision == "16-mixed" else None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         # autocast is thread-local: DataParallel replica threads enter this themselves.

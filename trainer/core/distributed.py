@@ -1,6 +1,6 @@
-"""Lightning's everyday utilities under their own names: ``rank_zero_only``, ``rank_zero_info``,
-``rank_zero_warn``, ``grad_norm``, and the module's ``all_gather``. Import them from ``trainer``
-(``from trainer import rank_zero_only, grad_norm``)."""
+"""Running on several processes: what only global rank 0 does (Lightning's ``rank_zero_only``,
+``rank_zero_info``, ``rank_zero_debug``, ``rank_zero_warn``; import them from ``trainer``) and
+what a module gathers from every process (its ``all_gather``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import warnings
 from typing import Any, Callable, TypeVar
 
 import torch
-from torch import nn
 
 log = logging.getLogger("trainer")
 T = TypeVar("T")
@@ -59,26 +58,6 @@ def rank_zero_debug(*args: Any, stacklevel: int = 2, **kwargs: Any) -> None:
 def rank_zero_warn(message: str | Warning, category: type[Warning] = UserWarning, stacklevel: int = 4, **kwargs: Any) -> None:
     """``warnings.warn`` on global rank 0 only."""
     warnings.warn(message, category, stacklevel=stacklevel, **kwargs)
-
-
-def grad_norm(module: nn.Module, norm_type: float | int | str, group_separator: str = "/") -> dict[str, torch.Tensor]:
-    """The ``norm_type`` norm of each parameter's gradient, and of all of them together, under
-    Lightning's keys: ``grad_2.0_norm/<parameter>`` and ``grad_2.0_norm_total``. Parameters
-    without a gradient are left out. For ``self.log_dict`` in ``on_before_optimizer_step``."""
-    try:
-        p = float(norm_type)
-    except (TypeError, ValueError):
-        p = -1.0
-    if not p > 0:
-        raise ValueError(f"grad_norm(norm_type={norm_type!r}): norm_type must be a positive number or 'inf'.")
-    norms = {
-        f"grad_{p}_norm{group_separator}{name}": param.grad.detach().norm(p)
-        for name, param in module.named_parameters()
-        if param.grad is not None
-    }
-    if norms:
-        norms[f"grad_{p}_norm_total"] = torch.stack([n.float() for n in norms.values()]).norm(p)
-    return norms
 
 
 def all_gather(data: Any, group: Any = None, sync_grads: bool = False) -> Any:

@@ -1,25 +1,39 @@
-"""What Lightning code reads on the Trainer: ranks, stages, counters, callbacks and the run's objects.
+"""What Lightning code reads on the Trainer: options, ranks, stages, counters, callbacks and the run's objects.
 
-A mixin of read-only properties over the Trainer's state, so that ``trainer.py`` keeps to the
-options and the entry points. Each reads what is already there: nothing here runs per step.
+A mixin of properties over the Trainer's state, so that ``trainer.py`` keeps to the entry
+points. Each reads what is already there: the options (``trainer/options.py``), the strategy,
+the counters, or the current run (``trainer/loops/run.py``). Nothing here runs per step.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import os
 from typing import TYPE_CHECKING, Any
 
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
+from loggers import Logger
+from loggers._for_trainer import logger_list
 from strategies import Strategy
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
+    from trainer.core.state import TrainerState
+    from trainer.loops.run import Run
+    from trainer.options import Options
 
 
-class TrainerAttributes:
-    """Lightning's Trainer properties. The Trainer sets ``state``, ``_strategy``, ``callbacks``,
-    ``_module``, ``_opt``, ``_phase``, ``num_training_batches`` and the options these read."""
+class TrainerProperties:
+    """Lightning's Trainer properties. The Trainer sets ``_options``, ``_strategy``, ``_loggers``,
+    ``state`` and ``_run``; each value of :data:`RUN_VALUES` (and, from trainer.py, each option)
+    is a property of its own name (settable, as the plain attributes they were)."""
+
+    _options: Options
+    _strategy: Strategy
+    _run: Run
+    state: TrainerState
+    callbacks: list[Any]
 
     # --- where this process stands ------------------------------------------------------
     @property
@@ -67,24 +81,24 @@ class TrainerAttributes:
     @property
     def training(self) -> bool:
         """True while fit trains (not during its validation runs or sanity check)."""
-        return self.state.stage == "fit" and self._phase == "train" and not self.sanity_checking
+        return self.state.stage == "fit" and self._run.phase == "train" and not self._run.sanity_checking
 
     @property
     def validating(self) -> bool:
         """True during a validation run: fit's, or ``trainer.validate``'s (not the sanity check)."""
-        return self._phase == "validation" and not self.sanity_checking
+        return self._run.phase == "validation" and not self._run.sanity_checking
 
     @property
     def testing(self) -> bool:
-        return self._phase == "test"
+        return self._run.phase == "test"
 
     @property
     def predicting(self) -> bool:
-        return self._phase == "predict"
+        return self._run.phase == "predict"
 
     @property
     def evaluating(self) -> bool:
-        return self._phase in ("validation", "test")
+        return self._run.phase in ("validation", "test")
 
     @property
     def global_step(self) -> int:
@@ -115,7 +129,7 @@ class TrainerAttributes:
         last short group counting as a step (a GradientAccumulationScheduler's groups per epoch);
         whichever is fewer. ``math.inf`` for an unsized
         loader without ``max_steps``. Known from ``configure_optimizers`` on."""
-        if self.state.stage != "fit" and self._opt is None:
+        if self.state.stage != "fit" and self._run.opt is None:
             raise RuntimeError(
                 "trainer.estimated_stepping_batches is known once fit has its loaders: read it in "
                 "configure_optimizers (e.g. for OneCycleLR's total_steps) or later during fit."
@@ -129,23 +143,44 @@ class TrainerAttributes:
     # --- the run's objects --------------------------------------------------------------
     @property
     def module(self) -> TrainModule | None:
-        return self._module
+        return self._run.module
 
     @property
     def lightning_module(self) -> TrainModule | None:
         """The module being run (Lightning's name)."""
-        return self._module
+        return self._run.module
 
     @property
     def model(self) -> Any:
         """The module as the strategy wraps it while a stage runs (DistributedDataParallel under ddp), else the module."""
         wrapped = getattr(self._strategy, "_ddp", None)
-        return wrapped if wrapped is not None else self._module
+        return wrapped if wrapped is not None else self._run.module
 
     @property
     def lr_scheduler_configs(self) -> list[Any]:
         """One config per scheduler (``.scheduler``, ``.interval``, ``.monitor``), as configure_optimizers gave them."""
-        return [] if self._opt is None else list(self._opt.schedulers)
+        opt = self._run.opt
+        return [] if opt is None else list(opt.schedulers)
+
+    @lr_scheduler_configs.setter
+    def lr_scheduler_configs(self, configs: list[Any]) -> None:
+        """The schedulers the Trainer steps from now on (``StochasticWeightAveraging`` takes them over)."""
+        if self._run.opt is not None:
+            self._run.opt.schedulers = list(configs)
+
+    @property
+    def at_epoch_end(self) -> bool:
+        """True from the end of a training epoch's batches until its ``on_train_epoch_end``
+        hooks return (the epoch-end validation included): a checkpoint taken then resumes at
+        the next epoch."""
+        return self._run.epoch_complete
+
+    def publish_step_metrics(self) -> dict[str, float]:
+        """During fit: this step's values logged in ``training_step``, reduced over the
+        processes, into ``callback_metrics`` now rather than at the next log step (once per
+        step); returns them. Every rank must call it alike. Outside fit: ``{}``."""
+        publish = self._run.publish_step_metrics
+        return {} if publish is None else publish()
 
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:
@@ -173,3 +208,74 @@ class TrainerAttributes:
         shown = {k: v for k, v in self.callback_metrics.items() if k in self.prog_bar_names}
         shown.update(self.step_metrics(prog_bar_only=True))
         return shown
+
+    # --- read by tests and benchmarks that peek inside a running fit -----------------------
+    @property
+    def _precision(self) -> Any:
+        return self._run.precision
+
+    @property
+    def _hooks(self) -> Any:
+        return self._run.hooks
+
+    @property
+    def _signals(self) -> Any:
+        return self._run.signals
+
+
+class LoggerAccess:
+    """The Trainer's ``logger``, ``loggers`` and ``log_dir``, as Lightning names them."""
+
+    _loggers: list[Logger]
+    _run: Any  # trainer/loops/run.py: log_dir, once a stage resolved it
+    default_root_dir: str | None
+
+    @property
+    def logger(self) -> Logger | None:
+        """The first logger (None with ``logger=False``)."""
+        return self._loggers[0] if self._loggers else None
+
+    @logger.setter
+    def logger(self, value: Logger | None) -> None:
+        self._loggers = [] if value is None else logger_list([value])
+
+    @property
+    def loggers(self) -> list[Logger]:
+        return self._loggers
+
+    @loggers.setter
+    def loggers(self, value: list[Logger] | None) -> None:
+        self._loggers = [] if value is None else logger_list(value)
+
+    @property
+    def log_dir(self) -> str | None:
+        """The first logger's folder (TensorBoard's ``<log_dir>/<name>/version_<n>``); without
+        a logger, the Trainer's ``log_dir`` option."""
+        if self._run.log_dir is not None:
+            return self._run.log_dir
+        if not self._loggers:
+            return self.default_root_dir
+        first = self._loggers[0]
+        return first.log_dir or first.save_dir
+
+
+# The run's values that Lightning code reads as the Trainer's (trainer/loops/run.py says what each is).
+RUN_VALUES = (
+    "datamodule", "train_dataloader", "val_dataloaders", "predict_loop", "optimizer", "optimizers", "lr_scheduler",
+    "lr_schedulers", "num_training_batches", "num_val_batches", "num_test_batches", "num_predict_batches",
+    "callback_metrics", "logged_metrics", "train_epoch_metrics", "prog_bar_names", "samples_seen", "grad_norm",
+    "is_last_batch", "sanity_checking", "run_dir",
+)
+
+
+def forward(owner: str, name: str) -> property:
+    """A property that reads and sets ``trainer.<owner>.<name>``: C-level reads, as fast as an attribute's."""
+
+    def set_value(trainer: Any, value: Any) -> None:
+        setattr(getattr(trainer, owner), name, value)
+
+    return property(operator.attrgetter(f"{owner}.{name}"), set_value)
+
+
+for _name in RUN_VALUES:
+    setattr(TrainerProperties, _name, forward("_run", _name))

@@ -1,4 +1,4 @@
-"""trainer/core/utilities.py and seed.py: rank_zero_only, rank_zero_warn, grad_norm with
+"""trainer/core/distributed.py, seed.py and metrics.py: rank_zero_only, rank_zero_warn, grad_norm with
 Lightning's keys, seed_everything(workers=True); and the DataModule's Lightning surface."""
 
 from __future__ import annotations
