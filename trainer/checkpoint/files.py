@@ -188,6 +188,9 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False,
     """
     path = os.fspath(path)
     if is_sharded(path):  # a folder: its meta file here, its tensors through torch.distributed.checkpoint
+        from trainer.checkpoint.sharded_read import check_metadata  # imports DCP: only for folders
+
+        check_metadata(path)  # DCP would unpickle it unchecked
         ckpt = _load_file(os.path.join(path, SHARDED_META), map_location, mmap, weights_only)
         if not isinstance(ckpt, dict) or "loop" not in ckpt:
             raise CheckpointError(f"{path!r} is not a trainer checkpoint: its {SHARDED_META} holds no training state.")
