@@ -206,6 +206,9 @@ def _load_file(path: str, map_location: Any, mmap: bool, weights_only: bool = Tr
     if not os.path.isfile(path):
         raise CheckpointError(f"ckpt_path={path!r} does not exist (or is not a file).")
     require_archive(path, repr(path))  # also what lets torch.load map it
+    from trainer.checkpoint.integrity import verify  # integrity sits beside this module, and imports it
+
+    verify(path)  # torch.load does not check the CRCs: a flipped bit would load silently
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=weights_only, mmap=mmap)
     except pickle.UnpicklingError as err:
