@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 import torch
 
 from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, restore_steps
+from trainer.checkpoint.folder_lock import unlock_checkpoint_folders
 from trainer.checkpoint.paths import resolve_path
 from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.loops.evaluation import evaluation_loop
@@ -62,6 +63,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         weights = strategy.module_state_dict() if strategy.spawned else None
     finally:
         trainer.state.stage = "idle"
+        unlock_checkpoint_folders(trainer)  # however the stage ended, its checkpoint folders are free
         strategy.teardown()
         if profiler is not None:
             profiler.stop()
