@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.checkpoint.background_save import BackgroundWriter, freeze
+from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.core.checks import flag, one_of, positive_int
 
 from ._checkpoint_files import LAST, file_name, prepare_folder, rotate, weights_only, write_files
@@ -259,6 +260,7 @@ class ModelCheckpoint(Callback):
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer) -> None:
         self._wait_for_writer(trainer)  # the previous write's error surfaces before any book-keeping
+        refuse_non_finite(trainer, f"a checkpoint into {self.dirpath!r}")  # NaN weights must not push the last good file out
         self._waiting = False
         score = self._score(trainer)
         last = os.path.join(self.dirpath, LAST)

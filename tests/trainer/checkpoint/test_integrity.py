@@ -1,9 +1,11 @@
-"""A checkpoint whose bytes changed on disk (its zip CRCs no longer match) is never resumed or
+"""Nothing good is lost: a save of NaN weights is refused and keeps the last finite checkpoint,
+and a checkpoint whose bytes changed on disk (its zip CRCs no longer match) is never resumed or
 loaded in silence: "last" falls back to the newest intact file, an explicit path is an error."""
 
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import zipfile
 
@@ -46,6 +48,42 @@ def _fit(model, epochs, ckpt_path=None, callbacks=(), **kw):
 def _finite(path: str) -> bool:
     ckpt = torch.load(path, weights_only=True)
     return all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+# --- a NaN never replaces the last good model ------------------------------------------------
+def test_a_save_of_nan_weights_is_refused_and_last_resumes_the_last_finite_state():
+    with pytest.raises(CheckpointError, match=r"Not saving a checkpoint into '.*checkpoints' at step 8 \(epoch 1\): "
+                                              r"the weight 'net.0.weight' holds NaN or infinite values.*are kept"):
+        _fit(DivergesAt(step=6), epochs=3)
+
+    # save_top_k=1 would have deleted epoch 0's file for epoch 1's NaN one, and last.ckpt moved on.
+    assert sorted(os.listdir("checkpoints")) == ["epoch=0-step=4.ckpt", "last.ckpt"]
+    assert _finite("checkpoints/last.ckpt") and _finite("checkpoints/epoch=0-step=4.ckpt")
+
+    kept = torch.load("checkpoints/epoch=0-step=4.ckpt", weights_only=True)["model"]
+    start = StartStep()
+    _fit(DivergesAt(), epochs=3, ckpt_path="last", callbacks=[start])
+    assert start.step == 4 and all(torch.equal(start.weights[k], v) for k, v in kept.items())
+    assert _finite("checkpoints/last.ckpt") and torch.load("checkpoints/last.ckpt", weights_only=True)["loop"]["global_step"] == 12
+
+
+def test_a_nan_optimizer_state_is_refused_too_and_save_checkpoint_keeps_the_file():
+    t = _fit(Classifier(optimizer="adam", lr=0.01), epochs=1)
+    before = open("checkpoints/last.ckpt", "rb").read()
+    first = next(iter(t.optimizer.state.values()))
+    first["exp_avg_sq"].fill_(float("inf"))  # weights still finite; Adam's next step would not be
+
+    with pytest.raises(CheckpointError, match=r"Not saving 'checkpoints/last.ckpt' at step 4.*optimizer 0's 'exp_avg_sq' of 'net.0.weight'"):
+        t.save_checkpoint("checkpoints/last.ckpt")
+    assert open("checkpoints/last.ckpt", "rb").read() == before
+
+
+def test_under_ddp_every_rank_refuses_the_save_together(tmp_path):
+    # Each rank checks its own tensors, one all-reduce decides: no rank waits in a save the others skip.
+    with pytest.raises(Exception, match=r"Not saving a checkpoint .* at step 4 \(epoch 1\): the weight 'net.0.weight'"):
+        _fit(DivergesAt(step=2), epochs=3, strategy="ddp", devices=2)
+    assert sorted(os.listdir("checkpoints")) == ["epoch=0-step=2.ckpt", "last.ckpt"]
+    assert _finite("checkpoints/last.ckpt")
 
 
 # --- damaged files ----------------------------------------------------------------------------
