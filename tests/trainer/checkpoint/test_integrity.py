@@ -69,13 +69,15 @@ def test_a_save_of_nan_weights_is_refused_and_last_resumes_the_last_finite_state
 
 def test_a_nan_optimizer_state_is_refused_too_and_save_checkpoint_keeps_the_file():
     t = _fit(Classifier(optimizer="adam", lr=0.01), epochs=1)
-    before = open("checkpoints/last.ckpt", "rb").read()
+    with open("checkpoints/last.ckpt", "rb") as f:
+        before = f.read()
     first = next(iter(t.optimizer.state.values()))
     first["exp_avg_sq"].fill_(float("inf"))  # weights still finite; Adam's next step would not be
 
     with pytest.raises(CheckpointError, match=r"Not saving 'checkpoints/last.ckpt' at step 4.*optimizer 0's 'exp_avg_sq' of 'net.0.weight'"):
         t.save_checkpoint("checkpoints/last.ckpt")
-    assert open("checkpoints/last.ckpt", "rb").read() == before
+    with open("checkpoints/last.ckpt", "rb") as f:
+        assert f.read() == before
 
 
 def test_under_ddp_every_rank_refuses_the_save_together(tmp_path):
