@@ -13,7 +13,7 @@ import torch
 
 from strategies.base import Strategy
 
-from trainer.core.checks import bad_loss, loss_of
+from trainer.core.checks import bad_loss, loss_of, none_batch
 from trainer.checkpoint.resume import Resume
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, check_same_length, describe_fit, in_lockstep, loader_length, uniform_batches
@@ -302,7 +302,12 @@ class FitLoop(StopRules, Publishing):
                             # Unsized: the epoch may end inside this group, so every micro-batch syncs.
                             no_sync.enter_context(strategy.no_backward_sync())
 
-                    output = training_step(batch, batch_idx)
+                    try:
+                        output = training_step(batch, batch_idx)
+                    except Exception as err:  # costs nothing until a step fails
+                        if batch is None:
+                            raise none_batch("The training loader", batch_idx, "training_step", err) from err
+                        raise
                     if stepper is not None:  # the step stepped by hand (or LBFGS's closure); a batch that stepped counts one step
                         loss, completes = stepper.end_batch(output)
                     else:
