@@ -68,6 +68,10 @@ NO_CUDA = not torch.cuda.is_available()
         (lambda: Trainer(callbacks="abc"), TypeError, ["callbacks='abc'"]),
         (lambda: Trainer(callbacks=[ModelCheckpoint]), TypeError, ["class ModelCheckpoint", "ModelCheckpoint()"]),
         (lambda: Trainer(callbacks=[print]), TypeError, ["callbacks contains", "Callback"]),
+        (lambda: Trainer(callbacks=[object()]), TypeError, [
+            "callbacks contains <object object", "not a callbacks.Callback", "Subclass callbacks.Callback",
+            "Trainer(callbacks=[MyCallback()])",
+        ]),
         # strategies' own arguments
         (lambda: DDPStrategy(timeout=0), ValueError, ["timeout=0", "> 0"]),
         (lambda: DDPStrategy(timeout=float("inf")), ValueError, ["timeout=inf", "finite"]),
