@@ -11,6 +11,7 @@ import tempfile
 from typing import Any
 
 from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint.folder_lock import lock_checkpoint_folder
 from trainer.checkpoint.paths import LAST  # the newest state, which "last" resumes from
 
 #: What a ``save_weights_only`` file keeps: enough to evaluate it at its step, nothing to resume.
@@ -71,6 +72,16 @@ def _point_last(path: str, symbolic: bool, folder: bool) -> None:
     except OSError:  # no hard links on this filesystem: copy
         shutil.copyfile(path, tmp)
     os.replace(tmp, last)
+
+
+def prepare_folder(trainer: Any, dirpath: str) -> None:
+    """At a fit's setup (every rank): the folder is writable, locked for this run (another live
+    run writing it is an error), and rid of the temp files of saves a killed run never finished."""
+    if trainer.is_global_zero:
+        check_writable(dirpath)
+    lock_checkpoint_folder(trainer, dirpath)  # before touching it: another live run may be writing it
+    if trainer.is_global_zero:
+        remove_unfinished_saves(dirpath)
 
 
 def check_writable(dirpath: str) -> None:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.checkpoint.background_save import BackgroundWriter, freeze
+from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.core.checks import flag, one_of, positive_int
 
-from ._checkpoint_files import LAST, check_writable, file_name, remove_unfinished_saves, rotate, weights_only, write_files
+from ._checkpoint_files import LAST, file_name, prepare_folder, rotate, weights_only, write_files
 from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
@@ -147,9 +148,7 @@ class ModelCheckpoint(Callback):
                 "ModelCheckpoint(save_weights_only=True) is not supported with a sharded checkpoint, whose folder "
                 "each rank writes. Use FSDPStrategy(checkpoint='full'), or save_weights_only=False."
             )
-        if trainer.is_global_zero:
-            check_writable(self.dirpath)
-            remove_unfinished_saves(self.dirpath)
+        prepare_folder(trainer, self.dirpath)  # writable, ours alone (locked), no unfinished saves
         self._monitor_due = self._waiting = self._after_epoch = False
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
@@ -261,6 +260,7 @@ class ModelCheckpoint(Callback):
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer) -> None:
         self._wait_for_writer(trainer)  # the previous write's error surfaces before any book-keeping
+        refuse_non_finite(trainer, f"a checkpoint into {self.dirpath!r}")  # NaN weights must not push the last good file out
         self._waiting = False
         score = self._score(trainer)
         last = os.path.join(self.dirpath, LAST)

@@ -25,6 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from trainer.checkpoint.files import SHARDED_META, replace_folder, save_atomic
+from trainer.checkpoint.sharded_read import load_shards, saved_keys
 from trainer.checkpoint.state_dicts import optimizer_state_by_name, optimizer_state_by_position, param_names, plain_state_dict
 
 from .base import StepDispatcher
@@ -253,9 +254,9 @@ class FSDPStrategy(DDPStrategy):
     def load_sharded_checkpoint(self, path: str, optimizers: list[Any]) -> None:
         """Read this rank's shards of a sharded checkpoint (written under any number of processes)."""
         # The keys the folder holds, e.g. "optimizer_states.0.state.net.0.weight.exp_avg"
-        saved = set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
+        saved = saved_keys(path)
         state = self._sharded_state(optimizers, saved)
-        dcp.load(state, checkpoint_id=path)
+        load_shards(state, path)  # no code from the folder runs (trainer/checkpoint/sharded_read.py)
         set_model_state_dict(self.module, state["model"])
         for optimizer, optimizer_state in zip(optimizers, state.get("optimizer_states", [])):
             self._set_optimizer_state(optimizer, optimizer_state, StateDictOptions())

@@ -25,6 +25,7 @@ from trainer.properties import LoggerAccess, TrainerProperties, forward
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
+from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.checkpoint.paths import best_checkpoint
 from trainer.checkpoint.resume import capture
 from trainer.core.module import TrainModule, check_model
@@ -262,6 +263,7 @@ class Trainer(TrainerProperties, LoggerAccess):
                    "save_checkpoint inside fit, from a callback." if after_spawn else
                    "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
             )
+        refuse_non_finite(self, repr(os.fspath(path)))  # a NaN model never replaces a good file
         if self._strategy.sharded_checkpoints:  # one folder, each rank writing its shards, now
             meta = capture(self, run, tensors=False)
             if self.is_global_zero:

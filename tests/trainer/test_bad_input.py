@@ -68,6 +68,10 @@ NO_CUDA = not torch.cuda.is_available()
         (lambda: Trainer(callbacks="abc"), TypeError, ["callbacks='abc'"]),
         (lambda: Trainer(callbacks=[ModelCheckpoint]), TypeError, ["class ModelCheckpoint", "ModelCheckpoint()"]),
         (lambda: Trainer(callbacks=[print]), TypeError, ["callbacks contains", "Callback"]),
+        (lambda: Trainer(callbacks=[object()]), TypeError, [
+            "callbacks contains <object object", "not a callbacks.Callback", "Subclass callbacks.Callback",
+            "Trainer(callbacks=[MyCallback()])",
+        ]),
         # strategies' own arguments
         (lambda: DDPStrategy(timeout=0), ValueError, ["timeout=0", "> 0"]),
         (lambda: DDPStrategy(timeout=float("inf")), ValueError, ["timeout=inf", "finite"]),
@@ -241,3 +245,47 @@ def test_validate_test_predict_check_their_input():
 
 # A DDP script without the __main__ guard: tests/strategies/test_ddp.py runs one for real
 # (test_a_script_without_the_main_guard_fails_with_the_explanation).
+
+
+# --- a loader that yields None ----------------------------------------------------------------
+class NoneAt(torch.utils.data.Dataset):
+    """Samples of a TensorDataset, and None for index ``bad``: a __getitem__ that gave up on a sample."""
+
+    def __init__(self, bad: int) -> None:
+        self.data, self.bad = dataset(32), bad
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return None if i == self.bad else self.data[i]
+
+
+def _none_loader(bad: int) -> DataLoader:
+    # batch_size=None: each sample is a batch, so the None reaches the step as the batch itself.
+    return DataLoader(NoneAt(bad), batch_size=None)
+
+
+def test_a_training_loader_that_yields_none_names_the_loader_the_batch_and_what_the_step_got():
+    with pytest.raises(TypeError, match=r"The training loader yielded None as batch 5, so training_step received "
+                                        r"batch=None \(batch_idx=5\) and raised TypeError: cannot unpack non-iterable "
+                                        r"NoneType object\. The Dataset's __getitem__ or the DataLoader's collate_fn returned None") as info:
+        Trainer(**quiet(max_epochs=1)).fit(Classifier(), _none_loader(5))
+    assert isinstance(info.value.__cause__, TypeError)  # the step's own error, with its traceback, is kept
+
+
+def test_an_evaluation_loader_that_yields_none_names_which_of_several():
+    with pytest.raises(TypeError, match=r"The validation loader 1 \(dataloader_idx=1\) yielded None as batch 3, so "
+                                        r"validation_step received batch=None \(batch_idx=3\)"):
+        Trainer(**quiet()).validate(Classifier(), [loader(16), _none_loader(3)], verbose=False)
+    with pytest.raises(TypeError, match=r"The test loader yielded None as batch 0"):
+        Trainer(**quiet()).test(Classifier(), _none_loader(0), verbose=False)
+
+
+def test_a_step_that_fails_on_a_real_batch_keeps_its_own_error():
+    class Broken(Classifier):
+        def training_step(self, batch, batch_idx):
+            raise KeyError("mine")
+
+    with pytest.raises(KeyError, match="mine"):
+        Trainer(**quiet(max_epochs=1)).fit(Broken(), loader(16))

@@ -187,6 +187,9 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False,
     """
     path = os.fspath(path)
     if is_sharded(path):  # a folder: its meta file here, its tensors through torch.distributed.checkpoint
+        from trainer.checkpoint.sharded_read import check_metadata  # imports DCP: only for folders
+
+        check_metadata(path)  # DCP would unpickle it unchecked
         ckpt = _load_file(os.path.join(path, SHARDED_META), map_location, mmap, weights_only)
         if not isinstance(ckpt, dict) or "loop" not in ckpt:
             raise CheckpointError(f"{path!r} is not a trainer checkpoint: its {SHARDED_META} holds no training state.")
@@ -202,6 +205,9 @@ def _load_file(path: str, map_location: Any, mmap: bool, weights_only: bool = Tr
     if not os.path.isfile(path):
         raise CheckpointError(f"ckpt_path={path!r} does not exist (or is not a file).")
     require_archive(path, repr(path))  # also what lets torch.load map it
+    from trainer.checkpoint.integrity import verify  # integrity sits beside this module, and imports it
+
+    verify(path)  # torch.load does not check the CRCs: a flipped bit would load silently
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=weights_only, mmap=mmap)
     except pickle.UnpicklingError as err:

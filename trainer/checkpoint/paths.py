@@ -102,20 +102,27 @@ def runs_base(trainer: Trainer) -> tuple[str | None, str | None]:
 
 
 def _find_last(folder: str) -> str | None:
-    """The newest checkpoint in ``folder`` that loads safely; a corrupt, truncated or refused
-    newer file is skipped with a warning that names it."""
+    """The newest checkpoint in ``folder`` that is intact and loads safely; a damaged,
+    truncated or refused newer file is skipped with a warning that names it and the file
+    resumed instead."""
     # Temp files of unfinished saves start with "." and never match.
     files = [f for f in glob.glob(os.path.join(glob.escape(folder), "*.ckpt")) if os.path.exists(f)]  # no dangling link
     # Newest first; last.ckpt is a hard link to the newest top-k file, so it wins their tie.
     files.sort(key=lambda f: (os.stat(f).st_mtime_ns, os.path.basename(f) == LAST), reverse=True)
+    skipped: list[str] = []
+    found = None
     for f in files:
         try:
-            load_good(f, mmap=True)  # mapped, not read: checks the structure cheaply
+            load_good(f, mmap=True)  # the CRCs read, the tensors mapped: no copy of them
         except CheckpointError as err:
-            warnings.warn(f"ckpt_path='last': skipping {f}: {err}", stacklevel=3)
+            skipped.append(f"skipping {f}: {err}")
             continue
-        return f
-    return None
+        found = f
+        break
+    instead = f"Resuming from {found} instead, the newest intact checkpoint." if found else "No intact checkpoint is left."
+    for skip in skipped:
+        warnings.warn(f"ckpt_path='last': {skip} {instead}", stacklevel=3)
+    return found
 
 
 def load_good(path: str, mmap: bool = False) -> dict[str, Any]:

@@ -71,6 +71,9 @@ class Resume:
         restore(trainer, run, ckpt)
         if strategy.is_global_zero:
             log.info("Resumed from %s at epoch %d, step %d.", path, trainer.current_epoch, trainer.global_step)
+            finished = nothing_left(trainer, path)
+            if finished is not None:
+                log.info("%s", finished)
             if ckpt["loop"].get("world_size", 1) != strategy.world_size:
                 log.info(
                     "The checkpoint was written with world size %d, this run has %d: weights, optimizer and "
@@ -126,6 +129,22 @@ class Resume:
                 "that the resumed run sees the same data order.", sampler.seed, seed, seed,
             )
         sampler.seed = seed
+
+
+def nothing_left(trainer: Trainer, path: str) -> str | None:
+    """The line that says a resumed fit has nothing to train (its checkpoint already reached
+    max_epochs or max_steps, and fit then does nothing, as Lightning's does); None otherwise."""
+    state = trainer.state
+    for name, limit, done, unit in (
+        ("max_epochs", trainer.max_epochs, state.current_epoch, "epoch(s)"), ("max_steps", trainer.max_steps, state.global_step, "step(s)"),
+    ):
+        if limit is not None and limit >= 0 and done >= limit:
+            return (
+                f"`Trainer.fit` stopped: `{name}={limit}` reached. The checkpoint {path} had already trained {done} {unit}, "
+                f"so this fit trains nothing. To train longer, raise the limit and resume from it: "
+                f"Trainer({name}={max(2 * limit, done + 1)}, ...).fit(model, ckpt_path=...)."
+            )
+    return None
 
 
 def _batch_position(loop: dict[str, Any], world_size: int) -> int:

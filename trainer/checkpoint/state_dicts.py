@@ -70,10 +70,10 @@ def param_names(optimizer: torch.optim.Optimizer, module: torch.nn.Module) -> li
 def load_sharded_model(path: str, template: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The model of a sharded checkpoint folder, whole, in this one process (no process group):
     ``template`` (the bare model's state dict) gives the keys, shapes and dtypes to read into."""
-    import torch.distributed.checkpoint as dcp  # only for sharded folders
+    from trainer.checkpoint.sharded_read import load_shards  # only for sharded folders: imports DCP
 
     state = {"model": {k: torch.empty_like(v, device="cpu") for k, v in template.items()}}
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=path, no_dist=True)
+        load_shards(state, path, no_dist=True)
     return state["model"]

@@ -109,6 +109,16 @@ def loss_of(output: Any) -> torch.Tensor:
     )
 
 
+def none_batch(loader: str, batch_idx: int, step: str, err: BaseException) -> TypeError:
+    """The error for a step that failed on a batch of None: which loader, which batch, what the
+    step received, and the step's own error (asked only once the step has failed)."""
+    return TypeError(
+        f"{loader} yielded None as batch {batch_idx}, so {step} received batch=None (batch_idx={batch_idx}) "
+        f"and raised {type(err).__name__}: {err}. The Dataset's __getitem__ or the DataLoader's collate_fn "
+        "returned None: make it return the sample, or drop the bad samples in a collate_fn."
+    )
+
+
 def bad_loss(loss: torch.Tensor) -> ValueError | None:
     """Why backward() refused ``loss``, in the user's terms; None if the loss was not the problem.
 

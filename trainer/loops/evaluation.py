@@ -17,6 +17,7 @@ from trainer.loops.hooks import Hooks, batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
 from trainer.data.loaders import Loaders, stage_loader, takes_dataloader_idx
+from trainer.core.checks import none_batch
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.loops.run import start, stage_hooks, use_run_folder
 
@@ -184,7 +185,13 @@ def run_evaluation(
                         batch = transfer(batch, i)
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
-                    out = strategy.run_step(step_name, batch, batch_idx, *step_args)
+                    try:
+                        out = strategy.run_step(step_name, batch, batch_idx, *step_args)
+                    except Exception as err:  # costs nothing until a step fails
+                        if batch is None:
+                            which = f"The {phase} loader" + (f" {i} (dataloader_idx={i})" if loaders.several else "")
+                            raise none_batch(which, batch_idx, step_name, err) from err
+                        raise
                     if record is not None:
                         record.keep(i, out)
                     for fn in batch_end:

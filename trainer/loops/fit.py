@@ -14,7 +14,7 @@ import torch
 
 from strategies.base import Strategy
 
-from trainer.core.checks import bad_loss, loss_of
+from trainer.core.checks import bad_loss, loss_of, none_batch
 from trainer.checkpoint.paths import resolve_path
 from trainer.checkpoint.resume import Resume
 from trainer.core.signals import Interrupted
@@ -278,7 +278,12 @@ class FitLoop(StopRules, Publishing):
                         elif batch_idx == group_start and sized:  # unsized: the epoch may end in a group, so all sync
                             no_sync.enter_context(strategy.no_backward_sync())
 
-                    output = training_step(batch, batch_idx)
+                    try:
+                        output = training_step(batch, batch_idx)
+                    except Exception as err:  # costs nothing until a step fails
+                        if batch is None:
+                            raise none_batch("The training loader", batch_idx, "training_step", err) from err
+                        raise
                     if stepper is not None:  # it stepped by hand (or LBFGS's closure did); a batch that stepped counts one
                         loss, completes = stepper.end_batch(output)
                     else:

@@ -70,7 +70,7 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
     if isinstance(callbacks, (str, bytes)) or not hasattr(callbacks, "__iter__"):
         raise TypeError(f"callbacks={callbacks!r:.80} must be a list of callbacks.Callback instances (or None).")
     callbacks = list(callbacks)
-    instances_of("callbacks", callbacks, Callback, "callbacks.Callback")
+    instances_of("callbacks", callbacks, Callback, "callbacks.Callback", hint=_callback_fix(callbacks))
     keys = [cb.state_key for cb in callbacks if overrides_state(cb)]
     for key in sorted({k for k in keys if keys.count(k) > 1}):
         warnings.warn(
@@ -79,6 +79,19 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
             stacklevel=3,
         )
     return callbacks
+
+
+def _callback_fix(callbacks: list[Any]) -> str:
+    """How to turn the first entry that is not a Callback into one, for the error."""
+    bad = next((cb for cb in callbacks if not isinstance(cb, (Callback, type))), None)
+    if bad is not None and type(bad).__module__.split(".")[0] in ("lightning", "pytorch_lightning"):
+        name = type(bad).__name__
+        return f" but Lightning's {name}: import ours instead, from callbacks import {name}"
+    return (
+        ". Subclass callbacks.Callback and override the hooks you need, then pass an instance: "
+        "class MyCallback(Callback): def on_train_epoch_end(self, trainer, pl_module): ...; "
+        "Trainer(callbacks=[MyCallback()])"
+    )
 
 
 _STEPS = ("training_step", "validation_step", "test_step", "predict_step")

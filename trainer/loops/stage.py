@@ -20,6 +20,7 @@ from trainer.loops.fit import fit_stage
 from trainer.checkpoint.run_dir import logger_versions
 from trainer.loops.prediction import predict_stage
 from trainer.loops.run import StageData
+from trainer.checkpoint.folder_lock import unlock_checkpoint_folders
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
@@ -47,6 +48,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         weights = strategy.module_state_dict() if strategy.spawned else None
     finally:
         trainer.state.stage = "idle"
+        unlock_checkpoint_folders(trainer)  # however the stage ended, its checkpoint folders are free
         strategy.teardown()
         if profiler is not None:
             profiler.stop()

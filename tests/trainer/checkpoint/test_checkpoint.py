@@ -192,6 +192,22 @@ def test_last_with_no_checkpoint_starts_fresh_and_says_where_it_looked(trainer_l
     assert any(re.search(r"no checkpoint in .*checkpoints.*; starting from scratch", line) for line in trainer_log)
 
 
+def test_last_of_a_run_that_reached_max_epochs_trains_nothing_and_says_so_in_one_line(trainer_log):
+    fit(epochs=2)  # 4 steps
+    start = StartStep()
+    again = fit(epochs=2, ckpt_path="last", callbacks=[start])
+
+    assert (start.epoch, start.step, again.global_step) == (2, 4, 4)  # as in Lightning: nothing trains
+    said = [line for line in trainer_log if "stopped" in line]
+    assert len(said) == 1 and "\n" not in said[0]
+    assert re.fullmatch(
+        r"`Trainer.fit` stopped: `max_epochs=2` reached. The checkpoint \S+last.ckpt had already trained 2 epoch\(s\), "
+        r"so this fit trains nothing. To train longer, raise the limit and resume from it: "
+        r"Trainer\(max_epochs=4, ...\).fit\(model, ckpt_path=...\).", said[0],
+    ), said[0]
+    assert fit(epochs=4, ckpt_path="last").global_step == 8  # what the line says works
+
+
 # --- files that do not fit -----------------------------------------------------------------
 def test_a_model_whose_keys_do_not_match_gets_the_missing_and_unexpected_keys():
     fit(epochs=1)
