@@ -230,6 +230,7 @@ class TensorBoardLogger(FolderLogger):
         state = self.__dict__.copy()
         state["_experiment"] = None  # never pickled into DDP workers
         state["_pending"], state["_sessions"] = [], []
+        state["_columns"], state["_declared"], state["_counts"] = None, [], {}  # a worker's own run lists its own
         return state
 
 
