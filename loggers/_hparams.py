@@ -10,10 +10,13 @@ import time
 from typing import Any
 
 
-# The HParams tab reads one "session start" (the values) per run and builds its columns from
-# all runs; its metric columns are the runs' scalars. We write no "experiment" summary:
-# TensorBoard would take the first run's as the whole experiment's, hiding the columns
-# that other runs add. (tensorboard's own summary helpers need TensorFlow: built here.)
+# The HParams tab (tensorboard 2.x) takes its columns from one "experiment" record, read from
+# the first run that has one, else built from every run's "session start" (the values) and
+# scalars: metrics then come in name order, so `epoch`, `grad_norm` and `lr` take the 5
+# columns it ticks, and a scalar named like a hyperparameter (`lr`) is a second column of
+# that name. Each run writes its record when its fit ends, as Lightning's logger writes one:
+# its hyperparameters, and its metrics in the order below. (tensorboard's own summary helpers
+# need TensorFlow: built here.)
 def session_start(hparams: dict[str, bool | int | float | str]) -> Any:
     from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -28,6 +31,50 @@ def session_start(hparams: dict[str, bool | int | float | str]) -> Any:
     return _hparams_summary("session_start_info", plugin_data_pb2.HParamsPluginData(session_start_info=info))
 
 
+def experiment(hparams: dict[str, bool | int | float | str], metrics: list[str]) -> Any:
+    """The columns: ``hparams`` (TensorBoard orders them by name and ticks the first 5) and
+    ``metrics`` in this order (it ticks the first 5). No domains: a domain would make the
+    column's filter list only this run's value, and drop other runs' from the table."""
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    types = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
+    record = api_pb2.Experiment(
+        time_created_secs=time.time(),
+        hparam_infos=[api_pb2.HParamInfo(name=k, type=types.get(type(v), api_pb2.DATA_TYPE_FLOAT64)) for k, v in hparams.items()],
+        metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in metrics],
+    )
+    return _hparams_summary("experiment", plugin_data_pb2.HParamsPluginData(experiment=record))
+
+
+# What the Trainer adds to each logging step (trainer/loops/log_writer.py): `epoch` (as
+# Lightning does), `lr` (and `lr/...`), `grad_norm`, `throughput/...`.
+_TRAINERS_OWN = ("epoch", "lr", "grad_norm", "throughput")
+
+
+def metric_columns(counts: dict[str, int], declared: list[str], hparams: dict[str, Any], prefix: str = "") -> list[str]:
+    """The HParams tab's metric columns, most useful first. ``counts``: the points written per
+    tag; ``declared``: the names given to ``log_hyperparams(params, metrics)``.
+
+    1. the declared names (Lightning's way of choosing the tab's metrics);
+    2. the values the model logged, those written least often first: validation and epoch
+       means, which runs are compared by, before per-step values (one batch's loss), ties
+       in name order;
+    3. the Trainer's own (``epoch``, ``grad_norm``, ``lr``, ``throughput/...``) and the
+       ``hp_metric=-1`` placeholder when nothing else was logged to it, by name.
+
+    A name that is also a hyperparameter's is left out: its column would be a second ``lr``.
+    """
+    def own(tag: str) -> bool:
+        name = tag[len(prefix) + 1:] if prefix and tag.startswith(f"{prefix}-") else tag
+        placeholder = name == "hp_metric" and counts[tag] == 1  # TensorBoardLogger()'s -1, never logged since
+        return placeholder or name.split("/", 1)[0] in _TRAINERS_OWN
+
+    first = [tag for tag in dict.fromkeys(declared) if tag not in hparams]
+    rest = [tag for tag in counts if tag not in hparams and tag not in first]
+    logged = sorted((tag for tag in rest if not own(tag)), key=lambda tag: (counts[tag], tag))
+    return first + logged + sorted(tag for tag in rest if own(tag))
+
+
 def session_end_success() -> Any:
     from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
@@ -39,7 +86,11 @@ def _hparams_summary(kind: str, data: Any) -> Any:
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.plugins.hparams import metadata
 
-    tag = {"session_start_info": metadata.SESSION_START_INFO_TAG, "session_end_info": metadata.SESSION_END_INFO_TAG}[kind]
+    tag = {
+        "experiment": metadata.EXPERIMENT_TAG,
+        "session_start_info": metadata.SESSION_START_INFO_TAG,
+        "session_end_info": metadata.SESSION_END_INFO_TAG,
+    }[kind]
     return Summary(value=[Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)])
 
 

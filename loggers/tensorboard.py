@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.core.checks import flag, positive_number
 
-from ._hparams import session_end_success, session_start, write_yaml
+from ._hparams import experiment, metric_columns, session_end_success, session_start, write_yaml
 from .logger import FolderLogger, add_prefix, params_dict, rank_zero_experiment, rank_zero_only
 
 if TYPE_CHECKING:
@@ -34,7 +34,10 @@ class TensorBoardLogger(FolderLogger):
       optimizers), ``epoch``, ``grad_norm`` (before clipping) when ``gradient_clip_val`` is
       set, and ``throughput/samples_per_sec`` and ``throughput/steps_per_sec`` (training only);
     - the Trainer's options (``trainer/<option>``) and the model's ``save_hyperparameters``
-      arguments in the HParams tab, whose metric columns are the run's scalars.
+      arguments in the HParams tab. When fit ends, the run's list of columns: the metrics
+      given to ``log_hyperparams``, then the values logged, validation and epoch means first,
+      then ``epoch``, ``grad_norm``, ``lr`` and ``throughput`` (the tab ticks the first 5);
+      a name that is also a hyperparameter's (``lr``) is one column, the hyperparameter.
 
     ``experiment`` is the ``torch.utils.tensorboard.SummaryWriter`` itself: ``add_image``,
     ``add_histogram``, ``add_figure``, ``add_text`` land in the same run. A resumed fit
@@ -75,6 +78,11 @@ class TensorBoardLogger(FolderLogger):
         # Scalars not yet given to the writer: (step, wall time, (name, value) pairs).
         self._pending: list[tuple[int, float, tuple[tuple[str, Any], ...]]] = []
         self._sessions: list[tuple[dict[str, Any], int, float]] = []  # HParams sessions not yet given: (params, step, wall time)
+        # For the HParams columns written when fit ends: the first session's params (the one
+        # TensorBoard keeps), the metrics given with them, and the points written per tag.
+        self._columns: dict[str, Any] | None = None
+        self._declared: list[str] = []
+        self._counts: dict[str, int] = {}
         self._handed_off = time.perf_counter()
 
     @property
@@ -124,10 +132,13 @@ class TensorBoardLogger(FolderLogger):
         self._session_open = True
         self._hparams.update({k: v for k, v in params.items() if not str(k).startswith("trainer/")})
         self._hparams_dirty = True
+        chosen = metrics is not None  # the metrics for the HParams tab (not the placeholder)
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
         if metrics:  # queued with the session, for the first hand-off
-            self._pending.append((0, time.time(), tuple(add_prefix(metrics, self._prefix).items())))
+            metrics = add_prefix(metrics, self._prefix)
+            self._declared += list(metrics) if chosen else []
+            self._pending.append((0, time.time(), tuple(metrics.items())))
 
     @rank_zero_only
     def log_graph(self, model: Any, input_array: Any = None) -> None:
@@ -165,13 +176,19 @@ class TensorBoardLogger(FolderLogger):
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        """Writes what waits, marks a finished fit's HParams session a success, and closes
-        the writer (a later ``experiment`` opens a new event file in the same folder)."""
+        """Writes what waits; after a fit that finished, the HParams columns and the
+        session's success; closes the writer (a later ``experiment`` opens a new event
+        file in the same folder)."""
         self._hand_off()
         if self._experiment is not None:
-            if status == "success" and self._session_open:
+            if status == "success" and self._session_open and self._columns is not None:
+                # Only a finished fit's: TensorBoard keeps the first list it finds, and a run
+                # stopped before its first validation would list no validation metrics.
+                columns = metric_columns(self._counts, self._declared, self._columns, self._prefix)
+                self._experiment.file_writer.add_summary(experiment(self._columns, columns), self._last_step)
                 self._experiment.file_writer.add_summary(session_end_success(), self._last_step)
             self._session_open = False
+        self._columns, self._declared, self._counts = None, [], {}
         self.save()
         if self._experiment is not None:
             self._experiment.close()
@@ -191,11 +208,16 @@ class TensorBoardLogger(FolderLogger):
         sessions, self._sessions = self._sessions, []
         for shown, step, walltime in sessions:
             writer.add_summary(session_start(shown), step, walltime)
+            if self._columns is None:
+                self._columns = shown
         pending, self._pending = self._pending, []
+        counts = self._counts
         for step, walltime, items in pending:
             values = [Summary.Value(tag=tag, simple_value=_number(tag, value)) for tag, value in items]
             if values:
                 writer.add_summary(Summary(value=values), step, walltime)
+            for tag, _ in items:
+                counts[tag] = counts.get(tag, 0) + 1
             self._last_step = max(self._last_step, step)
 
     def _resume_at(self, step: int) -> None:
@@ -208,6 +230,7 @@ class TensorBoardLogger(FolderLogger):
         state = self.__dict__.copy()
         state["_experiment"] = None  # never pickled into DDP workers
         state["_pending"], state["_sessions"] = [], []
+        state["_columns"], state["_declared"], state["_counts"] = None, [], {}  # a worker's own run lists its own
         return state
 
 

@@ -43,12 +43,13 @@ from trainer.tuner import tune_before_fit
 class Trainer(TrainerProperties, LoggerAccess):
     """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a ``TrainModule``.
 
-    All options are keyword-only, with Lightning's names and meanings (docs/trainer-arguments.md
-    lists each and says where this one differs). ``fit`` needs ``max_epochs`` or ``max_steps``
-    (or both: whichever ends first). ``default_root_dir`` (alias ``log_dir``) is where the run
-    folder goes; ``log_dir=None`` turns TensorBoard and the run folder off. ``logger=True`` (the
-    default) writes TensorBoard files into ``<default_root_dir>/<name>/version_<n>``;
-    ``logger=False`` writes no logs; a ``loggers.Logger`` or a list of them get everything logged.
+    Every option is keyword-only, with Lightning's name and meaning: the API reference gives
+    each in [a line][trainer-arguments-table], and docs/trainer-arguments.md says where this
+    Trainer differs. ``fit`` needs ``max_epochs`` or ``max_steps`` (or both: whichever ends
+    first). Any other keyword is a ``TypeError`` that names it: a misspelt option gets the
+    closest name, and a Lightning argument this Trainer does not take (``gpus``,
+    ``resume_from_checkpoint``, ...) says what to pass instead; Lightning's defaults for those
+    (``plugins=None``) are accepted.
     """
 
     def __init__(
@@ -152,9 +153,11 @@ class Trainer(TrainerProperties, LoggerAccess):
 
         The data comes from the loaders given, a ``datamodule``, or the model's own
         ``train_dataloader()`` and ``val_dataloader()``. ``val_dataloaders`` may be several
-        loaders (a list or a dict). ``weights_only`` is Lightning's: accepted, and it changes
-        nothing, since checkpoints hold only tensors and plain data and are always loaded
-        with ``torch.load(weights_only=True)``."""
+        loaders (a list or a dict). ``ckpt_path`` is where training starts: ``None`` (the model
+        as it is), ``"last"`` (resume the latest run, or start afresh) or a checkpoint's path;
+        [ckpt_path][ckpt-path] says what each does. ``weights_only`` is Lightning's: accepted,
+        and it changes nothing, since checkpoints hold only tensors and plain data and are
+        always loaded with ``torch.load(weights_only=True)``."""
         check_model(model)
         if isinstance(train_dataloaders, DataModule) and datamodule is None:  # fit(model, dm), as Lightning allows
             train_dataloaders, datamodule = None, train_dataloaders
@@ -178,16 +181,19 @@ class Trainer(TrainerProperties, LoggerAccess):
         """What ``validation_step`` and the validation hooks logged: one dict per loader, in a
         list, as Lightning returns it (each dict holds that loader's values, suffixed
         ``/dataloader_idx_<i>`` with several loaders, and what the epoch-end hooks logged).
-        ``verbose`` prints them as a table (rank 0). ``ckpt_path`` ("best", "last" or a file)
-        evaluates that checkpoint's weights, at its step. The training counters stay.
-        ``model=None`` runs the module of the last fit. ``weights_only``: as in ``fit``."""
+        ``verbose`` prints them as a table (rank 0). ``ckpt_path`` picks the weights: ``None``
+        (the model's own; with ``model=None``, the last fit's best checkpoint), ``"best"``,
+        ``"last"`` or a checkpoint's path ([ckpt_path][ckpt-path]); the values are logged at
+        that checkpoint's step, and the training counters stay. ``model=None`` runs the module
+        of the last fit. ``weights_only``: as in ``fit``."""
         return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule, verbose, weights_only)
 
     def test(
         self, model: TrainModule | None = None, dataloaders: Any = None, ckpt_path: str | os.PathLike | None = None,
         verbose: bool = True, datamodule: DataModule | None = None, weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
-        """What ``test_step`` and the test hooks logged, as ``validate`` returns them."""
+        """What ``test_step`` and the test hooks logged, as ``validate`` returns them (its
+        arguments, ``ckpt_path`` included)."""
         return self._evaluate("test", model, dataloaders, ckpt_path, datamodule, verbose, weights_only)
 
     def predict(
@@ -197,7 +203,8 @@ class Trainer(TrainerProperties, LoggerAccess):
     ) -> Any:
         """``predict_step``'s outputs, in the loader's order (one list per loader with several).
         Under DDP, global rank 0 gets every rank's (on the CPU) and the other ranks get None.
-        ``return_predictions=False`` keeps nothing, returns None: see ``callbacks.BasePredictionWriter``."""
+        ``return_predictions=False`` keeps nothing, returns None: see ``callbacks.BasePredictionWriter``.
+        ``ckpt_path`` picks the weights as in ``validate``."""
         if return_predictions is not None and not isinstance(return_predictions, bool):
             raise TypeError(f"return_predictions={return_predictions!r} must be True, False or None.")
         return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule, False, weights_only, return_predictions is not False)

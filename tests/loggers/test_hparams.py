@@ -1,0 +1,138 @@
+"""The HParams tab: the event files read back through tensorboard's own hparams backend, which
+serves the tab its columns, and the columns the tab ticks without the user's help."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.context import RequestContext
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, metadata
+
+from loggers import TensorBoardLogger
+from tests._models import Classifier, loader
+from trainer import Trainer
+
+
+def _fit(model=None, **options) -> Trainer:
+    opts = dict(max_epochs=2, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False)
+    opts.update(options)
+    trainer = Trainer(**opts)
+    trainer.fit(model or Classifier(), loader(64), loader(32))  # 4 steps an epoch, a validation at each end
+    return trainer
+
+
+def _experiment(logdir: str) -> api_pb2.Experiment:
+    """What TensorBoard's server answers the HParams tab's first request with."""
+    runs = plugin_event_multiplexer.EventMultiplexer()
+    runs.AddRunsFromDirectory(logdir)
+    runs.Reload()
+    context = base_plugin.TBContext(logdir=logdir, data_provider=data_provider.MultiplexerDataProvider(runs, logdir), multiplexer=runs)
+    request = api_pb2.GetExperimentRequest()
+    return get_experiment.Handler(RequestContext(), backend_context.Context(context), "", request).run()
+
+
+def _ticked(experiment: api_pb2.Experiment) -> tuple[list[str], list[str]]:
+    """The columns shown before any is ticked: the first 5 hyperparameters (those whose values
+    differ between runs first) and the first 5 metrics, as tensorboard 2.x's tab picks them
+    (tf-hparams-query-pane: `displayed: i < 5`)."""
+    hparams = sorted(experiment.hparam_infos, key=lambda h: not h.differs)  # a stable sort, as the tab's
+    return [h.name for h in hparams[:5]], [m.name.tag for m in experiment.metric_infos[:5]]
+
+
+def _records(run_dir: str) -> dict[str, bytes]:
+    acc = EventAccumulator(run_dir)
+    acc.Reload()
+    return acc.PluginTagToContent(metadata.PLUGIN_NAME)
+
+
+def test_a_finished_fit_lists_its_validation_and_epoch_values_first_and_lr_once():
+    trainer = _fit(gradient_clip_val=1.0)
+    experiment = _experiment(os.path.dirname(trainer.run_dir))
+    metrics = [m.name.tag for m in experiment.metric_infos]
+    # Means first (2 points each), then the per-step loss (5 points), then the Trainer's own values.
+    assert metrics == [
+        "train_loss_epoch", "val_acc", "val_loss", "train_loss",
+        "epoch", "grad_norm", "throughput/samples_per_sec", "throughput/steps_per_sec",
+    ]
+    # `lr` is the model's hyperparameter; the learning rate's curve stays in the Time Series tab.
+    assert "lr" not in metrics and "lr" in {h.name for h in experiment.hparam_infos}
+    hparams, ticked = _ticked(experiment)
+    assert ticked == ["train_loss_epoch", "val_acc", "val_loss", "train_loss", "epoch"]
+    assert hparams == ["classes", "dropout", "features", "hidden", "lr"]  # the model's, before trainer/...
+
+    types = {h.name: h.type for h in experiment.hparam_infos}
+    assert types["optimizer"] == api_pb2.DATA_TYPE_STRING and types["trainer/deterministic"] == api_pb2.DATA_TYPE_BOOL
+    assert types["trainer/max_epochs"] == api_pb2.DATA_TYPE_FLOAT64 and "trainer/max_steps" not in types  # None left out
+    # No domain: a domain would make the filter list this run's values only, hiding other runs'.
+    assert not any(h.HasField("domain_discrete") or h.HasField("domain_interval") for h in experiment.hparam_infos)
+
+
+def test_the_learning_rate_is_a_metric_column_when_no_hyperparameter_has_its_name():
+    class NoLrArgument(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.hparams.pop("lr")
+
+    trainer = _fit(NoLrArgument())
+    metrics = [m.name.tag for m in _experiment(os.path.dirname(trainer.run_dir)).metric_infos]
+    assert metrics[-4:] == ["epoch", "lr", "throughput/samples_per_sec", "throughput/steps_per_sec"]
+
+
+class ChoosesItsColumns(Classifier):
+    """Lightning's documented way to pick the tab's metrics (default_hp_metric=False)."""
+
+    def on_train_start(self):
+        self.logger.log_hyperparams(self.hparams, {"hp/acc": 0, "hp/loss": 0})
+
+    def validation_step(self, batch, batch_idx):
+        super().validation_step(batch, batch_idx)
+        x, y = batch
+        logits = self(x)
+        self.log("hp/acc", (logits.argmax(-1) == y).float().mean())
+        self.log("hp/loss", torch.nn.functional.cross_entropy(logits, y))
+
+
+def test_metrics_given_to_log_hyperparams_come_first_and_the_placeholder_last():
+    chosen = _fit(ChoosesItsColumns(), logger=TensorBoardLogger("tb", default_hp_metric=False))
+    assert [m.name.tag for m in _experiment(chosen.logger.log_dir).metric_infos][:3] == ["hp/acc", "hp/loss", "train_loss_epoch"]
+
+    # TensorBoardLogger()'s placeholder hp_metric=-1, never logged again, goes with the Trainer's values.
+    placeholder = _fit(logger=TensorBoardLogger("placeholder"))
+    metrics = [m.name.tag for m in _experiment(placeholder.logger.log_dir).metric_infos]
+    assert metrics[:4] == ["train_loss_epoch", "val_acc", "val_loss", "train_loss"] and metrics[4:6] == ["epoch", "hp_metric"]
+
+
+def test_each_fit_of_the_default_logger_lists_its_own_columns_once():
+    trainer = _fit(max_epochs=1)
+    first = trainer.run_dir
+    trainer.fit(Classifier(hidden=8), loader(64))  # no validation this time, a new version
+    trainer.test(Classifier(), loader(32))  # after fit: adds no second list
+    assert trainer.run_dir != first
+    assert metadata.EXPERIMENT_TAG in _records(first)
+    acc = EventAccumulator(trainer.run_dir)
+    acc.Reload()
+    assert len(acc.Tensors(metadata.EXPERIMENT_TAG)) == 1
+    columns = metadata.parse_experiment_plugin_data(acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.EXPERIMENT_TAG])
+    assert [m.name.tag for m in columns.metric_infos][:2] == ["train_loss_epoch", "train_loss"]
+
+
+def test_a_fit_that_fails_lists_no_columns():
+    class Fails(Classifier):
+        def training_step(self, batch, batch_idx):
+            if self.global_step == 3:
+                raise RuntimeError("boom")
+            return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(max_epochs=2, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Fails(), loader(64), loader(32))
+    # Before its first validation: a list from it would have no val_loss, and tensorboard would
+    # use it for every run in the folder. Without one, tensorboard builds the columns itself.
+    records = _records(trainer.run_dir)
+    assert metadata.SESSION_START_INFO_TAG in records and metadata.EXPERIMENT_TAG not in records
+    assert "train_loss" in {m.name.tag for m in _experiment(os.path.dirname(trainer.run_dir)).metric_infos}
