@@ -28,7 +28,7 @@ def test_peers_that_are_not_installed_are_skipped(overhead):
     assert len(found) + len(missing) == 3
 
 
-def test_the_script_runs_and_both_sides_train_to_identical_weights(repo_root, script_env):
+def test_the_script_runs_and_both_sides_train_to_identical_weights(overhead, repo_root, script_env):
     out = subprocess.run(
         [sys.executable, "benchmarks/overhead.py", "--quick", "--reps", "1", "--workloads", "tiny", "--no-rss", "--no-ckpt", "--peers"],
         cwd=repo_root, env=script_env, capture_output=True, text=True, timeout=300,
@@ -36,7 +36,9 @@ def test_the_script_runs_and_both_sides_train_to_identical_weights(repo_root, sc
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     rows = {line.split()[6]: line for line in lines if line.startswith("tiny MLP")}  # by side
-    assert set(rows) == {"floor", "trainer"} and all("identical" in row for row in rows.values())
+    found, _ = overhead.installed_peers()
+    assert set(rows) == {"floor", "trainer", *(name.split()[0] for name in found)}  # an installed peer gets a row
+    assert "identical" in rows["floor"] and "identical" in rows["trainer"]
     floor = next(line for line in lines if "trainer / floor = " in line)
     assert float(floor.split("trainer / floor = ")[1].split()[0]) > 0
     last = lines[-1]
