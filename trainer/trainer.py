@@ -1,9 +1,11 @@
 """The Trainer: its options and its entry points.
 
-``Trainer`` keeps the options (checked when it is built) and the four entry points. The work
-happens in ``trainer/loops/``, one file each: ``stage.py`` runs a stage in each process and
-hands a spawned run's results back, ``fit.py`` is the training loop (its docstring is the
-order of events), and ``evaluation.py`` runs validation, test and predict.
+``Trainer`` keeps the options (checked when it is built, ``options.py``), the counters, and a
+reference to the current call's run (``loops/run.py``), which its properties read
+(``properties.py``). The work happens in ``trainer/loops/``: ``stage.py`` runs a stage in each
+process and hands a spawned run's results back, and each entry point has its file:
+``fit.py`` (its loop's docstring is the order of events), ``evaluation.py`` (validate, test)
+and ``prediction.py``.
 """
 
 from __future__ import annotations
