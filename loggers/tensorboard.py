@@ -57,7 +57,7 @@ class TensorBoardLogger(FolderLogger):
         sub_dir: str | os.PathLike | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(save_dir, name, version, "TensorBoardLogger")
+        super().__init__(save_dir, name, version)
         self._log_graph = flag("TensorBoardLogger(log_graph)", log_graph)
         self._default_hp_metric = flag("TensorBoardLogger(default_hp_metric)", default_hp_metric)
         if not isinstance(prefix, str):

@@ -143,3 +143,20 @@ def test_without_jsonargparse_building_the_cli_is_one_sentence_and_import_traine
     done = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "jsonargparse, which is not installed: pip install" in done.stdout and ".[cli]" in done.stdout
+
+
+def test_a_yaml_config_sets_the_logger_to_a_tensorboard_logger(tmp_path):
+    from jsonargparse import lazy_instance
+
+    from loggers import TensorBoardLogger
+
+    assert isinstance(lazy_instance(TensorBoardLogger, save_dir=str(tmp_path)), TensorBoardLogger)  # as Lightning's docs build defaults
+    config = {
+        "trainer": {"max_epochs": 1, **QUIET, "enable_checkpointing": False,
+                    "logger": {"class_path": "loggers.TensorBoardLogger", "init_args": {"save_dir": str(tmp_path / "tb"), "name": "exp"}}},
+        "model": {"hidden": 4},
+    }
+    cli = TrainerCLI(Classifier, args=config, run=False)
+    assert isinstance(cli.trainer.logger, TensorBoardLogger) and cli.trainer.logger.name == "exp"
+    cli.trainer.fit(cli.model, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 8), torch.randint(0, 2, (8,))), batch_size=4))
+    assert os.listdir(tmp_path / "tb" / "exp" / "version_0")
