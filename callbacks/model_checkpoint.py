@@ -188,7 +188,7 @@ class ModelCheckpoint(Callback):
         self._save(trainer)
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.state.stage != "fit":
+        if trainer.state.fn != "fit":
             return  # trainer.validate() saves nothing
         self._monitor_due = True  # from now on a save whose monitor is missing is an error that lists what was logged
         epoch_due = not self._at_epoch_end and self._epoch_due(trainer)

@@ -21,10 +21,11 @@ from typing import Any as _Any
 from trainer._version import __version__
 from trainer.checkpoint.files import CheckpointError
 from trainer.core.datamodule import DataModule
+from trainer.core.exceptions import MisconfigurationException
 from trainer.core.module import TrainModule
 from trainer.core.seed import seed_everything
 from trainer.core.signals import Interrupted
-from trainer.core.state import TrainerState
+from trainer.core.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from trainer.core.hparams import AttributeDict
 from trainer.core.utilities import grad_norm, rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
 
@@ -39,7 +40,8 @@ if not _log.handlers:
     _log.propagate = False
 
 __all__ = [
-    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "Tuner",
+    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "MisconfigurationException", "RunningStage", "TrainModule",
+    "Trainer", "TrainerFn", "TrainerState", "TrainerStatus", "Tuner",
     "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything", "__version__",
 ]
 

@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
 from strategies import Strategy
 
+from trainer.core.state import RunningStage, TrainerFn, TrainerStatus
+
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
 
 
 class TrainerAttributes:
     """Lightning's Trainer properties. The Trainer sets ``state``, ``_strategy``, ``callbacks``,
-    ``_module``, ``_opt``, ``_phase``, ``num_training_batches`` and the options these read."""
+    ``_module``, ``_opt``, ``num_training_batches`` and the options these read."""
 
     # --- where this process stands ------------------------------------------------------
     @property
@@ -63,28 +65,61 @@ class TrainerAttributes:
         ids = getattr(self._strategy, "device_ids", None)
         return list(ids) if ids else [self._strategy.root_device.index or 0]
 
-    # --- the stage ----------------------------------------------------------------------
+    # --- the stage (Lightning's: each reads trainer.state.stage) ---------------------------
     @property
     def training(self) -> bool:
         """True while fit trains (not during its validation runs or sanity check)."""
-        return self.state.stage == "fit" and self._phase == "train" and not self.sanity_checking
+        return self.state.stage is RunningStage.TRAINING
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        self._set_stage(RunningStage.TRAINING, value)
+
+    @property
+    def sanity_checking(self) -> bool:
+        """True from ``on_sanity_check_start`` to ``on_sanity_check_end``."""
+        return self.state.stage is RunningStage.SANITY_CHECKING
+
+    @sanity_checking.setter
+    def sanity_checking(self, value: bool) -> None:
+        self._set_stage(RunningStage.SANITY_CHECKING, value)
 
     @property
     def validating(self) -> bool:
         """True during a validation run: fit's, or ``trainer.validate``'s (not the sanity check)."""
-        return self._phase == "validation" and not self.sanity_checking
+        return self.state.stage is RunningStage.VALIDATING
+
+    @validating.setter
+    def validating(self, value: bool) -> None:
+        self._set_stage(RunningStage.VALIDATING, value)
 
     @property
     def testing(self) -> bool:
-        return self._phase == "test"
+        return self.state.stage is RunningStage.TESTING
+
+    @testing.setter
+    def testing(self, value: bool) -> None:
+        self._set_stage(RunningStage.TESTING, value)
 
     @property
     def predicting(self) -> bool:
-        return self._phase == "predict"
+        return self.state.stage is RunningStage.PREDICTING
+
+    @predicting.setter
+    def predicting(self, value: bool) -> None:
+        self._set_stage(RunningStage.PREDICTING, value)
 
     @property
     def evaluating(self) -> bool:
-        return self._phase in ("validation", "test")
+        """Validating, testing or sanity checking."""
+        return self.state.stage is not None and self.state.stage.evaluating
+
+    def _set_stage(self, stage: RunningStage, on: bool) -> None:
+        """Lightning's setters: True makes ``stage`` the running one; False clears it if it runs."""
+        if on:
+            self.state.stage = stage
+        elif self.state.stage is stage:
+            self.state.stage = None
 
     @property
     def global_step(self) -> int:
@@ -105,7 +140,8 @@ class TrainerAttributes:
 
     @property
     def interrupted(self) -> bool:
-        return self.state.stop_reason == "signal"
+        """True once an entry point ended by an exception: a stop signal, Ctrl+C or an error."""
+        return self.state.status is TrainerStatus.INTERRUPTED
 
     @property
     def estimated_stepping_batches(self) -> int | float:
@@ -115,7 +151,7 @@ class TrainerAttributes:
         last short group counting as a step (a GradientAccumulationScheduler's groups per epoch);
         whichever is fewer. ``math.inf`` for an unsized
         loader without ``max_steps``. Known from ``configure_optimizers`` on."""
-        if self.state.stage != "fit" and self._opt is None:
+        if self.state.fn is not TrainerFn.FITTING and self._opt is None:
             raise RuntimeError(
                 "trainer.estimated_stepping_batches is known once fit has its loaders: read it in "
                 "configure_optimizers (e.g. for OneCycleLR's total_steps) or later during fit."

@@ -29,7 +29,7 @@ from trainer.checkpoint.resume import capture
 from trainer.core.metrics import MetricSink
 from trainer.core.module import TrainModule, check_model
 from trainer.core.signals import StopSignals
-from trainer.core.state import TrainerState
+from trainer.core.state import TrainerState, TrainerStatus
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
 from trainer.loops.after_fit import fitted_sources
@@ -111,10 +111,8 @@ class Trainer(TrainerAttributes, LoggerAccess):
         del options["self"], options["unknown"]
         check_names(unknown, options)  # Lightning's arguments we do not take, and typos
         configure(self, options)  # trainer/options.py: each checked, the strategy and callbacks built
-        self.sanity_checking = False  # True while the sanity check runs
         self.is_last_batch = False  # during fit: the batch being trained on is its epoch's last (sized loaders)
         self.state = TrainerState()
-        self._phase: str | None = None  # "train", "validation", "test" or "predict" while one runs
         self.datamodule: DataModule | None = None  # the stage's, while it runs and after
         self.train_dataloader: Any = None  # fit's training loader, as the strategy prepared it
         self.callback_metrics: dict[str, float] = {}
@@ -279,7 +277,11 @@ class Trainer(TrainerAttributes, LoggerAccess):
         check_precision_available(self.precision)  # here, not in each of several DDP workers
         self.datamodule = datamodule
         data = StageData(loader, val_loader, datamodule, keep)
-        result = absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        try:
+            result = absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        except BaseException:  # a spawned stage's workers set theirs; the caller's says so too
+            self.state.status = TrainerStatus.INTERRUPTED
+            raise
         self._module = model  # after a spawned stage too: trainer.lightning_module, validate(model=None)
         return result
 

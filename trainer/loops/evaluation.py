@@ -15,11 +15,13 @@ from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
 from trainer.data.loaders import Loaders, takes_dataloader_idx
 from trainer.core.metrics import MetricSink, set_sink
+from trainer.core.state import RunningStage, TrainerFn
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
+_STAGES = {"validation": RunningStage.VALIDATING, "test": RunningStage.TESTING, "predict": RunningStage.PREDICTING}
 _COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
 
 
@@ -28,7 +30,7 @@ def _no_grad(trainer: Trainer) -> Any:
     cheaper no-grad; else ``torch.no_grad()``. Inside fit, and under fsdp (whose shards are
     gathered into tensors that training reuses), no_grad, so that no tensor made during
     validation is an inference tensor that training cannot use."""
-    if trainer.inference_mode and trainer.state.stage != "fit" and trainer.strategy.name != "fsdp":
+    if trainer.inference_mode and trainer.state.fn is not TrainerFn.FITTING and trainer.strategy.name != "fsdp":
         return torch.inference_mode()
     return torch.no_grad()
 
@@ -50,15 +52,18 @@ def results_table(stage: str, results: list[dict[str, float]]) -> str:
 def evaluation_loop(
     trainer: Trainer, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
-    """:func:`run_evaluation`, with ``trainer._phase`` saying which phase runs (``trainer.validating``
-    and friends read it), timed when a profiler is on."""
-    previous, trainer._phase = trainer._phase, phase
+    """:func:`run_evaluation`, with ``trainer.state.stage`` saying which phase runs (``trainer.validating``
+    and friends read it; the sanity check stays SANITY_CHECKING), timed when a profiler is on."""
+    state = trainer.state
+    previous = state.stage
+    if previous is not RunningStage.SANITY_CHECKING:
+        state.stage = _STAGES[phase]
     profiler = trainer.profiler
     start = time.perf_counter()
     try:
         return run_evaluation(trainer, phase, loaders, limit, publish)
     finally:
-        trainer._phase = previous
+        state.stage = previous
         if profiler is not None and publish:
             profiler.add(phase, time.perf_counter() - start)
 
@@ -180,7 +185,7 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
     rng = ckpt_io.rng_state()
     generators = [ckpt_io.generator_states(loader) for loader in loaders]
-    trainer.sanity_checking = True  # from on_sanity_check_start to on_sanity_check_end, as in Lightning
+    stage, trainer.state.stage = trainer.state.stage, RunningStage.SANITY_CHECKING  # on_sanity_check_start to _end
     try:
         hooks.call("on_sanity_check_start", trainer, model)
         trainer._hooks = Hooks([], model)
@@ -193,7 +198,7 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
                 ckpt_io.set_generator_states(loader, states)
         hooks.call("on_sanity_check_end", trainer, model)
     finally:
-        trainer.sanity_checking = False
+        trainer.state.stage = stage
 
 
 def limited(n: int | None, limit: int | float | None) -> int | float:

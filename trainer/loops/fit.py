@@ -130,12 +130,10 @@ class FitLoop(StopRules, Publishing):
         trainer = self.trainer
         if trainer.profiler is not None:
             trainer.profiler.attach_optimizers(trainer._opt.optimizers)
-        trainer._phase = "train"
         trainer._publish_step_metrics = self._publish_step_metrics
         try:
             self._run()
         finally:
-            trainer._phase = None
             trainer._publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
 
     def _run(self) -> None:

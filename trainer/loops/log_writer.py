@@ -98,7 +98,7 @@ class LogWriter(Callback):
         self._paused_at = time.perf_counter()
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if self._paused_at is not None and self._clock is not None and trainer.state.stage == "fit":
+        if self._paused_at is not None and self._clock is not None and trainer.state.fn == "fit":
             # Throughput measures training: move the clock's start past the validation.
             t0, s0, n0 = self._clock
             self._clock = (t0 + time.perf_counter() - self._paused_at, s0, n0)

@@ -26,7 +26,7 @@ from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, p
 from trainer.loops.precision import Precision
 from trainer.loops.prediction import PredictLoop
 from trainer.core.seed import deterministic_algorithms, seed_everything, seeded_workers
-from trainer.core.state import TrainerState
+from trainer.core.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from trainer.core.module import overridden
 from trainer.core.utilities import rank_zero_only
 from trainer.checkpoint.state_dicts import load_plain_state_dict
@@ -58,10 +58,11 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         # The caller's settings come back after: deterministic kernels, cuDNN autotuning, anomaly detection.
         with deterministic_algorithms(trainer.deterministic), torch_flags(trainer.benchmark, trainer.detect_anomaly):
             output = _run(trainer, stage, model, data, ckpt_path)
+        trainer.state.status = TrainerStatus.FINISHED
         # For the caller's model: gathered on every rank while the group is up (fsdp shards them).
         weights = strategy.module_state_dict() if strategy.spawned else None
     finally:
-        trainer.state.stage = "idle"
+        trainer.state.stage = None  # fn stays: the entry point that ran last, as in Lightning
         strategy.teardown()
         if profiler is not None:
             profiler.stop()
@@ -141,12 +142,14 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         trainer.profiler.wrap_hooks(hooks)
     trainer.datamodule = datamodule
     if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
-        trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
+        # from 0, or from the checkpoint's step
+        trainer.state = TrainerState(TrainerStatus.RUNNING, TrainerFn.FITTING, RunningStage.TRAINING)
         trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}
         trainer.prog_bar_names, trainer.samples_seen, trainer.grad_norm = set(), 0, None
         ckpt_path = resolve_path(trainer, ckpt_path)
     else:
-        trainer.state.stage = stage  # evaluation never moves the training counters
+        # evaluation never moves the training counters
+        trainer.state.fn, trainer.state.status, trainer.state.stage = TrainerFn(stage), TrainerStatus.RUNNING, RunningStage(stage)
     # predict logs nothing, so it gets no run folder; evaluation after fit writes into fit's.
     if stage != "predict" and (trainer.run_dir is None or stage == "fit"):
         trainer.run_dir, trainer._log_dir, versions = strategy.broadcast_object(
@@ -217,6 +220,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         evaluation_loop(trainer, phase, loaders, limit)
         return per_loader(trainer.logged_metrics, loaders)
     except BaseException as err:
+        trainer.state.status = TrainerStatus.INTERRUPTED  # before on_exception, as in Lightning
         for fn in hooks.on_exception:
             fn(trainer, model, err)
         if datamodule is not None:
