@@ -7,7 +7,7 @@ It is built on jsonargparse, an optional extra: ``pip install "steadytrainer[cli
     python main.py fit --config exp.yaml --trainer.max_epochs=20
     python main.py fit --model=pkg.mod.Net --optimizer=AdamW --optimizer.lr=0.01
     python main.py fit --print_config > exp.yaml
-    python main.py test --ckpt_path=runs/default/version_0/checkpoints/last.ckpt
+    python main.py test --ckpt_path=lightning_logs/version_0/checkpoints/last.ckpt
 
 Every subcommand (``fit``, ``validate``, ``test``, ``predict``) takes ``--config`` (repeatable,
 merged in order; flags after it override it), ``--seed_everything``, ``--trainer.*`` (every
@@ -48,10 +48,10 @@ def _jsonargparse() -> Any:
         raise ModuleNotFoundError(f"TrainerCLI parses its command line and YAML files with jsonargparse, which is not installed: {INSTALL}.") from None
     import yaml  # jsonargparse's own dependency
 
-    from trainer.options import RUNS  # beside the Trainer, whose options it knows: imported with it, lazily
+    from trainer.options import WORKING_DIR  # beside the Trainer, whose options it knows: imported with it, lazily
 
-    # log_dir's default is a str subclass (told apart from a log_dir="runs" the user wrote): YAML writes it as "runs"
-    yaml.SafeDumper.add_representer(type(RUNS), yaml.SafeDumper.represent_str)
+    # log_dir's default is a str subclass (told apart from a log_dir="." the user wrote): YAML writes it as "."
+    yaml.SafeDumper.add_representer(type(WORKING_DIR), yaml.SafeDumper.represent_str)
     return jsonargparse
 
 
@@ -247,10 +247,10 @@ class TrainerCLI:
             if isinstance(trainer_kwargs.get("devices"), str) and trainer_kwargs["devices"].isdigit():
                 trainer_kwargs["devices"] = int(trainer_kwargs["devices"])  # "--trainer.devices=2" is a count
             params = inspect.signature(self.trainer_class).parameters
-            from trainer.options import RUNS
+            from trainer.options import WORKING_DIR
 
-            if trainer_kwargs.get("log_dir") == RUNS:  # the default, written out by --print_config or config.yaml
-                trainer_kwargs["log_dir"] = RUNS  # is still the default: default_root_dir may then be given alone
+            if trainer_kwargs.get("log_dir") == WORKING_DIR:  # the default, written out by --print_config or config.yaml
+                trainer_kwargs["log_dir"] = WORKING_DIR  # is still the default: default_root_dir may then be given alone
             for key, value in trainer_kwargs.items():  # jsonargparse reads null as 'None' for `str | PathLike | None`
                 if value in ("None", "null") and key in params and "None" in str(params[key].annotation):
                     trainer_kwargs[key] = None

@@ -26,10 +26,11 @@ if TYPE_CHECKING:
 
 
 class _DefaultDir(str):
-    """``log_dir``'s default, told apart from a ``log_dir="runs"`` that the user wrote."""
+    """``log_dir``'s default, told apart from a ``log_dir="."`` that the user wrote."""
 
 
-RUNS = _DefaultDir("runs")
+# The working directory when the Trainer is built, as Lightning's default_root_dir.
+WORKING_DIR = _DefaultDir(".")
 
 # Lightning's arguments (2.x, and the 1.x ones scripts still carry) that this Trainer does not take.
 UNSUPPORTED = {
@@ -97,17 +98,20 @@ def check_names(unknown: dict[str, Any], valid: Iterable[str]) -> None:
 
 def root_dir(default_root_dir: Any, log_dir: Any) -> str | None:
     """Where runs go: Lightning's ``default_root_dir`` or its alias ``log_dir`` (``log_dir=None``:
-    no logs, no run folder). ``default_root_dir=None`` is Lightning's "the default" ("runs")."""
-    if default_root_dir is not None and log_dir is not RUNS:
+    no logs, no run folder). ``default_root_dir=None`` is Lightning's "the default": the working
+    directory when the Trainer is built, as an absolute path."""
+    if default_root_dir is not None and log_dir is not WORKING_DIR:
         raise ValueError(
             f"default_root_dir={default_root_dir!r} and log_dir={log_dir!r} name the same folder: give only one "
             "(default_root_dir is Lightning's name; log_dir is its alias here)."
         )
     name, value = ("default_root_dir", default_root_dir) if default_root_dir is not None else ("log_dir", log_dir)
     if value is not None and not isinstance(value, (str, os.PathLike)):
-        none = "turn logging off" if name == "log_dir" else "use the default folder ('runs')"
+        none = "turn logging off" if name == "log_dir" else "use the working directory"
         raise TypeError(f"{name}={value!r} must be a path (str or os.PathLike), or None to {none}.")
-    return None if value is None else os.fspath(str(value) if isinstance(value, _DefaultDir) else value)
+    if value is None:
+        return None
+    return os.getcwd() if isinstance(value, _DefaultDir) else os.fspath(value)
 
 
 def loop_limits(max_epochs: Any, min_epochs: Any, max_steps: Any, min_steps: Any) -> tuple[Any, ...]:

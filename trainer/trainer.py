@@ -41,7 +41,7 @@ from trainer.loops.precision import Precision, check_precision_available
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.stage import StageData, absorb, run_stage
-from trainer.options import RUNS, check_names, check_weights_only, configure, fit_end_message
+from trainer.options import WORKING_DIR, check_names, check_weights_only, configure, fit_end_message
 from trainer.tuner import tune_before_fit
 
 
@@ -50,9 +50,10 @@ class Trainer(TrainerAttributes, LoggerAccess):
 
     All options are keyword-only, with Lightning's names and meanings (docs/trainer-arguments.md
     lists each and says where this one differs). ``fit`` needs ``max_epochs`` or ``max_steps``
-    (or both: whichever ends first). ``default_root_dir`` (alias ``log_dir``) is where the run
-    folder goes; ``log_dir=None`` turns TensorBoard and the run folder off. ``logger=True`` (the
-    default) writes TensorBoard files into ``<default_root_dir>/<name>/version_<n>``;
+    (or both: whichever ends first). ``default_root_dir`` (alias ``log_dir``; the working
+    directory by default) is where the run folder goes; ``log_dir=None`` turns TensorBoard and
+    the run folder off. ``logger=True`` (the default) writes TensorBoard files into
+    ``<default_root_dir>/lightning_logs/version_<n>`` (``name=`` changes ``lightning_logs``);
     ``logger=False`` writes no logs; a ``loggers.Logger`` or a list of them get everything logged.
     """
 
@@ -98,8 +99,8 @@ class Trainer(TrainerAttributes, LoggerAccess):
         default_root_dir: str | os.PathLike | None = None,
         logger: bool | Logger | Iterable[Logger] | None = True,
         # This trainer's own options:
-        log_dir: str | os.PathLike | None = RUNS,
-        name: str = "default",
+        log_dir: str | os.PathLike | None = WORKING_DIR,
+        name: str = "lightning_logs",
         seed: int | None = None,
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         batched_fetching: bool = True,

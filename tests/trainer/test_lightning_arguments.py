@@ -24,7 +24,7 @@ def test_default_root_dir_holds_the_run_folder_with_its_logs_and_checkpoints(tmp
     trainer = Trainer(default_root_dir=tmp_path / "out", max_steps=2, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Classifier(), loader(32))
     assert trainer.default_root_dir == str(tmp_path / "out")
-    assert trainer.run_dir == str(tmp_path / "out" / "default" / "version_0")
+    assert trainer.run_dir == str(tmp_path / "out" / "lightning_logs" / "version_0")
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(trainer.run_dir))
     assert os.listdir(os.path.join(trainer.run_dir, "checkpoints")) == ["last.ckpt"] or "last.ckpt" in os.listdir(
         os.path.join(trainer.run_dir, "checkpoints")
@@ -34,14 +34,14 @@ def test_default_root_dir_holds_the_run_folder_with_its_logs_and_checkpoints(tmp
 
 def test_log_dir_is_an_alias_and_giving_both_is_an_error(tmp_path):
     assert Trainer(log_dir="elsewhere").default_root_dir == "elsewhere"
-    assert Trainer().default_root_dir == "runs"  # the default, as before
-    assert Trainer(default_root_dir=None).default_root_dir == "runs"  # Lightning's None: the default folder
+    assert Trainer().default_root_dir == os.getcwd()  # Lightning's default: the working directory
+    assert Trainer(default_root_dir=None).default_root_dir == os.getcwd()  # Lightning's None: the default
     assert Trainer(log_dir=None).default_root_dir is None  # no run folder, no TensorBoard
     assert Trainer(log_dir=None).loggers == [] and isinstance(Trainer().logger, TensorBoardLogger)
     with pytest.raises(ValueError, match=r"default_root_dir='a' and log_dir='b' name the same folder: give only one"):
         Trainer(default_root_dir="a", log_dir="b")
     with pytest.raises(ValueError, match="give only one"):
-        Trainer(default_root_dir="a", log_dir="runs")  # written out, still two names for one folder
+        Trainer(default_root_dir="a", log_dir=".")  # written out, still two names for one folder
     with pytest.raises(TypeError, match=r"default_root_dir=3 must be a path"):
         Trainer(default_root_dir=3)
 
