@@ -8,8 +8,10 @@ order of events), and ``evaluation.py`` runs validation, test and predict.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import sys
 from datetime import timedelta
 from typing import Any, Callable, Iterable
 
@@ -280,6 +282,10 @@ class Trainer(TrainerAttributes, LoggerAccess):
         data = StageData(loader, val_loader, datamodule, keep)
         try:
             result = absorb(self, model, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        except KeyboardInterrupt:  # Lightning's: the hooks and teardown ran (run_stage); exit with status 1
+            self.state.status = TrainerStatus.INTERRUPTED
+            logging.getLogger("trainer").info("Detected KeyboardInterrupt, attempting graceful shutdown ...")
+            sys.exit(1)
         except BaseException:  # a spawned stage's workers set theirs; the caller's says so too
             self.state.status = TrainerStatus.INTERRUPTED
             raise

@@ -504,8 +504,9 @@ def test_sigint_in_process_saves_last_and_a_second_ctrl_c_interrupts_at_once(mon
         assert torch.load("checkpoints/last.ckpt", weights_only=True)["loop"]["global_step"] == 2
         assert signal.getsignal(signal.SIGINT) is users_handler  # put back
 
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(SystemExit, match="1") as stop:  # Lightning's exit on a KeyboardInterrupt
             Trainer(**quiet(max_epochs=3, callbacks=[CtrlC(2)])).fit(Classifier(), loader(32))
+        assert isinstance(stop.value.__context__, KeyboardInterrupt)
         assert signal.getsignal(signal.SIGINT) is users_handler  # put back after a forced stop too
     finally:
         signal.signal(signal.SIGINT, previous)

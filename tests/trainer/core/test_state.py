@@ -104,3 +104,20 @@ def test_the_stage_setters_are_lightnings():
     assert trainer.state.stage is None
     trainer.sanity_checking = True
     assert trainer.evaluating and trainer.sanity_checking and not trainer.validating
+
+
+def test_a_keyboard_interrupt_runs_on_exception_and_exits_1_as_lightnings_does(trainer_log):
+    seen = []
+
+    class CtrlC(Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            raise KeyboardInterrupt
+
+        def on_exception(self, trainer, module, err):
+            seen.append(type(err))
+
+    trainer = Trainer(max_steps=2, callbacks=[CtrlC()], **quiet())
+    with pytest.raises(SystemExit) as stop:
+        trainer.fit(Classifier(), loader(n=16))
+    assert stop.value.code == 1 and seen == [KeyboardInterrupt] and trainer.interrupted
+    assert "Detected KeyboardInterrupt, attempting graceful shutdown ..." in trainer_log
