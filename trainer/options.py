@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from strategies import select_strategy
 
+from trainer.core.utilities import rank_zero_warn
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
@@ -277,14 +278,15 @@ def default_callbacks(t: Trainer, given: list[Callback], max_time: float | None)
     return extra
 
 
-def fit_end_message(max_epochs: Any, max_steps: Any, endless: bool) -> str | None:
-    """Why ``fit`` cannot start, or None."""
-    if max_epochs is None and max_steps is None and not endless:
-        return (
-            "fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both. (Lightning would "
-            "train for 1000 epochs; max_epochs=-1 trains until max_time, EarlyStopping or should_stop ends it.)"
+def default_max_epochs(t: Trainer) -> None:
+    """Lightning's: a fit with neither ``max_epochs`` nor ``max_steps`` (nor a Timer or ``max_time``)
+    trains 1000 epochs, and says so; ``max_epochs=-1`` trains until something else ends it."""
+    if t.max_epochs is None and t.max_steps is None and not t._endless and not any(isinstance(cb, Timer) for cb in t.callbacks):
+        rank_zero_warn(
+            "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.",
+            UserWarning, stacklevel=5,  # the caller of fit
         )
-    return None
+        t.max_epochs = 1000
 
 
 def check_weights_only(weights_only: Any) -> None:

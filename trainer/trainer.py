@@ -43,7 +43,7 @@ from trainer.loops.precision import Precision, check_precision_available
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.stage import StageData, absorb, run_stage
-from trainer.options import WORKING_DIR, check_names, check_weights_only, configure, fit_end_message
+from trainer.options import WORKING_DIR, check_names, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before_fit
 
 
@@ -51,8 +51,8 @@ class Trainer(TrainerAttributes, LoggerAccess):
     """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a ``TrainModule``.
 
     All options are keyword-only, with Lightning's names and meanings (docs/trainer-arguments.md
-    lists each and says where this one differs). ``fit`` needs ``max_epochs`` or ``max_steps``
-    (or both: whichever ends first). ``default_root_dir`` (alias ``log_dir``; the working
+    lists each and says where this one differs). ``fit`` ends at ``max_epochs`` or ``max_steps``
+    (whichever comes first; with neither, 1000 epochs, as in Lightning). ``default_root_dir`` (alias ``log_dir``; the working
     directory by default) is where the run folder goes; ``log_dir=None`` turns TensorBoard and
     the run folder off. ``logger=True`` (the default) writes TensorBoard files into
     ``<default_root_dir>/lightning_logs/version_<n>`` (``name=`` changes ``lightning_logs``);
@@ -207,9 +207,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         if train_dataloaders is not None:
             check_train_loader(train_dataloaders)
         check_loaders("val_dataloaders", val_dataloaders)
-        problem = fit_end_message(self.max_epochs, self.max_steps, self._endless)
-        if problem is not None:
-            raise ValueError(problem)
+        default_max_epochs(self)  # neither max_epochs nor max_steps: 1000 epochs, with Lightning's warning
         check_ckpt_path(ckpt_path)
         check_weights_only(weights_only)
         self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model

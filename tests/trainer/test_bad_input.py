@@ -169,8 +169,6 @@ def checkpoint_files(tmp_path):
 @pytest.mark.parametrize(
     "case, error, words",
     [
-        # the loop needs an end: no default is guessed (documented in the README)
-        (dict(options=dict(max_steps=None)), ValueError, ["fit needs an end", "max_epochs=", "max_steps="]),
         # loaders that are not loaders, or yield nothing
         (dict(train="data.csv"), TypeError, ["train_dataloaders='data.csv'", "DataLoader"]),
         (dict(train=dataset(8)), TypeError, ["train_dataloaders=", "not iterable", "DataLoader"]),

@@ -4,6 +4,7 @@ devices, precision spellings, arguments we do not take, max_time and min_*, and 
 from __future__ import annotations
 
 import os
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -185,10 +186,19 @@ def test_barebones_turns_off_what_costs_time():
 # --- loop limits ----------------------------------------------------------------------------
 def test_lightnings_no_limit_spellings():
     assert Trainer(max_steps=-1, max_epochs=2).max_steps is None
-    with pytest.raises(ValueError, match=r"fit needs an end.*max_epochs=-1 trains until"):
-        Trainer(**quiet()).fit(Classifier(), loader(32))
     with pytest.raises(ValueError, match=r"min_epochs=3 is more than max_epochs=2"):
         Trainer(min_epochs=3, max_epochs=2)
+
+
+def test_fit_without_an_end_trains_1000_epochs_and_says_so():
+    trainer = Trainer(limit_train_batches=1, callbacks=[StopAt(3)], **quiet())
+    with pytest.warns(UserWarning, match=r"`max_epochs` was not set\. Setting it to 1000 epochs\. To train without an epoch limit, set `max_epochs=-1`"):
+        trainer.fit(Classifier(), loader(32))
+    assert trainer.max_epochs == 1000 and trainer.global_step == 3  # ended by should_stop, as StopAt asks
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # max_epochs=-1 or max_steps: an end the user chose, no warning
+        Trainer(max_epochs=-1, limit_train_batches=1, callbacks=[StopAt(2)], **quiet()).fit(Classifier(), loader(32))
+        Trainer(max_steps=2, **quiet()).fit(Classifier(), loader(32))
 
 
 class StopAt(Callback):
