@@ -138,9 +138,10 @@ def check_loader(name: str, loader: Any) -> None:
 class Loaders:
     """One evaluation loader, or several given as a list, tuple or dict.
 
-    With several, what ``self.log`` records in a step is kept apart per loader: a list's
-    names get Lightning's suffix ``/dataloader_idx_N``, a dict's get ``/<key>``. Results come
-    back in the shape the loaders were given: a value, a list, or a dict.
+    With several (two or more), what ``self.log`` records in a step is kept apart per loader: a
+    list's names get Lightning's suffix ``/dataloader_idx_N``, a dict's get ``/<key>``. Results
+    come back in the shape the loaders were given: a value, a list, or a dict. A list or dict
+    of one loader is one loader, as in Lightning: no suffix, no ``dataloader_idx``.
     """
 
     def __init__(self, given: Any) -> None:
@@ -155,7 +156,7 @@ class Loaders:
 
     @property
     def several(self) -> bool:
-        return self.kind != "one"
+        return len(self.loaders) > 1
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.loaders)
@@ -169,7 +170,7 @@ class Loaders:
         return out
 
     def suffix(self, i: int) -> str:
-        if self.kind == "one":
+        if not self.several:
             return ""
         return f"/dataloader_idx_{i}" if self.kind == "list" else f"/{self.keys[i]}"
 
@@ -187,14 +188,30 @@ class Loaders:
         return [loader_length(x) for x in self.loaders]
 
 
-def takes_dataloader_idx(step: Callable[..., Any]) -> bool:
-    """Whether a ``*_step`` method takes a third argument (``dataloader_idx``) or ``*args``."""
-    try:
-        params = list(inspect.signature(step).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)
+def check_dataloader_idx(model: Any, prefix: str, hooks: tuple[str, ...], several: bool) -> None:
+    """Lightning's rule, checked before a stage's first batch: the steps and batch hooks get
+    ``dataloader_idx`` exactly when there are several loaders, so with several each of the
+    model's ``hooks`` must take it (by that name, or ``*args``), and with one it must not
+    require it. ``prefix`` is ``val``, ``test`` or ``predict``."""
+    for hook in hooks:
+        fn = getattr(model, hook, None)
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            continue
+        named = params.get("dataloader_idx")
+        present = named is not None or any(p.kind is p.VAR_POSITIONAL for p in params.values())
+        if several and not present:
+            raise RuntimeError(
+                f"You provided multiple `{prefix}_dataloader`, but no `dataloader_idx` argument in "
+                f"`{type(model).__name__}.{hook}()`. Try adding `dataloader_idx=0` to its signature."
+            )
+        if not several and named is not None and named.default is inspect.Parameter.empty:
+            raise RuntimeError(
+                f"You provided only a single `{prefix}_dataloader`, but have included `dataloader_idx` in "
+                f"`{type(model).__name__}.{hook}()`. Either remove the argument or give it a default value i.e. "
+                "`dataloader_idx=0`."
+            )
 
 
 def overfit_loaders(train: Any, val: Any, n: int | float) -> tuple[Any, Loaders]:

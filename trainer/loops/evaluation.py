@@ -13,7 +13,7 @@ from trainer.checkpoint import files as ckpt_io
 from trainer.loops.hooks import Hooks, batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
-from trainer.data.loaders import Loaders, takes_dataloader_idx
+from trainer.data.loaders import Loaders, check_dataloader_idx
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.core.state import RunningStage, TrainerFn
 
@@ -80,7 +80,7 @@ def run_evaluation(
         on_{phase}_start, on_{phase}_epoch_start
         for each loader, for each batch (up to the limit, which applies per loader):
             on_{phase}_batch_start
-            output = strategy.run_step("{phase}_step")  # + dataloader_idx if the step takes it
+            output = strategy.run_step("{phase}_step")  # + dataloader_idx with several loaders
             on_{phase}_batch_end                        # hooks get dataloader_idx with several loaders
             (each loader's epoch means of self.log values: suffixed with several loaders)
         on_{phase}_epoch_end                       # the model's hook may self.log epoch values
@@ -107,7 +107,9 @@ def run_evaluation(
     prog_bar: set[str] = set()
     hidden: set[str] = set()  # logged with logger=False: callback_metrics only
     aliases: dict[str, str] = {}
-    pass_idx = takes_dataloader_idx(getattr(model, step_name))
+    # Lightning's rule: the step and the batch hooks get dataloader_idx only with several loaders.
+    prefix = "val" if phase == "validation" else phase
+    check_dataloader_idx(model, prefix, (step_name, f"on_{phase}_batch_start", f"on_{phase}_batch_end"), loaders.several)
     transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
     outer = MetricSink()  # what the start and end hooks log: one value per process
     previous_sink = set_sink(outer)
@@ -118,7 +120,6 @@ def run_evaluation(
         for i, (loader, n, length) in enumerate(zip(loaders, counts, lengths)):
             sink = MetricSink()
             set_sink(sink)
-            step_args = (i,) if pass_idx else ()
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
             with _no_grad(trainer), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
@@ -135,7 +136,7 @@ def run_evaluation(
                         batch = transfer(batch, i)
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
-                    out = strategy.run_step(step_name, batch, batch_idx, *step_args)
+                    out = strategy.run_step(step_name, batch, batch_idx, *hook_args)
                     if record is not None:
                         record.keep(i, out)
                     for fn in batch_end:

@@ -212,7 +212,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
                 outputs = evaluation_loop(trainer, "predict", loaders, trainer.limit_predict_batches)
                 if not data.return_predictions:
                     return None
-                return loaders.pack([strategy.gather_predictions(out) for out in outputs])
+                outputs = [strategy.gather_predictions(out) for out in outputs]
+                return outputs[0] if len(loaders) == 1 else loaders.pack(outputs)  # one loader in a list: its own
             finally:
                 trainer.predict_loop.release()
         phase = "validation" if stage == "validate" else "test"

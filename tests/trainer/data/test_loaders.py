@@ -166,9 +166,41 @@ def test_predict_returns_one_list_per_loader_in_the_shape_given():
     trainer = Trainer(**quiet())
     one = trainer.predict(model, loader(32, 16))
     several = trainer.predict(model, [loader(32, 16), loader(16, 8)])
-    named = trainer.predict(model, {"a": loader(16, 8)})
+    named = trainer.predict(model, {"a": loader(16, 8), "b": loader(8, 8)})
     assert len(several) == 2 and all(torch.equal(a, b) for a, b in zip(several[0], one))
-    assert [len(p) for p in several] == [2, 2] and list(named) == ["a"] and len(named["a"]) == 2
+    assert [len(p) for p in several] == [2, 2] and list(named) == ["a", "b"] and len(named["a"]) == 2
+    # One loader in a list is one loader, as in Lightning: its own list of predictions
+    assert all(torch.equal(a, b) for a, b in zip(trainer.predict(model, [loader(32, 16)]), one))
+
+
+class ArgsSteps(Classifier):
+    """Steps that take *args: Lightning passes dataloader_idx only with several loaders."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.args: list[tuple] = []
+
+    def validation_step(self, *args):
+        self.args.append(tuple(a if isinstance(a, int) else "batch" for a in args))
+
+
+def test_dataloader_idx_reaches_the_step_exactly_when_there_are_several_loaders():
+    model, trainer = ArgsSteps(), Trainer(**quiet())
+    trainer.validate(model, loader(16, 8), verbose=False)
+    trainer.validate(model, [loader(8, 8)], verbose=False)  # a list of one: one loader
+    assert model.args == [("batch", 0), ("batch", 1), ("batch", 0)]
+    model.args.clear()
+    trainer.validate(model, [loader(8, 8), loader(8, 8)], verbose=False)
+    assert model.args == [("batch", 0, 0), ("batch", 0, 1)]
+
+    class Requires(Classifier):
+        def validation_step(self, batch, batch_idx, dataloader_idx):
+            pass
+
+    with pytest.raises(RuntimeError, match=r"You provided only a single `val_dataloader`, but have included `dataloader_idx` in `Requires.validation_step\(\)`"):
+        trainer.validate(Requires(), loader(8, 8))
+    with pytest.raises(RuntimeError, match=r"You provided multiple `val_dataloader`, but no `dataloader_idx` argument in `Best.validation_step\(\)`"):
+        trainer.validate(Best(), [loader(8, 8), loader(8, 8)])
 
 
 # --- ckpt_path for validate, test and predict ---------------------------------------------
