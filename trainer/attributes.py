@@ -14,6 +14,7 @@ from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpo
 from strategies import Strategy
 
 from trainer.core.state import RunningStage, TrainerFn, TrainerStatus
+from trainer.loops.precision import init_context
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
@@ -163,6 +164,23 @@ class TrainerAttributes:
         return min(math.inf if self.max_steps is None else self.max_steps, by_epochs)
 
     # --- the run's objects --------------------------------------------------------------
+    @property
+    def num_sanity_val_batches(self) -> list[int | float]:
+        """How many batches of each validation loader the sanity check runs (Lightning's)."""
+        steps = math.inf if self.num_sanity_val_steps == -1 else self.num_sanity_val_steps
+        return [min(steps, batches) for batches in self.num_val_batches]
+
+    def init_module(self, empty_init: bool | None = None) -> Any:
+        """A context manager (Lightning's): modules built inside have their tensors on the
+        strategy's device and in a true precision's dtype at once; ``empty_init=True`` skips
+        initializing their weights (for a model that then loads a checkpoint)::
+
+            with trainer.init_module():
+                model = MyModel()
+        """
+        return init_context(self.precision, self._strategy.root_device, empty_init)
+
+
     @property
     def module(self) -> TrainModule | None:
         return self._module

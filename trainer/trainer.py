@@ -135,7 +135,10 @@ class Trainer(TrainerAttributes, LoggerAccess):
         self.num_val_batches: list[int | float] = []  # per validation loader, after limit_val_batches
         self.num_test_batches: list[int | float] = []
         self.num_predict_batches: list[int | float] = []
-        self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None
+        # The evaluation loaders of the last fit or validate, test and predict (Lightning's names), or None.
+        self.val_dataloaders: Any = None
+        self.test_dataloaders: Any = None
+        self.predict_dataloaders: Any = None
         self.optimizer: torch.optim.Optimizer | None = None  # the first (under automatic optimization, the only) one
         self.lr_scheduler: Any = None
         self.optimizers: list[torch.optim.Optimizer] = []  # all, in configure_optimizers' order
@@ -347,6 +350,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         state["_module"] = None  # sent separately as fit's argument
         # likewise (and a dataset is costly to pickle twice)
         state["val_dataloaders"] = state["train_dataloader"] = state["datamodule"] = None
+        state["test_dataloaders"] = state["predict_dataloaders"] = None
         state["_fitted"] = state["predict_loop"] = None  # a model, data, predictions: the caller's only
         return state
 

@@ -206,6 +206,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         for loader in loaders:
             seeded_workers(loader, strategy.global_rank)
         loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, stage))
+        # Lightning's trainer.val_dataloaders, test_dataloaders, predict_dataloaders: as the stage runs them
+        setattr(trainer, {"validate": "val", "test": "test", "predict": "predict"}[stage] + "_dataloaders", loaders.as_given())
         if stage == "predict":
             trainer.predict_loop = PredictLoop(data.return_predictions, trainer.callbacks, len(loaders))
             try:
