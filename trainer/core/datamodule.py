@@ -41,6 +41,18 @@ class DataModule(HyperparametersMixin):
     def predict_dataloader(self) -> Any: ...
     def on_exception(self, exception: BaseException) -> None: ...
 
+    # The batch hooks, as on the module: a DataModule's own override is used in place of the module's.
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        from trainer.data.batches import move_to_device  # the data room sits above this one
+
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
     def state_dict(self) -> dict[str, Any]:
         """What checkpoints keep of this DataModule (plain data, tensors); empty by default."""
         return {}

@@ -110,7 +110,7 @@ def run_evaluation(
     # Lightning's rule: the step and the batch hooks get dataloader_idx only with several loaders.
     prefix = "val" if phase == "validation" else phase
     check_dataloader_idx(model, prefix, (step_name, f"on_{phase}_batch_start", f"on_{phase}_batch_end"), loaders.several)
-    transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
+    transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
     outer = MetricSink()  # what the start and end hooks log: one value per process
     previous_sink = set_sink(outer)
     try:

@@ -243,7 +243,7 @@ class FitLoop(StopRules, Publishing):
             trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
             and not opt.steps_at("step") and stepper is None and not opt.own and not hooks.on_before_zero_grad
         )
-        transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
+        transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
         # Steps at which the ranks agree on stop requests; on one process, none (it reads its own).
         sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0

@@ -250,3 +250,58 @@ def test_ckpt_path_best_explains_when_there_is_no_best():
         Trainer(enable_progress_bar=False).test(Classifier(), loader(), ckpt_path="last")
     with pytest.raises(ValueError, match=r"ckpt_path='nope.ckpt' does not exist. Pass an existing file, 'best' or 'last', or None"):
         Trainer(**quiet()).test(Classifier(), loader(), ckpt_path="nope.ckpt")
+
+
+class Scales(DataModule):
+    """Lightning's DataModule batch hooks: they change each batch before the step sees it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def train_dataloader(self):
+        return loader(16, 8)
+
+    def test_dataloader(self):
+        return loader(16, 8)
+
+    def on_before_batch_transfer(self, batch, dataloader_idx):
+        self.calls.append("before")
+        return batch
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        self.calls.append("transfer")
+        x, y = batch
+        return x.to(device) * 0, y.to(device)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        self.calls.append("after")
+        return batch
+
+
+class SeesInputs(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sums: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        self.sums.append(float(batch[0].abs().sum()))
+        return super().training_step(batch, batch_idx)
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        self.sums.append(float(batch[0].abs().sum()))
+
+
+def test_a_datamodules_batch_hooks_run_in_fit_and_test_and_win_over_the_models():
+    dm, model = Scales(), SeesInputs()
+    trainer = Trainer(max_epochs=1, **quiet())
+    trainer.fit(model, datamodule=dm)
+    trainer.test(model, datamodule=dm, verbose=False)
+    assert dm.calls == ["before", "transfer", "after"] * 4 and model.sums == [0.0] * 4
+
+    class AlsoMoves(SeesInputs):
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            raise AssertionError("the DataModule's hook is used")
+
+    with pytest.warns(UserWarning, match="overridden `transfer_batch_to_device` in both `LightningModule` and `LightningDataModule`"):
+        Trainer(max_steps=1, **quiet()).fit(AlsoMoves(), datamodule=Scales())
