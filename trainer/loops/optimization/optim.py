@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.optim import Optimizer
 
+from trainer.core.exceptions import MisconfigurationException
 from trainer.core.module import overridden
 
 if TYPE_CHECKING:
@@ -109,10 +110,18 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
                 f"Trainer(optimizer={factory!r}) failed when called with the model's parameters: {err}. "
                 "It must take them as its one argument, e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
             ) from err
-        setup = _parse(result, f"Trainer(optimizer=...) returned {result!r:.200}")
+        where = f"Trainer(optimizer=...) returned {result!r:.200}"
     else:
-        setup = _parse(result, f"{type(module).__name__}.configure_optimizers() returned {result!r:.200}")
+        where = f"{type(module).__name__}.configure_optimizers() returned {result!r:.200}"
+    setup = _parse(result, where)
     setup.automatic = getattr(module, "automatic_optimization", True)
+    # The Trainer steps a ReduceLROnPlateau on its monitor; under manual optimization the module steps it.
+    if setup.automatic and any(c.needs_metric and c.monitor is None for c in setup.schedulers):
+        raise MisconfigurationException(
+            "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used. For example: "
+            '{"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "metric_to_track"}. '
+            f"{where}: ReduceLROnPlateau needs monitor='<logged metric name>'."
+        )
     setup.own = {name: getattr(module, name) for name in _OWN if overridden(module, name)}
     return setup
 
@@ -169,10 +178,7 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
         )
     if not callable(getattr(sched, "step", None)):
         raise TypeError(f"{where}: the scheduler {sched!r} has no step() method.")
-    config = SchedulerConfig(sched, interval, monitor)
-    if config.needs_metric and monitor is None:
-        raise ValueError(f"{where}: ReduceLROnPlateau needs monitor='<logged metric name>'.")
-    return config
+    return SchedulerConfig(sched, interval, monitor)
 
 
 def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:
