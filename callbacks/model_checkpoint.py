@@ -15,7 +15,9 @@ import torch
 from trainer.checkpoint.background_save import BackgroundWriter, freeze
 from trainer.core.checks import flag, one_of, positive_int
 
-from ._checkpoint_files import LAST, check_writable, file_name, remove_unfinished_saves, rotate, weights_only, write_files
+from ._checkpoint_files import (
+    LAST, check_writable, file_name, remove_unfinished_saves, rotate, save_at_exception, weights_only, write_files,
+)
 from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
@@ -65,14 +67,10 @@ class ModelCheckpoint(Callback):
         save_on_exception: bool = False,
         enable_version_counter: bool = True,
     ) -> None:
-        if save_on_exception is not False or enable_version_counter is not True:
-            raise ValueError(
-                f"ModelCheckpoint(save_on_exception={save_on_exception!r}) is not supported: a stop by SIGTERM, SIGINT "
-                "or max_steps writes last.ckpt, and a failed run keeps its last save; resume with fit(ckpt_path='last')."
-                if save_on_exception is not False else
-                f"ModelCheckpoint(enable_version_counter={enable_version_counter!r}) is not supported: a save never "
-                "overwrites a file the top k keeps (a name taken gets -v1, -v2, ...)."
-            )
+        if enable_version_counter is not True:
+            raise ValueError(f"ModelCheckpoint(enable_version_counter={enable_version_counter!r}) is not supported: a save "
+                             "never overwrites a file the top k keeps (a name taken gets -v1, -v2, ...).")
+        self.save_on_exception = flag("ModelCheckpoint(save_on_exception)", save_on_exception)
         self.verbose = flag("ModelCheckpoint(verbose)", verbose)
         if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
             raise TypeError(f"ModelCheckpoint(dirpath={dirpath!r}) must be a path or None.")
@@ -230,6 +228,7 @@ class ModelCheckpoint(Callback):
         error = self._writer.error()  # let a write in flight finish: it is complete and resumable
         if error is not None:  # the run fails with its own error; say that this save failed too
             warnings.warn(f"The checkpoint being written when fit failed was not saved: {error}", stacklevel=2)
+        save_at_exception(self, trainer, exception)
 
     def _wait_for_writer(self, trainer: Trainer) -> None:
         """Wait for the write in flight (rank 0). If it failed, every rank raises, together and
