@@ -33,8 +33,9 @@ LOADER_METHOD = {
 def defines(owner: Any, method: str) -> bool:
     """Whether ``owner`` (a DataModule or a model) defines ``method`` itself."""
     base = DataModule if isinstance(owner, DataModule) else TrainModule
-    if callable(getattr(owner, "__dict__", {}).get(method)):  # set on the instance (DataModule.from_datasets)
-        return True
+    on_instance = getattr(owner, "__dict__", {})
+    if method in on_instance:  # set on the instance: a loader method (DataModule.from_datasets), or None to undefine it
+        return callable(on_instance[method])
     own = getattr(type(owner), method, None)
     return callable(own) and own is not getattr(base, method, None)
 

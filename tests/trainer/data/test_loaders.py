@@ -305,3 +305,19 @@ def test_a_datamodules_batch_hooks_run_in_fit_and_test_and_win_over_the_models()
 
     with pytest.warns(UserWarning, match="overridden `transfer_batch_to_device` in both `LightningModule` and `LightningDataModule`"):
         Trainer(max_steps=1, **quiet()).fit(AlsoMoves(), datamodule=Scales())
+
+
+def test_a_loader_method_set_to_none_on_the_instance_is_not_defined():
+    class OwnLoaders(Classifier):
+        def train_dataloader(self):
+            return loader(32)
+
+        def val_dataloader(self):
+            raise AssertionError("set to None: not called")
+
+    model = OwnLoaders()
+    model.val_dataloader = None  # as Lightning's tests and scripts undefine a hook
+    model.validation_step = None
+    trainer = Trainer(max_steps=2, **quiet())
+    trainer.fit(model)
+    assert trainer.global_step == 2 and trainer.val_dataloaders is None
