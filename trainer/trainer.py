@@ -44,7 +44,7 @@ from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.stage import StageData, absorb, run_stage
 from trainer.options import WORKING_DIR, check_names, check_weights_only, configure, default_max_epochs
-from trainer.tuner import tune_before_fit
+from trainer.tuner import tune_before
 
 
 class Trainer(TrainerAttributes, LoggerAccess):
@@ -214,7 +214,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         check_ckpt_path(ckpt_path)
         check_weights_only(weights_only)
         self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model
-        tune_before_fit(self, model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
+        tune_before(self, "fit", model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
         self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
 
     def validate(
@@ -268,6 +268,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.checkpoint_callback)
+        tune_before(self, stage, model, dataloaders, None, datamodule)  # a BatchSizeFinder's search
         results = self._launch(stage, model, dataloaders, None, ckpt_path, datamodule, keep)
         if verbose and stage != "predict" and self.is_global_zero:
             print(results_table(stage, results), flush=True)
