@@ -172,13 +172,13 @@ def test_the_callbacks_search_before_the_fit_builds_its_loader_and_optimizer():
 
 def test_bad_input_gets_a_sentence():
     tuner, model = Tuner(Trainer(max_epochs=1, **quiet())), Tunable()
-    with pytest.raises(ValueError, match=r"min_lr=0.1, max_lr=0.01\): min_lr must be below max_lr"):
-        tuner.lr_find(model, min_lr=0.1, max_lr=0.01)
+    falling = tuner.lr_find(Tunable(), min_lr=0.1, max_lr=0.01, num_training=3, update_attr=False)  # Lightning searches downwards too
+    assert falling.results["lr"] == pytest.approx([0.1, 0.1 * 0.1**0.5, 0.01])
     with pytest.raises(ValueError, match=r"mode='cosine'\): use 'exponential'"):
         tuner.lr_find(model, mode="cosine")
     with pytest.raises(ValueError, match=r"`mode` should be either of \('power', 'binsearch'\); scale_batch_size\(mode='double'\)"):
         tuner.scale_batch_size(model, mode="double")
-    with pytest.raises(ValueError, match=r"Classifier has no attribute 'rate'.*attr_name="):
+    with pytest.raises(AttributeError, match=r"The attribute name for the learning rate was set to rate.*Classifier has no attribute 'rate'.*attr_name="):
         tuner.lr_find(Classifier(), attr_name="rate")
     with pytest.raises(MisconfigurationException, match=r"Field batch_size not found in `model`, `datamodule`, nor their `hparams`"):
         tuner.scale_batch_size(Classifier())
