@@ -120,9 +120,15 @@ def loop_limits(max_epochs: Any, min_epochs: Any, max_steps: Any, min_steps: Any
     are accepted: max_steps=-1 (its default) is None; max_epochs=-1 trains until something
     else (max_time, EarlyStopping, should_stop) ends it."""
     endless = max_epochs == -1 and not isinstance(max_epochs, bool)
-    max_epochs = None if endless else positive_int("max_epochs", max_epochs, allow_none=True)
+    max_epochs = None if endless else positive_int(
+        "max_epochs", max_epochs, allow_none=True,
+        lightning=f"`max_epochs` must be a non-negative integer or -1. You passed in {max_epochs}.",
+    )
     max_steps = None if max_steps == -1 and not isinstance(max_steps, bool) else max_steps
-    max_steps = positive_int("max_steps", max_steps, allow_none=True)
+    max_steps = positive_int(
+        "max_steps", max_steps, allow_none=True,
+        lightning=f"`max_steps` must be a non-negative integer or -1 (infinite steps). You passed in {max_steps}.",
+    )
     min_epochs = positive_int("min_epochs", min_epochs, allow_none=True, minimum=0)
     min_steps = positive_int("min_steps", min_steps, allow_none=True, minimum=0)
     for low, high, what in ((min_epochs, max_epochs, "epochs"), (min_steps, max_steps, "steps")):
@@ -176,8 +182,16 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
     t.precision = normalize_precision(o["precision"])
     t.accumulate_grad_batches = positive_int("accumulate_grad_batches", o["accumulate_grad_batches"])
     t.gradient_clip_val = positive_number("gradient_clip_val", o["gradient_clip_val"])
-    t.gradient_clip_algorithm = one_of("gradient_clip_algorithm", o["gradient_clip_algorithm"], ("norm", "value"))
-    t.check_val_every_n_epoch = positive_int("check_val_every_n_epoch", o["check_val_every_n_epoch"], allow_none=True)
+    algorithm = o["gradient_clip_algorithm"]
+    t.gradient_clip_algorithm = one_of(
+        "gradient_clip_algorithm", algorithm, ("norm", "value"),
+        lightning=f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: ['value', 'norm'].",
+    )
+    every = o["check_val_every_n_epoch"]
+    t.check_val_every_n_epoch = positive_int(
+        "check_val_every_n_epoch", every, allow_none=True,
+        lightning=f"`check_val_every_n_epoch` should be an integer, found {every!r}." if not isinstance(every, int) else "",
+    )
     if isinstance(o["val_check_interval"], (str, dict)) or hasattr(o["val_check_interval"], "total_seconds"):
         raise ValueError(
             f"val_check_interval={o['val_check_interval']!r}: a time-based interval is not supported. Give a fraction "
@@ -226,8 +240,10 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
     t.benchmark = o["benchmark"]
     t.detect_anomaly = flag("detect_anomaly", o["detect_anomaly"])
     t.inference_mode = flag("inference_mode", o["inference_mode"])
+    reload = o["reload_dataloaders_every_n_epochs"]
     t.reload_dataloaders_every_n_epochs = positive_int(
-        "reload_dataloaders_every_n_epochs", o["reload_dataloaders_every_n_epochs"], minimum=0
+        "reload_dataloaders_every_n_epochs", reload, minimum=0,
+        lightning=f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got {reload}.",
     )
     t.profiler = profiler_of(o["profiler"])
     max_time = max_time_seconds(o["max_time"])

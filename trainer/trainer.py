@@ -29,7 +29,8 @@ from trainer.checkpoint.files import check_ckpt_path
 from trainer.checkpoint.paths import best_checkpoint
 from trainer.checkpoint.resume import capture
 from trainer.core.metrics import MetricSink
-from trainer.core.module import TrainModule, check_model
+from trainer.core.checks import check_eval_model, check_model
+from trainer.core.module import TrainModule
 from trainer.core.signals import StopSignals
 from trainer.core.state import TrainerState, TrainerStatus
 from trainer.data.fetch import Fetching
@@ -258,9 +259,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         check_weights_only(weights_only)
         if not isinstance(verbose, bool):
             raise TypeError(f"verbose={verbose!r} must be True or False.")
-        step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
-        if not callable(getattr(model, step, None)):
-            raise TypeError(f"trainer.{stage}() needs {type(model).__name__}.{step}(self, batch, batch_idx).")
+        check_eval_model(model, stage)  # the step it runs (Lightning's MisconfigurationException)
         if isinstance(dataloaders, DataModule) and datamodule is None:
             dataloaders, datamodule = None, dataloaders
         check_sources(stage, model, {"dataloaders": dataloaders}, datamodule)

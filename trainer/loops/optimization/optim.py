@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.optim import Optimizer
 
-from trainer.core.exceptions import MisconfigurationException
+from trainer.core.exceptions import MisconfigurationException, misconfigured
 from trainer.core.module import overridden
 
 if TYPE_CHECKING:
@@ -95,13 +95,17 @@ class OptimizerSetup:
 
 def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer] | None) -> OptimizerSetup:
     """The optimizers from ``module.configure_optimizers()``, else from ``Trainer(optimizer=...)``."""
-    result = module.configure_optimizers() if hasattr(module, "configure_optimizers") else None
+    configure = getattr(module, "configure_optimizers", None)
+    result = configure() if callable(configure) else None
     if result is None:
         if factory is None:
-            raise ValueError(
+            raise misconfigured(
                 f"No optimizer: {type(module).__name__}.configure_optimizers() returned None and "
                 "Trainer(optimizer=...) was not given. Define configure_optimizers() or pass "
-                "Trainer(optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))."
+                "Trainer(optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)).",
+                "No `configure_optimizers()` method defined. Lightning `Trainer` expects as minimum a `training_step()`, "
+                "`train_dataloader()` and `configure_optimizers()` to be defined."
+                if not callable(configure) or not overridden(module, "configure_optimizers") else "",
             )
         try:
             result = factory(module.parameters())
