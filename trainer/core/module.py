@@ -43,7 +43,8 @@ class TrainModule(HyperparametersMixin, nn.Module):
             "`def training_step(self, batch, batch_idx)` returning the loss."
         )
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        """Lightning's default: ``self(batch)``; it takes ``dataloader_idx``, given with several loaders."""
         return self(batch)
 
     def configure_optimizers(self) -> Any:

@@ -215,9 +215,10 @@ def check_dataloader_idx(model: Any, prefix: str, hooks: tuple[str, ...], severa
             )
 
 
-def overfit_loaders(train: Any, val: Any, n: int | float) -> tuple[Any, Loaders]:
+def overfit_loaders(train: Any, val: Any, n: int | float, validates: bool = True) -> tuple[Any, Loaders | None]:
     """``overfit_batches``: the training loader in order (the same first batches every epoch),
-    and the same loader for validation, in place of any validation loader."""
+    and the same loader for validation, in place of any validation loader; no validation for a
+    model without ``validation_step`` (``validates=False``)."""
     if isinstance(train, DataLoader) and isinstance(train.sampler, RandomSampler):
         warnings.warn(
             f"overfit_batches={n!r}: train_dataloaders shuffles; it is used in order, so that every epoch "
@@ -226,4 +227,4 @@ def overfit_loaders(train: Any, val: Any, n: int | float) -> tuple[Any, Loaders]
         train = rebuild_loader(train, sampler=SequentialSampler(train.dataset))
     if val is not None:
         log.info("overfit_batches=%r: validating on the training batches, not on val_dataloaders.", n)
-    return train, Loaders(train)
+    return train, Loaders(train) if validates else None

@@ -184,7 +184,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
                     val = None
                 val = None if val is None else Loaders(val)
                 if trainer.overfit_batches:
-                    train, val = overfit_loaders(train, val, trainer.overfit_batches)
+                    validates = callable(getattr(model, "validation_step", None))
+                    train, val = overfit_loaders(train, val, trainer.overfit_batches, validates)
                 for loader in [train, *(val or [])]:  # seed_everything(workers=True)
                     seeded_workers(loader, strategy.global_rank)
                 return train, val

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from callbacks import ModelCheckpoint
 from tests._models import Classifier, dataset, loader, quiet
-from trainer import DataModule, Trainer
+from trainer import DataModule, Trainer, TrainModule
 
 
 class Data(DataModule):
@@ -321,3 +321,21 @@ def test_a_loader_method_set_to_none_on_the_instance_is_not_defined():
     trainer = Trainer(max_steps=2, **quiet())
     trainer.fit(model)
     assert trainer.global_step == 2 and trainer.val_dataloaders is None
+
+
+def test_the_default_predict_step_takes_several_loaders_and_overfit_without_validation_step_validates_nothing():
+    class Forward(TrainModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(8, 2)
+
+        def forward(self, batch):
+            return self.layer(batch[0])
+
+    out = Trainer(**quiet()).predict(Forward(), [loader(8, 4), loader(4, 4)])
+    assert [len(o) for o in out] == [2, 1]
+    model = Classifier()
+    model.validation_step = None
+    trainer = Trainer(max_epochs=1, overfit_batches=2, **quiet())
+    trainer.fit(model, loader(64))
+    assert trainer.num_val_batches == [] and trainer.num_training_batches == 2
