@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from strategies import select_strategy
 
-from trainer.core.utilities import rank_zero_warn
+from trainer.core.utilities import rank_zero_info, rank_zero_warn
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
@@ -248,6 +248,8 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
     t.profiler = profiler_of(o["profiler"])
     max_time = max_time_seconds(o["max_time"])
     t.overfit_batches = limit("overfit_batches", o["overfit_batches"])
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches", "overfit_batches", "val_check_interval"):
+        tell_whole(name, o[name])
     if t.overfit_batches:  # train and validate on the same first batches, in order
         t.limit_train_batches = t.limit_val_batches = t.overfit_batches
     if flag("barebones", o["barebones"]):  # Lightning's: everything that costs time per run, off
@@ -292,6 +294,19 @@ def default_callbacks(t: Trainer, given: list[Callback], max_time: float | None)
     if t.enable_model_summary and wanted(ModelSummary):
         extra.append(ModelSummary())
     return extra
+
+
+def tell_whole(name: str, value: Any) -> None:
+    """Lightning's line for a limit of ``1`` (one batch) or ``1.0`` (all of them), which read alike."""
+    if isinstance(value, bool) or value not in (1, 1.0):
+        return
+    train, val_check = name == "limit_train_batches", name == "val_check_interval"
+    if isinstance(value, int):
+        said = "1 batch per epoch will be used." if train else "validation will run after every batch." if val_check else "1 batch will be used."
+    else:
+        said = ("100% of the batches per epoch will be used." if train else "validation will run at the end of the training epoch."
+                if val_check else "100% of the batches will be used.")
+    rank_zero_info(f"`Trainer({name}={value})` was configured so {said}")
 
 
 def default_max_epochs(t: Trainer) -> None:

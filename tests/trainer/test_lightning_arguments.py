@@ -349,3 +349,13 @@ def test_none_means_lightnings_default_as_a_config_that_writes_every_argument_ou
     assert (trainer.precision, trainer.num_sanity_val_steps, trainer.log_every_n_steps) == ("32-true", 2, 50)
     assert trainer.enable_checkpointing and trainer.enable_progress_bar and trainer.enable_model_summary
     assert trainer.gradient_clip_algorithm == "norm" and trainer.deterministic is False
+
+
+@pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "overfit_batches", "val_check_interval"])
+def test_a_limit_of_one_or_one_point_zero_says_which_it_means(trainer_log, name):
+    Trainer(**{name: 1})
+    Trainer(**{name: 1.0})
+    Trainer(**{name: 2})
+    said = [line for line in trainer_log if line.startswith(f"`Trainer({name}=")]
+    assert len(said) == 2 and said[0].startswith(f"`Trainer({name}=1)` was configured so ")
+    assert said[1].startswith(f"`Trainer({name}=1.0)` was configured so ") and ("100%" in said[1] or "end of the training epoch" in said[1])
