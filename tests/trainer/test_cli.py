@@ -15,6 +15,12 @@ pytest.importorskip("jsonargparse")
 from tests._models import Classifier  # noqa: E402
 from trainer.cli import LightningCLI, TrainerCLI  # noqa: E402
 
+@pytest.fixture(autouse=True)
+def _no_command_line(monkeypatch):
+    """args= stands for the command line, as when a script runs: pytest's own arguments are not it."""
+    monkeypatch.setattr(sys, "argv", ["main.py"])
+
+
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "limit_train_batches": 2, "limit_val_batches": 1}
 
 
@@ -85,7 +91,7 @@ def test_fit_saves_the_config_and_refuses_to_overwrite_another_runs(tmp_path):
     TrainerCLI(WithLoaders, args=args)
     saved = yaml.safe_load(open("config.yaml"))
     assert saved["model"]["hidden"] == 5 and saved["trainer"]["max_epochs"] == 1 and isinstance(saved["seed_everything"], int)
-    with pytest.raises(RuntimeError, match="config.yaml exists: it is another run's config"):
+    with pytest.raises(RuntimeError, match=r"config.yaml to NOT exist\. Aborting to avoid overwriting results of a previous run"):
         TrainerCLI(WithLoaders, args=args)
     TrainerCLI(WithLoaders, args=args[:-1] + ["--model.hidden=7"], save_config_kwargs={"overwrite": True})
     assert yaml.safe_load(open("config.yaml"))["model"]["hidden"] == 7
@@ -109,7 +115,7 @@ def test_optimizer_and_scheduler_from_the_command_line_are_in_the_checkpoint():
 
 
 def test_env_variables_when_asked(monkeypatch):
-    monkeypatch.setenv("TRAINER_TRAINER__MAX_EPOCHS", "9")
+    monkeypatch.setenv("PL_TRAINER__MAX_EPOCHS", "9")  # Lightning's prefix
     cli = TrainerCLI(Classifier, args=["--trainer.log_dir=null"], run=False, parser_kwargs={"default_env": True})
     assert cli.trainer.max_epochs == 9
 
