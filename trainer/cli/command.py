@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import random
 import sys
 import types
@@ -30,7 +31,7 @@ from trainer.cli.save_config import SaveConfigCallback
 from trainer.core.datamodule import DataModule
 from trainer.core.exceptions import MisconfigurationException
 from trainer.core.module import TrainModule, overridden
-from trainer.core.seed import seed_everything
+from trainer.core.seed import SEED_ENV, seed_everything
 
 __all__ = ["LightningCLI", "TrainerCLI"]
 
@@ -64,7 +65,6 @@ class TrainerCLI:
         need_jsonargparse()
         from trainer.trainer import Trainer  # the room above this one: imported when a CLI is built
 
-        _yaml_writes_the_default_root()
         self.save_config_callback, self.save_config_kwargs = save_config_callback, dict(save_config_kwargs or {})
         self.trainer_class = trainer_class or Trainer
         self.trainer_defaults = dict(trainer_defaults or {})
@@ -206,8 +206,9 @@ class TrainerCLI:
         seed = self._get(self.config, "seed_everything")
         if seed is False or seed is None:
             return
-        if seed is True:  # a random one, recorded in the config (and config.yaml) to repeat the run
-            seed = random.randint(0, 2**32 - 1)
+        if seed is True:  # as Lightning's: the process's seed if one was set (PL_GLOBAL_SEED), else a random one,
+            env = os.environ.get(SEED_ENV) or os.environ.get("PL_GLOBAL_SEED")  # recorded in the config to repeat the run
+            seed = int(env) if env is not None and env.isdigit() else random.randint(0, 2**32 - 1)
         seed = seed_everything(int(seed), workers=True)
         (self.config[self.subcommand] if self.subcommand else self.config)["seed_everything"] = seed
 
@@ -240,8 +241,9 @@ class TrainerCLI:
             given = config.get("callbacks")
             config["callbacks"] = ([] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]) + callbacks
             default = self.trainer_defaults.get("callbacks")
-            if default is not None:
-                config["callbacks"] += list(default) if isinstance(default, (list, tuple)) else [default]
+            if default is not None:  # always there, and not configurable; a {"class_path": ...} is built here
+                for cb in list(default) if isinstance(default, (list, tuple)) else [default]:
+                    config["callbacks"].append(instantiate_class((), cb) if isinstance(cb, dict) else cb)
             if self.save_config_callback is not None and not config.get("fast_dev_run", False):
                 subcommand = self.subcommand
                 config["callbacks"].append(self.save_config_callback(
@@ -288,8 +290,9 @@ class TrainerCLI:
             return
         scheduler_init = self._init(parser._lr_schedulers, schedulers[0]) if schedulers else None
         if overridden(self.model, "configure_optimizers"):
+            cli = "LightningCLI" if type(self) is TrainerCLI else type(self).__name__  # the name Lightning users read
             warnings.warn(f"`{type(self.model).__name__}.configure_optimizers` will be overridden by "
-                          f"`{type(self).__name__}.configure_optimizers`.", UserWarning, stacklevel=2)
+                          f"`{cli}.configure_optimizers`.", UserWarning, stacklevel=2)
         optimizer = instantiate_class(self.model.parameters(), optimizer_init)
         scheduler = instantiate_class(optimizer, scheduler_init) if scheduler_init else None
         fn = functools.partial(self.configure_optimizers, optimizer=optimizer, lr_scheduler=scheduler)
@@ -364,11 +367,3 @@ def _config_action() -> Any:
 
     return ActionConfigFile
 
-
-def _yaml_writes_the_default_root() -> None:
-    import yaml  # jsonargparse's own dependency
-
-    from trainer.options import WORKING_DIR
-
-    # log_dir's default is a str subclass (told apart from a log_dir="." the user wrote): YAML writes it as "."
-    yaml.SafeDumper.add_representer(type(WORKING_DIR), yaml.SafeDumper.represent_str)

@@ -21,6 +21,8 @@ try:  # an optional extra: without it, this module imports and building a parser
     import jsonargparse
     from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, class_from_function
 
+    import yaml  # jsonargparse's own dependency
+
     jsonargparse.register_unresolvable_import_paths(torch)  # torch's classes report import paths that do not import
     JSONARGPARSE = True
 except ImportError:
@@ -32,6 +34,18 @@ __all__ = [
     "ArgsType", "LRSchedulerCallable", "LRSchedulerTypeTuple", "LightningArgumentParser", "OptimizerCallable",
     "ReduceLROnPlateau", "instantiate_class", "need_jsonargparse",
 ]
+
+
+def _yaml_writes_the_default_root() -> None:
+    """``log_dir``'s default is a str subclass (told apart from a ``log_dir="."`` the user wrote):
+    YAML writes it as ".". At import, so that a spawned worker's config saver writes it too."""
+    from trainer.options import WORKING_DIR  # the room above: options import strategies and callbacks
+
+    yaml.SafeDumper.add_representer(type(WORKING_DIR), yaml.SafeDumper.represent_str)
+
+
+if JSONARGPARSE:
+    _yaml_writes_the_default_root()
 
 
 def need_jsonargparse() -> None:
