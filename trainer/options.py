@@ -287,6 +287,8 @@ def default_callbacks(t: Trainer, given: list[Callback], max_time: float | None)
     extra: list[Callback] = []
     if max_time is not None and wanted(Timer):
         extra.append(Timer(max_time))
+    elif max_time is not None:
+        rank_zero_info("Ignoring `Trainer(max_time=...)`, callbacks list already contains a Timer.")
     if t.enable_progress_bar and wanted(ProgressBar):
         extra.append(ProgressBar())
     if t.enable_checkpointing and wanted(ModelCheckpoint):
