@@ -84,7 +84,8 @@ class ModelCheckpoint(Callback):
         self.filename = filename or ("{epoch}-{step}" if monitor is None else "{epoch}-{step}-{" + monitor + ":.4g}")
         self.monitor = monitor
         self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"))
-        self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1)
+        self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1,
+                                       lightning=f"Invalid value for save_top_k={save_top_k}. Must be >= -1")
         if save_last not in (True, False, None, "link"):
             raise TypeError(f"ModelCheckpoint(save_last={save_last!r}) must be True, False or 'link' (a symbolic link).")
         self.save_last: bool | str = save_last or False

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from strategies import select_strategy
 
+from trainer.core.exceptions import misconfigured
 from trainer.core.utilities import rank_zero_info, rank_zero_warn
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
@@ -271,9 +272,25 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
     callbacks, legacy = split_loggers(o["callbacks"])  # a TensorBoardLogger passed as a callback, as before loggers/
     t._loggers = [] if t.fast_dev_run else make_loggers(o["logger"], legacy, t.default_root_dir, t.name)
     given = check_callbacks(callbacks)
+    check_bars(given, o["enable_progress_bar"])
     if t.fast_dev_run:  # no bar, no files: a configured bar or checkpointer is left out too
         given = [cb for cb in given if not isinstance(cb, (ProgressBar, ModelCheckpoint, ModelSummary))]
     t.callbacks = given + default_callbacks(t, given, max_time)
+
+
+def check_bars(given: list[Callback], enabled: Any) -> None:
+    """Lightning's: one progress bar at most, and none when ``enable_progress_bar=False``."""
+    bars = [cb for cb in given if isinstance(cb, ProgressBar)]
+    if len(bars) > 1:
+        raise misconfigured(
+            f"callbacks holds {len(bars)} progress bars ({', '.join(type(b).__name__ for b in bars)}): keep one.",
+            "You added multiple progress bar callbacks to the Trainer, but currently only one progress bar is supported.",
+        )
+    if bars and enabled is False:
+        raise misconfigured(
+            "Drop the bar from callbacks, or enable_progress_bar=False.",
+            f"Trainer was configured with `enable_progress_bar=False` but found `{type(bars[0]).__name__}` in callbacks list.",
+        )
 
 
 def default_callbacks(t: Trainer, given: list[Callback], max_time: float | None) -> list[Callback]:

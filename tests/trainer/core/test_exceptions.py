@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tests._models import Classifier, loader, quiet
-from trainer import MisconfigurationException, Trainer, TrainModule
+from callbacks import ProgressBar
+from trainer import DataModule, MisconfigurationException, Trainer, TrainModule
 
 
 @pytest.mark.parametrize("kwargs, lightning, also", [
@@ -73,3 +74,36 @@ def test_options_the_trainer_cannot_apply_under_manual_optimization(option, sent
     model.automatic_optimization = False
     with pytest.raises(MisconfigurationException, match="^" + sentence):
         Trainer(max_steps=1, **quiet(**option)).fit(model, loader())
+
+
+@pytest.mark.parametrize("build, sentence", [
+    (lambda: __import__("callbacks").ModelCheckpoint(save_top_k=-3), "Invalid value for save_top_k=-3. Must be >= -1"),
+    (lambda: __import__("callbacks").ModelCheckpoint(every_n_epochs=-3), "Invalid value for every_n_epochs=-3. Must be >= 0"),
+    (lambda: __import__("callbacks").EarlyStopping(monitor="x", mode="up"), "`mode` can be min, max, got up"),
+    (lambda: __import__("callbacks").GradientAccumulationScheduler({-1: 2}), "Epoch should be an int greater than or equal to 0."),
+    (lambda: __import__("callbacks").GradientAccumulationScheduler({1: 0}), "Accumulation factor should be an int greater than 0."),
+    (lambda: __import__("callbacks").LearningRateMonitor(logging_interval="batch"), "logging_interval should be `step` or `epoch` or `None`."),
+    (lambda: __import__("callbacks").StochasticWeightAveraging(swa_lrs=-1), "The `swa_lrs` should a positive float"),
+    (lambda: __import__("callbacks").StochasticWeightAveraging(swa_lrs=0.1, swa_epoch_start=1.5), "swa_epoch_start should be a >0 integer"),
+    (lambda: __import__("callbacks").Timer("60 minutes"), "`Timer(duration='60 minutes')` is not a valid duration. Expected a string in the format DD:HH:MM:SS."),
+    (lambda: __import__("callbacks").Timer(10, interval="batch"), "Unsupported parameter value `Timer(interval=batch)`."),
+    (lambda: DataModule().val_dataloader(), "`val_dataloader` must be implemented to be used with the Lightning Trainer"),
+    (lambda: Trainer(callbacks=[ProgressBar(), ProgressBar()]), "You added multiple progress bar callbacks to the Trainer"),
+    (lambda: Trainer(callbacks=[ProgressBar()], enable_progress_bar=False), "Trainer was configured with `enable_progress_bar=False` but found `ProgressBar`"),
+])
+def test_lightnings_callback_and_datamodule_misconfigurations(build, sentence):
+    with pytest.raises(MisconfigurationException) as err:
+        build()
+    assert str(err.value).startswith(sentence)
+
+
+def test_the_accumulation_scheduler_refuses_manual_optimization_and_the_trainers_own_accumulation():
+    from callbacks import GradientAccumulationScheduler
+
+    model = Classifier()
+    model.automatic_optimization = False
+    with pytest.raises(RuntimeError, match="^Automatic gradient accumulation and the `GradientAccumulationScheduler` is not supported"):
+        GradientAccumulationScheduler({1: 2}).on_train_start(Trainer(**quiet()), model)
+    trainer = Trainer(max_steps=1, accumulate_grad_batches=2, callbacks=[GradientAccumulationScheduler({0: 2})], **quiet())
+    with pytest.raises(ValueError, match="^You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler`"):
+        trainer.fit(Classifier(), loader())
