@@ -199,6 +199,13 @@ def configure(trainer: Trainer, o: dict[str, Any]) -> None:
             "of the epoch (0.25) or a number of batches (1000); callbacks.Timer bounds the whole run's time."
         )
     t.val_check_interval = interval("val_check_interval", o["val_check_interval"])
+    if t.check_val_every_n_epoch is None and isinstance(t.val_check_interval, float):
+        raise misconfigured(
+            f"val_check_interval={t.val_check_interval!r} is a fraction of an epoch, and check_val_every_n_epoch=None "
+            "validates across epochs: pass a number of batches (val_check_interval=1000).",
+            "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', datetime.timedelta, "
+            "or dict kwargs for timedelta) when `check_val_every_n_epoch=None`.",
+        )
     t.log_every_n_steps = positive_int("log_every_n_steps", o["log_every_n_steps"])
     t.default_root_dir = root_dir(o["default_root_dir"], o["log_dir"])
     name = o["name"]

@@ -122,12 +122,14 @@ class Recorder(Classifier):
 def test_overfit_batches_trains_and_validates_on_the_same_first_batches_every_epoch():
     model = Recorder()
     shuffled = DataLoader(dataset(64), batch_size=8, shuffle=True)
-    with pytest.warns(UserWarning, match=r"overfit_batches=2: train_dataloaders shuffles; it is used in order"):
-        Trainer(**quiet(max_epochs=3, overfit_batches=2, num_sanity_val_steps=0)).fit(model, shuffled, loader(64))
-    x = dataset(64).tensors[0]
+    val = DataLoader(dataset(64, seed=5), batch_size=8, shuffle=True)
+    with pytest.warns(UserWarning, match=r"You requested to overfit but enabled train dataloader shuffling"):
+        Trainer(**quiet(max_epochs=3, overfit_batches=2, num_sanity_val_steps=0)).fit(model, shuffled, val)
+    x, val_x = dataset(64).tensors[0], dataset(64, seed=5).tensors[0]
     expected = [x[:8], x[8:16]] * 3
     assert len(model.train_x) == 6 and all(torch.equal(a, b) for a, b in zip(model.train_x, expected))
-    assert len(model.val_x) == 6 and all(torch.equal(a, b) for a, b in zip(model.val_x, expected))
+    # Validation on the validation loader's first 2 batches, in order, as Lightning 2 does
+    assert len(model.val_x) == 6 and all(torch.equal(a, b) for a, b in zip(model.val_x, [val_x[:8], val_x[8:16]] * 3))
 
 
 class Frozen(Classifier):

@@ -161,6 +161,10 @@ def _problems(options: dict[str, Any], invalid: dict[str, tuple[str, ...]]) -> d
         batches = 2 if limit is None else max(1, int(2 * limit)) if isinstance(limit, float) else min(2, limit)  # loader(8, 4)
         if interval > batches:
             problems["val_check_interval"] = ("val_check_interval",)  # more batches than an epoch has
+    if options.get("check_val_every_n_epoch", 1) is None and isinstance(interval, float) and not invalid.keys() & {
+        "val_check_interval", "check_val_every_n_epoch"
+    }:
+        problems["val_check_interval"] = ("val_check_interval",)  # Lightning's: a fraction needs epochs
     bar_given = isinstance(options.get("callbacks"), type(lambda: 0)) and "ProgressBar" in str(options["callbacks"].__code__.co_names)
     if bar_given and options.get("enable_progress_bar") is False and "callbacks" not in invalid and "enable_progress_bar" not in invalid:
         problems["enable_progress_bar"] = ("enable_progress_bar",)  # Lightning's: a bar given, and bars turned off

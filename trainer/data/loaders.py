@@ -8,12 +8,11 @@ test and predict take one loader, or several as a list, tuple or dict: :class:`L
 from __future__ import annotations
 
 import inspect
-import logging
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, SequentialSampler
 
 from trainer.data.batches import loader_length, rebuild_loader
 from trainer.core.datamodule import DataModule
@@ -22,7 +21,6 @@ from trainer.core.module import TrainModule
 if TYPE_CHECKING:
     from strategies import Strategy
 
-log = logging.getLogger("trainer")
 
 # The loader method that serves each stage, on a DataModule or on the model.
 LOADER_METHOD = {
@@ -215,16 +213,22 @@ def check_dataloader_idx(model: Any, prefix: str, hooks: tuple[str, ...], severa
             )
 
 
-def overfit_loaders(train: Any, val: Any, n: int | float, validates: bool = True) -> tuple[Any, Loaders | None]:
-    """``overfit_batches``: the training loader in order (the same first batches every epoch),
-    and the same loader for validation, in place of any validation loader; no validation for a
-    model without ``validation_step`` (``validates=False``)."""
-    if isinstance(train, DataLoader) and isinstance(train.sampler, RandomSampler):
-        warnings.warn(
-            f"overfit_batches={n!r}: train_dataloaders shuffles; it is used in order, so that every epoch "
-            "trains and validates on the same first batches.", stacklevel=2,
-        )
-        train = rebuild_loader(train, sampler=SequentialSampler(train.dataset))
+def overfit_loaders(train: Any, val: Loaders | None, n: int | float) -> tuple[Any, Loaders | None]:
+    """``overfit_batches``, as Lightning 2 does it: the training loader and each validation loader
+    in order, so that every epoch trains and validates on the same first ``n`` batches of each
+    (the limits are set to ``n``). A loader that shuffles, or samples otherwise, is rebuilt with a
+    ``SequentialSampler``, with Lightning's warning."""
+    train = _in_order([train], "train", n)[0]
     if val is not None:
-        log.info("overfit_batches=%r: validating on the training batches, not on val_dataloaders.", n)
-    return train, Loaders(train) if validates else None
+        val.loaders = _in_order(val.loaders, "val", n)
+    return train, val
+
+
+def _in_order(loaders: list[Any], prefix: str, n: int | float) -> list[Any]:
+    if all(isinstance(getattr(dl, "sampler", SequentialSampler([])), SequentialSampler) for dl in loaders):
+        return loaders
+    warnings.warn(
+        f"You requested to overfit but enabled {prefix} dataloader shuffling. We are turning off the {prefix} dataloader "
+        f"shuffling for you (overfit_batches={n!r}: every epoch sees the same first batches).", UserWarning, stacklevel=3,
+    )
+    return [rebuild_loader(dl, sampler=SequentialSampler(dl.dataset)) if isinstance(dl, DataLoader) else dl for dl in loaders]

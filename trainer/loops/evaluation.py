@@ -14,6 +14,7 @@ from trainer.loops.hooks import Hooks, batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
 from trainer.data.loaders import Loaders, check_dataloader_idx
+from trainer.core.exceptions import misconfigured
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.core.state import RunningStage, TrainerFn
 
@@ -94,7 +95,7 @@ def run_evaluation(
     loaders = loaders if isinstance(loaders, Loaders) else Loaders(loaders)
     step_name = _STEP[phase]
     lengths = loaders.lengths()
-    counts = [limited(n, limit) for n in lengths]
+    counts = [limited(n, limit, "val" if phase == "validation" else phase) for n in lengths]
     if publish:  # Lightning's trainer.num_val_batches (num_test_batches, ...): one count per loader
         setattr(trainer, _COUNTS[phase], counts)
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
@@ -202,12 +203,20 @@ def sanity_check(trainer: Trainer, loaders: Loaders | None) -> None:
         trainer.state.stage = stage
 
 
-def limited(n: int | None, limit: int | float | None) -> int | float:
-    """How many batches to run: the loader's length (inf if unsized) cut by a count or fraction limit."""
+def limited(n: int | None, limit: int | float | None, prefix: str = "") -> int | float:
+    """How many batches to run: the loader's length (inf if unsized) cut by a count or fraction limit.
+    A fraction other than 1.0 of a loader without a length is Lightning's error (``prefix``: "train", "val", ...)."""
     total = math.inf if n is None else n
     if limit is None:
         return total
     if isinstance(limit, float):
+        if total == math.inf and limit != 1.0 and prefix:
+            raise misconfigured(
+                f"{prefix}_dataloader has no length (an IterableDataset or a stream), so limit_{prefix}_batches={limit!r} "
+                "is a fraction of an unknown number: pass a number of batches.",
+                f"When using an `IterableDataset` for `{prefix}_dataloader`, `Trainer(limit_{prefix}_batches)` must be "
+                f"`1.0` or an int. An int specifies `num_{prefix}_batches` to use.",
+            )
         return total if total == math.inf else max(1, int(total * limit))
     return min(total, limit)
 

@@ -108,13 +108,13 @@ class FitLoop(StopRules, Publishing):
         n = loader_length(self.train_loader)
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
-        trainer.num_training_batches = limited(n, trainer.limit_train_batches)
+        trainer.num_training_batches = limited(n, trainer.limit_train_batches, "train")
         if self.val_loader is not None:
             check_val_interval(trainer)
         trainer.train_dataloader = self.train_loader
         trainer.val_dataloaders = None if self.val_loader is None else self.val_loader.as_given()  # callbacks read it
         trainer.num_val_batches = [] if self.val_loader is None else [
-            limited(length, trainer.limit_val_batches) for length in self.val_loader.lengths()
+            limited(length, trainer.limit_val_batches, "val") for length in self.val_loader.lengths()
         ]
         check_same_length(strategy.gather_objects(trainer.num_training_batches))
 

@@ -173,19 +173,20 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
                 if data.loader is None:  # the model's or DataModule's: checked here, where they were made
                     check_train_loader(train)
                 val = stage_loader("validate", data.val_loader, model, datamodule)
-                if val is not None and not callable(getattr(model, "validation_step", None)):
-                    if strategy.is_global_zero and not warned:
-                        warnings.warn(
-                            f"A validation loader was given but {type(model).__name__} has no validation_step: "
-                            "training goes on without validation. Define validation_step(self, batch, batch_idx) "
-                            "to validate, or leave the validation loader out to silence this.", UserWarning, stacklevel=2,
-                        )
-                        warned.append(True)
+                steps = callable(getattr(model, "validation_step", None))
+                if strategy.is_global_zero and not warned and (val is None) == steps:  # Lightning's two warnings
+                    warnings.warn(
+                        "You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop. (Define "
+                        f"{type(model).__name__}.validation_step(self, batch, batch_idx) to validate, or leave the "
+                        "validation loader out.)" if steps is False else "You defined a `validation_step` but have no "
+                        "`val_dataloader`. Skipping val loop.", UserWarning, stacklevel=2,
+                    )
+                    warned.append(True)
+                if not steps:
                     val = None
                 val = None if val is None else Loaders(val)
                 if trainer.overfit_batches:
-                    validates = callable(getattr(model, "validation_step", None))
-                    train, val = overfit_loaders(train, val, trainer.overfit_batches, validates)
+                    train, val = overfit_loaders(train, val, trainer.overfit_batches)
                 for loader in [train, *(val or [])]:  # seed_everything(workers=True)
                     seeded_workers(loader, strategy.global_rank)
                 return train, val

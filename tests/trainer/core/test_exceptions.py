@@ -107,3 +107,25 @@ def test_the_accumulation_scheduler_refuses_manual_optimization_and_the_trainers
     trainer = Trainer(max_steps=1, accumulate_grad_batches=2, callbacks=[GradientAccumulationScheduler({0: 2})], **quiet())
     with pytest.raises(ValueError, match="^You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler`"):
         trainer.fit(Classifier(), loader())
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        for _ in range(16):
+            yield torch.randn(8, generator=g), torch.randint(0, 2, (), generator=g)
+
+
+def test_a_fraction_of_a_loader_without_a_length_and_a_fraction_interval_across_epochs_are_lightnings_errors():
+    stream = torch.utils.data.DataLoader(_Stream(), batch_size=4)
+    with pytest.raises(MisconfigurationException, match=r"^When using an `IterableDataset` for `train_dataloader`, `Trainer\(limit_train_batches\)` must be `1.0` or an int"):
+        Trainer(max_epochs=1, limit_train_batches=0.5, **quiet()).fit(Classifier(), stream)
+    with pytest.raises(MisconfigurationException, match=r"^When using an `IterableDataset` for `test_dataloader`"):
+        Trainer(limit_test_batches=0.5, **quiet()).test(Classifier(), stream, verbose=False)
+    with pytest.raises(MisconfigurationException, match=r"^`val_check_interval` should be an integer or a time-based duration"):
+        Trainer(val_check_interval=0.5, check_val_every_n_epoch=None)
+
+
+def test_fewer_batches_than_the_logging_interval_is_lightnings_warning():
+    with pytest.warns(UserWarning, match=r"^The number of training batches \(2\) is smaller than the logging interval Trainer\(log_every_n_steps=50\)"):
+        Trainer(max_steps=2, enable_progress_bar=False, enable_checkpointing=False).fit(Classifier(), loader(32, 16))

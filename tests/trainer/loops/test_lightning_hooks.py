@@ -56,9 +56,11 @@ def test_a_validation_loader_without_validation_step_warns_once_and_trains_on():
         warnings.simplefilter("always")
         trainer = Trainer(max_epochs=2, **quiet())
         trainer.fit(model, loader(32), loader(16))
-    said = [w for w in caught if "has no validation_step" in str(w.message)]
-    assert len(said) == 1 and "training goes on without validation" in str(said[0].message)
+    said = [w for w in caught if "but have no `validation_step`" in str(w.message)]
+    assert len(said) == 1 and str(said[0].message).startswith("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
     assert trainer.global_step == 4 and "val_loss" not in trainer.callback_metrics
+    with pytest.warns(UserWarning, match=r"^You defined a `validation_step` but have no `val_dataloader`\. Skipping val loop\."):
+        Trainer(max_steps=1, **quiet()).fit(Classifier(), loader(32))  # Lightning's other warning
 
 
 class EndsEarly(Classifier):
