@@ -215,3 +215,11 @@ def test_the_batch_size_finder_refuses_distributed_strategies_and_several_evalua
 
     with pytest.raises(MisconfigurationException, match="The Batch size finder cannot be used with multiple val dataloaders"):
         Tuner(Trainer(**quiet())).scale_batch_size(TwoVal(), method="validate")
+
+
+def test_fast_dev_run_skips_both_searches_with_lightnings_warnings():
+    tuner = Tuner(Trainer(fast_dev_run=True))
+    with pytest.warns(UserWarning, match="^Skipping learning rate finder since `fast_dev_run` is enabled."):
+        assert tuner.lr_find(Tunable()) is None
+    with pytest.warns(UserWarning, match="^Skipping batch size scaler since `fast_dev_run` is enabled."):
+        assert tuner.scale_batch_size(Tunable()) is None

@@ -168,7 +168,8 @@ def lr_find(
 ) -> LRFinder | None:
     check_lr_find(min_lr, max_lr, num_training, mode, early_stop_threshold)
     if trainer.fast_dev_run:
-        warnings.warn("lr_find is skipped with Trainer(fast_dev_run=...): a debugging run searches nothing.", stacklevel=3)
+        warnings.warn("Skipping learning rate finder since `fast_dev_run` is enabled. (A debugging run searches nothing.)",
+                      UserWarning, stacklevel=3)
         return None
     name, places = lr_attribute(model, datamodule, attr_name) if update_attr else ("", [])
     finder = LRFinder(mode, float(min_lr), float(max_lr), num_training)
