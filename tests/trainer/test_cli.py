@@ -166,3 +166,22 @@ def test_a_yaml_config_sets_the_logger_to_a_tensorboard_logger(tmp_path):
     assert isinstance(cli.trainer.logger, TensorBoardLogger) and cli.trainer.logger.name == "exp"
     cli.trainer.fit(cli.model, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 8), torch.randint(0, 2, (8,))), batch_size=4))
     assert os.listdir(tmp_path / "tb" / "exp" / "version_0")
+
+
+def test_run_false_saves_the_config_when_fit_runs_and_a_single_default_callback_joins(tmp_path):
+    from callbacks import Callback, EarlyStopping
+    from trainer.cli import SaveConfigCallback
+
+    class Sampler(Callback):  # one callback, not a list, as Lightning's examples pass it
+        pass
+
+    cli = TrainerCLI(WithLoaders, args={"trainer": {"max_epochs": 1, "logger": False, **QUIET}}, run=False,
+                     trainer_defaults={"callbacks": Sampler()})
+    assert any(isinstance(cb, Sampler) for cb in cli.trainer.callbacks)
+    saver = next(cb for cb in cli.trainer.callbacks if isinstance(cb, SaveConfigCallback))
+    assert not saver.already_saved and not os.path.exists("config.yaml")
+    cli.trainer.fit(cli.model)
+    assert saver.already_saved and yaml.safe_load(open("config.yaml"))["trainer"]["max_epochs"] == 1
+    with_class_path = TrainerCLI(WithLoaders, args={"trainer": {"logger": False}}, run=False, trainer_defaults={
+        "callbacks": {"class_path": "callbacks.EarlyStopping", "init_args": {"monitor": "val_loss"}}})
+    assert any(isinstance(cb, EarlyStopping) and cb.monitor == "val_loss" for cb in with_class_path.trainer.callbacks)
