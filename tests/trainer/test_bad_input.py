@@ -182,7 +182,7 @@ def checkpoint_files(tmp_path):
         (dict(model=Returns("no loss key")), TypeError, ["training_step returned dict", "'loss'"]),
         (dict(model=Returns("int tensor")), ValueError, ["does not require grad"]),
         # configure_optimizers returns something unusable
-        (dict(model=Optimizers("two optimizers")), ValueError, ["configure_optimizers()", "optimizers 0 and 1 both hold", "one optimizer"]),
+        (dict(model=Optimizers("two optimizers")), ValueError, ["configure_optimizers() returned 2 optimizers", "automatic optimization steps one"]),
         (dict(model=Optimizers("scheduler without step")), TypeError, ["'cosine'", "no step() method"]),
         (dict(model=Optimizers("unknown key")), ValueError, ["unknown keys ['scheduler']", "lr_scheduler="]),
         (dict(model=Optimizers("bad interval")), ValueError, ["interval='batch'", "'epoch' or 'step'"]),

@@ -325,8 +325,16 @@ class TrainModule(HyperparametersMixin, nn.Module):
     @property
     def trainer(self) -> "Trainer":
         if self._trainer is None:
-            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call trainer.fit(model, ...).")
+            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit(model, ...) first.")
         return self._trainer
+
+    @trainer.setter
+    def trainer(self, trainer: "Trainer | None") -> None:
+        """Lightning's: attach (or with None detach) this module and its TrainModule children."""
+        for child in self.children():
+            if isinstance(child, TrainModule):
+                child.trainer = trainer
+        self._trainer = trainer
 
     @property
     def logger(self) -> Any:

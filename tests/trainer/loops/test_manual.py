@@ -282,3 +282,29 @@ def test_a_plateau_scheduler_without_monitor_is_the_modules_to_step_under_manual
 
     with pytest.raises(MisconfigurationException, match="`configure_optimizers` must include a monitor when a `ReduceLROnPlateau`"):
         Trainer(max_steps=1, **quiet()).fit(Automatic(), loader(16))
+
+
+class SharedParameters(Classifier):
+    """Two optimizers over the same parameters, stepped by hand (Lightning allows it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        for opt in self.optimizers():
+            loss = nn.functional.cross_entropy(self(batch[0]), batch[1])
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.SGD(self.net[0].parameters(), lr=0.01)]
+
+
+def test_optimizers_may_share_parameters_under_manual_optimization():
+    model = SharedParameters()
+    before = model.net[0].weight.detach().clone()
+    trainer = Trainer(max_steps=2, **quiet())
+    trainer.fit(model, loader(32, 16))
+    assert len(trainer.optimizers) == 2 and not torch.equal(before, model.net[0].weight)

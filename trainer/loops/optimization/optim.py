@@ -186,15 +186,9 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
 
 
 def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:
-    seen: dict[int, int] = {}
-    for i, opt in enumerate(setup.optimizers):
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if seen.setdefault(id(p), i) != i:
-                    raise ValueError(
-                        f"{where}: optimizers {seen[id(p)]} and {i} both hold the parameter of shape "
-                        f"{tuple(p.shape)}. Give each parameter to one optimizer."
-                    )
+    """Several optimizers may share a parameter, as in Lightning: under manual optimization the
+    module steps each (``toggle_optimizer`` keeps the others' gradients off); automatic
+    optimization takes one optimizer (``check_manual`` says so)."""
     return setup
 
 
