@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -13,6 +14,8 @@ from typing import Any
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.folder_lock import lock_checkpoint_folder
 from trainer.checkpoint.paths import LAST  # the newest state, which "last" resumes from
+
+log = logging.getLogger("trainer")
 
 #: What a ``save_weights_only`` file keeps: enough to evaluate it at its step, nothing to resume.
 WEIGHTS_ONLY_KEYS = ("format", "version", "model", "loop", "metrics", "hparams", "strategy")
@@ -82,6 +85,25 @@ def prepare_folder(trainer: Any, dirpath: str) -> None:
     lock_checkpoint_folder(trainer, dirpath)  # before touching it: another live run may be writing it
     if trainer.is_global_zero:
         remove_unfinished_saves(dirpath)
+
+
+def save_at_exception(cb: Any, trainer: Any, exception: BaseException) -> None:
+    """``ModelCheckpoint(save_on_exception=True)``, as Lightning's: when fit fails, the state it
+    failed in goes to the ``filename`` template's file (and ``last.ckpt``), unless it is the
+    sanity check or ``fast_dev_run``, no step was taken, or this step is already saved. On one
+    process only: a rank failing alone cannot take part in the other ranks' collectives."""
+    if not (cb.save_on_exception and cb.dirpath and trainer.optimizers) or trainer.fast_dev_run or trainer.sanity_checking:
+        return
+    if trainer.global_step in (0, cb._last_step_saved, cb._newest_step):
+        return
+    if trainer.world_size > 1:
+        log.info("save_on_exception: not saved, since %d processes cannot save together after one failed.", trainer.world_size)
+        return
+    path = os.path.join(cb.dirpath, cb._format(trainer))
+    trainer.save_checkpoint(path)
+    rotate(path, None, cb.save_last)
+    cb.last_model_path = os.path.join(cb.dirpath, LAST) if cb.save_last else cb.last_model_path
+    log.info("An %s was raised with message: %s, saved checkpoint to %s", type(exception).__name__, exception, path)
 
 
 def check_writable(dirpath: str) -> None:

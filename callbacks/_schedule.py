@@ -33,8 +33,10 @@ def triggers(
 ) -> tuple[int | None, datetime.timedelta | None, int | None]:
     """ModelCheckpoint's one trigger, checked (None: off; 0 is off too, as in Lightning). With
     none given, every epoch (``every_n_epochs=1``)."""
-    steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, minimum=0, allow_none=True)
-    epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, minimum=0, allow_none=True)
+    steps = positive_int("ModelCheckpoint(every_n_train_steps)", every_n_train_steps, minimum=0, allow_none=True,
+                         lightning=f"Invalid value for every_n_train_steps={every_n_train_steps}. Must be >= 0")
+    epochs = positive_int("ModelCheckpoint(every_n_epochs)", every_n_epochs, minimum=0, allow_none=True,
+                          lightning=f"Invalid value for every_n_epochs={every_n_epochs}. Must be >= 0")
     interval = train_time_interval
     if interval is not None and (not isinstance(interval, datetime.timedelta) or interval.total_seconds() < 0):
         raise TypeError(

@@ -62,7 +62,7 @@ class EarlyStopping(Callback):
         if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not min_delta >= 0:
             raise ValueError(f"EarlyStopping(min_delta={min_delta!r}) must be a number >= 0 (the margin an improvement must beat).")
         self.monitor = monitor
-        self.mode = one_of("EarlyStopping(mode)", mode, ("min", "max"))
+        self.mode = one_of("EarlyStopping(mode)", mode, ("min", "max"), lightning=f"`mode` can be min, max, got {mode}")
         self.patience = positive_int("EarlyStopping(patience)", patience, minimum=0)
         self.min_delta = float(min_delta)
         self.verbose = flag("EarlyStopping(verbose)", verbose)
@@ -92,7 +92,7 @@ class EarlyStopping(Callback):
             self._reset()  # a checkpoint being resumed loads its state after this
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.state.stage == "fit" and not self._at_epoch_end(trainer):
+        if trainer.state.fn == "fit" and not self._at_epoch_end(trainer):
             self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:

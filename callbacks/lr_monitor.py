@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from trainer.core.checks import flag
+from trainer.core.exceptions import misconfigured
 
 from .base import Callback
 
@@ -30,9 +31,9 @@ class LearningRateMonitor(Callback):
 
     def __init__(self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False) -> None:
         if logging_interval not in (None, "step", "epoch"):
-            raise ValueError(
+            raise misconfigured(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}) must be 'step', 'epoch' or None "
-                "(each scheduler's own interval)."
+                "(each scheduler's own interval).", "logging_interval should be `step` or `epoch` or `None`.",
             )
         self.logging_interval = logging_interval
         self.log_momentum = flag("LearningRateMonitor(log_momentum)", log_momentum)
@@ -41,9 +42,10 @@ class LearningRateMonitor(Callback):
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         if not trainer.loggers:
-            raise ValueError(
+            raise misconfigured(
                 "LearningRateMonitor needs a logger to write to, and this Trainer has none (logger=False or "
-                "log_dir=None). Pass Trainer(logger=True) or a logger, or drop the callback."
+                "log_dir=None). Pass Trainer(logger=True) or a logger, or drop the callback.",
+                "Cannot use `LearningRateMonitor` callback with `Trainer` that has no logger.",
             )
         if self.log_momentum and any("momentum" not in o.defaults and "betas" not in o.defaults for o in trainer.optimizers):
             import warnings

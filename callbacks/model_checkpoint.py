@@ -16,7 +16,9 @@ from trainer.checkpoint.background_save import BackgroundWriter, freeze
 from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.core.checks import flag, one_of, positive_int
 
-from ._checkpoint_files import LAST, file_name, prepare_folder, rotate, weights_only, write_files
+from ._checkpoint_files import (
+    LAST, file_name, prepare_folder, rotate, save_at_exception, weights_only, write_files,
+)
 from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
@@ -66,14 +68,10 @@ class ModelCheckpoint(Callback):
         save_on_exception: bool = False,
         enable_version_counter: bool = True,
     ) -> None:
-        if save_on_exception is not False or enable_version_counter is not True:
-            raise ValueError(
-                f"ModelCheckpoint(save_on_exception={save_on_exception!r}) is not supported: a stop by SIGTERM, SIGINT "
-                "or max_steps writes last.ckpt, and a failed run keeps its last save; resume with fit(ckpt_path='last')."
-                if save_on_exception is not False else
-                f"ModelCheckpoint(enable_version_counter={enable_version_counter!r}) is not supported: a save never "
-                "overwrites a file the top k keeps (a name taken gets -v1, -v2, ...)."
-            )
+        if enable_version_counter is not True:
+            raise ValueError(f"ModelCheckpoint(enable_version_counter={enable_version_counter!r}) is not supported: a save "
+                             "never overwrites a file the top k keeps (a name taken gets -v1, -v2, ...).")
+        self.save_on_exception = flag("ModelCheckpoint(save_on_exception)", save_on_exception)
         self.verbose = flag("ModelCheckpoint(verbose)", verbose)
         if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
             raise TypeError(f"ModelCheckpoint(dirpath={dirpath!r}) must be a path or None.")
@@ -87,7 +85,8 @@ class ModelCheckpoint(Callback):
         self.filename = filename or ("{epoch}-{step}" if monitor is None else "{epoch}-{step}-{" + monitor + ":.4g}")
         self.monitor = monitor
         self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"))
-        self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1)
+        self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1,
+                                       lightning=f"Invalid value for save_top_k={save_top_k}. Must be >= -1")
         if save_last not in (True, False, None, "link"):
             raise TypeError(f"ModelCheckpoint(save_last={save_last!r}) must be True, False or 'link' (a symbolic link).")
         self.save_last: bool | str = save_last or False
@@ -187,7 +186,7 @@ class ModelCheckpoint(Callback):
         self._save(trainer)
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.state.stage != "fit":
+        if trainer.state.fn != "fit":
             return  # trainer.validate() saves nothing
         self._monitor_due = True  # from now on a save whose monitor is missing is an error that lists what was logged
         epoch_due = not self._at_epoch_end and self._epoch_due(trainer)
@@ -229,6 +228,7 @@ class ModelCheckpoint(Callback):
         error = self._writer.error()  # let a write in flight finish: it is complete and resumable
         if error is not None:  # the run fails with its own error; say that this save failed too
             warnings.warn(f"The checkpoint being written when fit failed was not saved: {error}", stacklevel=2)
+        save_at_exception(self, trainer, exception)
 
     def _wait_for_writer(self, trainer: Trainer) -> None:
         """Wait for the write in flight (rank 0). If it failed, every rank raises, together and

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from trainer.core.exceptions import misconfigured
+
 from .base import Callback
 
 if TYPE_CHECKING:
@@ -31,7 +33,10 @@ class BasePredictionWriter(Callback):
 
     def __init__(self, write_interval: str = "batch") -> None:
         if write_interval not in INTERVALS:
-            raise ValueError(f"write_interval={write_interval!r}: use one of {', '.join(map(repr, INTERVALS))}.")
+            raise misconfigured(
+                f"write_interval={write_interval!r}: use one of {', '.join(map(repr, INTERVALS))}.",
+                f"`write_interval` should be one of {list(INTERVALS)}.",
+            )
         self.write_interval = write_interval
         self.on_batch = write_interval in ("batch", "batch_and_epoch")
         self.on_epoch = write_interval in ("epoch", "batch_and_epoch")

@@ -63,7 +63,7 @@ def trainer_parser(
         "--max-steps", type=int, default=None,
         help="optimizer steps to run at most (default: %(default)s, no step limit); with --max-epochs, whichever comes first ends the run",
     )
-    p.add_argument("--log-dir", default="runs", help="TensorBoard logs and checkpoints go to LOG_DIR/default/version_<n>")
+    p.add_argument("--log-dir", default=".", help="TensorBoard logs and checkpoints go to LOG_DIR/lightning_logs/version_<n>")
     p.add_argument("--seed", type=int, default=0, help="seeds the initial weights, the data order and dropout: the same seed repeats the run")
     p.add_argument("--batch-size", type=int, default=batch_size, help=batch_size_help)
     return p

@@ -7,7 +7,7 @@
     python examples/config_cli.py fit --config examples/config_cli.yaml --print_config
     python examples/config_cli.py test --config examples/config_cli.yaml --ckpt_path=<a .ckpt file>
 
-The run folder (``runs/<name>/version_<n>``) gets ``config.yaml``, the full config, which
+The run folder (``lightning_logs/version_<n>``) gets ``config.yaml``, the full config, which
 ``--config`` reads back to repeat the run. Needs the ``cli`` extra: ``pip install ".[cli]"``.
 """
 

@@ -114,7 +114,7 @@ class CSVLogger(FolderLogger):
         prefix: str = "",
         flush_logs_every_n_steps: int = 100,
     ) -> None:
-        super().__init__(save_dir, name, version, "CSVLogger")
+        super().__init__(save_dir, name, version)
         if not isinstance(prefix, str):
             raise TypeError(f"CSVLogger(prefix={prefix!r}) must be a string, put before each name with '-'.")
         self._prefix = prefix

@@ -139,7 +139,10 @@ class FolderLogger(Logger):
     _default_name = "lightning_logs"
     _made_by_trainer = False  # Trainer(logger=True)'s: a new version for each fit
 
-    def __init__(self, save_dir: str | os.PathLike | None, name: str | None, version: int | str | None, kind: str) -> None:
+    # No ``kind`` argument: jsonargparse follows a subclass's ``**kwargs`` into this signature, so
+    # every parameter here must be one a config may leave out (``lazy_instance(TensorBoardLogger)``).
+    def __init__(self, save_dir: str | os.PathLike | None = None, name: str | None = None, version: int | str | None = None) -> None:
+        kind = type(self).__name__
         if save_dir is not None and not isinstance(save_dir, (str, os.PathLike)):
             raise TypeError(f"{kind}(save_dir={save_dir!r}) must be a folder path (str or os.PathLike).")
         if name is not None and not isinstance(name, str):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from trainer.core.checks import flag, positive_number
 
@@ -60,16 +61,15 @@ class TensorBoardLogger(FolderLogger):
         sub_dir: str | os.PathLike | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(save_dir, name, version, "TensorBoardLogger")
+        super().__init__(save_dir, name, version)
         self._log_graph = flag("TensorBoardLogger(log_graph)", log_graph)
         self._default_hp_metric = flag("TensorBoardLogger(default_hp_metric)", default_hp_metric)
         if not isinstance(prefix, str):
             raise TypeError(f"TensorBoardLogger(prefix={prefix!r}) must be a string, put before each name with '-'.")
         self._prefix = prefix
         self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
-        kwargs.setdefault("flush_secs", 30.0)
-        positive_number("TensorBoardLogger(flush_secs)", kwargs["flush_secs"], allow_none=False)
-        self._kwargs = kwargs
+        self._kwargs = kwargs  # SummaryWriter's: assigned as it is, so that jsonargparse follows it there
+        positive_number("TensorBoardLogger(flush_secs)", self.flush_secs, allow_none=False)
         self._experiment: SummaryWriter | None = None
         self._purge_step: int | None = None
         self._session_open = False  # an HParams session started in this writer, to be marked finished
@@ -87,7 +87,7 @@ class TensorBoardLogger(FolderLogger):
 
     @property
     def flush_secs(self) -> float:
-        return self._kwargs["flush_secs"]
+        return self._kwargs.setdefault("flush_secs", 30.0)
 
     @property
     def sub_dir(self) -> str | None:
@@ -105,7 +105,9 @@ class TensorBoardLogger(FolderLogger):
     def experiment(self) -> SummaryWriter:
         """The ``SummaryWriter`` of this run (opened on first use)."""
         if self._experiment is None:
-            self._experiment = _summary_writer()(self.log_dir, purge_step=self._purge_step, **self._kwargs)
+            with _without_boto3():  # a local import, written out: jsonargparse follows **kwargs into SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter
+            self._experiment = SummaryWriter(log_dir=self.log_dir, purge_step=self._purge_step, **self._kwargs)
             self._purge_step = None
         return self._experiment
 
@@ -241,8 +243,9 @@ def _number(tag: str, value: Any) -> float:
         raise ValueError(f"TensorBoardLogger.log_metrics: {tag}={value!r:.80} is not a number (a float, int or one-element tensor).") from None
 
 
-def _summary_writer() -> type[SummaryWriter]:
-    """torch's SummaryWriter, imported without boto3.
+@contextlib.contextmanager
+def _without_boto3() -> Iterator[None]:
+    """torch's SummaryWriter, imported in here without boto3.
 
     tensorboard imports boto3 whenever it is installed, for ``s3://`` log dirs, which the run
     folder never is: about 10 MiB of memory and 0.3 s of start-up for nothing. A boto3 that
@@ -254,11 +257,10 @@ def _summary_writer() -> type[SummaryWriter]:
     if saved["boto3"] is missing:
         sys.modules.update(dict.fromkeys(saved))  # None in sys.modules: `import boto3` raises ImportError
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        yield
     finally:
         for name, module in saved.items():
             if module is missing:
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
-    return SummaryWriter

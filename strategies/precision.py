@@ -70,6 +70,32 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
+class _EmptyInit(torch.overrides.TorchFunctionMode):
+    """``init_module(empty_init=True)``: ``torch.nn.init`` functions return their tensor as it is,
+    so that a model about to get a checkpoint's weights skips initializing them."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return kwargs["tensor"] if "tensor" in kwargs else args[0]
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def init_context(precision: str, device: torch.device, empty_init: bool | None) -> Iterator[None]:
+    """Lightning's ``trainer.init_module()``: tensors made inside are made on ``device``, in a true
+    precision's dtype ("bf16-true", "16-true", "64-true"), and with ``empty_init=True`` left
+    uninitialized."""
+    dtype = _TRUE_DTYPES.get(normalize_precision(precision))
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.device(device))
+        if dtype is not None:
+            stack.enter_context(_default_dtype(dtype))
+        if empty_init:
+            stack.enter_context(_EmptyInit())
+        yield
+
+
 class Precision:
     """Runs steps under autocast and scales float16 losses. ``"32-true"`` is a no-op.
 

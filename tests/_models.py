@@ -36,17 +36,17 @@ class Classifier(TrainModule):
         self.log("train_loss", loss, prog_bar=True)
         return loss
 
-    def validation_step(self, batch, batch_idx):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):  # the index comes with several loaders
         x, y = batch
         logits = self(x)
         self.log("val_loss", nn.functional.cross_entropy(logits, y))
         self.log("val_acc", (logits.argmax(-1) == y).float().mean())
 
-    def test_step(self, batch, batch_idx):
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
         x, y = batch
         self.log("test_loss", nn.functional.cross_entropy(self(x), y))
 
-    def predict_step(self, batch, batch_idx):
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         return self(x).argmax(-1)
 

@@ -35,6 +35,7 @@ def test_no_checkpoint_or_run_folder_is_committed(git_root):
         "checkpoints/last.ckpt",  # a Trainer(log_dir=None) run in the checkout's root
         "benchmarks/checkpoints/epoch=9-step=100.ckpt",  # ... or started from benchmarks/
         "examples/runs/default/version_0/events.out.tfevents.1",
+        "examples/lightning_logs/version_0/checkpoints/last.ckpt",  # the default run folder, as Lightning's
         "benchmarks/.scratch/tmpabc/save-0.ckpt",
         "model.ckpt",
     ],

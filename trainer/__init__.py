@@ -21,26 +21,29 @@ from typing import Any as _Any
 from trainer._version import __version__
 from trainer.checkpoint.files import CheckpointError
 from trainer.core.datamodule import DataModule
+from trainer.core.exceptions import MisconfigurationException
 from trainer.core.module import TrainModule
 from trainer.core.seed import seed_everything
 from trainer.core.signals import Interrupted
-from trainer.core.state import TrainerState
+from trainer.core.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from trainer.core.hparams import AttributeDict
 from trainer.core.distributed import rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
 from trainer.core.metrics import grad_norm
 
 # Rank 0's one-line summaries (strategy, resume) show by default, like a progress bar does;
-# configure the "trainer" logger to change that.
+# configure the "trainer" logger to change that. As Lightning does with its logger: when the root
+# logger has handlers (logging.basicConfig ran, or pytest's capture), the lines go to them instead.
 _log = _logging.getLogger("trainer")
-if not _log.handlers:
+if not _log.handlers and not _logging.getLogger().hasHandlers():
     _handler = _logging.StreamHandler()
     _handler.setFormatter(_logging.Formatter("[trainer] %(message)s"))
     _log.addHandler(_handler)
-    _log.setLevel(_logging.INFO)
     _log.propagate = False
+_log.setLevel(_logging.INFO)
 
 __all__ = [
-    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "TrainModule", "Trainer", "TrainerState", "Tuner",
+    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "MisconfigurationException", "RunningStage", "TrainModule",
+    "Trainer", "TrainerFn", "TrainerState", "TrainerStatus", "Tuner",
     "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything", "__version__",
 ]
 

@@ -18,6 +18,8 @@ from loggers._for_trainer import make_loggers
 from strategies import Strategy, select_strategy
 from strategies.precision import Precision, normalize_precision
 
+from trainer.core.exceptions import misconfigured
+from trainer.core.distributed import rank_zero_info, rank_zero_warn
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
@@ -26,10 +28,11 @@ from trainer.loops.profiler import SimpleProfiler
 
 
 class _DefaultDir(str):
-    """``log_dir``'s default, told apart from a ``log_dir="runs"`` that the user wrote."""
+    """``log_dir``'s default, told apart from a ``log_dir="."`` that the user wrote."""
 
 
-RUNS = _DefaultDir("runs")
+# The working directory when the Trainer is built, as Lightning's default_root_dir.
+WORKING_DIR = _DefaultDir(".")
 
 # Lightning's arguments (2.x, and the 1.x ones scripts still carry) that this Trainer does not take.
 UNSUPPORTED = {
@@ -97,17 +100,20 @@ def check_names(unknown: dict[str, Any], valid: Iterable[str]) -> None:
 
 def root_dir(default_root_dir: Any, log_dir: Any) -> str | None:
     """Where runs go: Lightning's ``default_root_dir`` or its alias ``log_dir`` (``log_dir=None``:
-    no logs, no run folder). ``default_root_dir=None`` is Lightning's "the default" ("runs")."""
-    if default_root_dir is not None and log_dir is not RUNS:
+    no logs, no run folder). ``default_root_dir=None`` is Lightning's "the default": the working
+    directory when the Trainer is built, as an absolute path."""
+    if default_root_dir is not None and log_dir is not WORKING_DIR:
         raise ValueError(
             f"default_root_dir={default_root_dir!r} and log_dir={log_dir!r} name the same folder: give only one "
             "(default_root_dir is Lightning's name; log_dir is its alias here)."
         )
     name, value = ("default_root_dir", default_root_dir) if default_root_dir is not None else ("log_dir", log_dir)
     if value is not None and not isinstance(value, (str, os.PathLike)):
-        none = "turn logging off" if name == "log_dir" else "use the default folder ('runs')"
+        none = "turn logging off" if name == "log_dir" else "use the working directory"
         raise TypeError(f"{name}={value!r} must be a path (str or os.PathLike), or None to {none}.")
-    return None if value is None else os.fspath(str(value) if isinstance(value, _DefaultDir) else value)
+    if value is None:
+        return None
+    return os.getcwd() if isinstance(value, _DefaultDir) else os.fspath(value)
 
 
 def loop_limits(max_epochs: Any, min_epochs: Any, max_steps: Any, min_steps: Any) -> tuple[Any, ...]:
@@ -115,9 +121,15 @@ def loop_limits(max_epochs: Any, min_epochs: Any, max_steps: Any, min_steps: Any
     are accepted: max_steps=-1 (its default) is None; max_epochs=-1 trains until something
     else (max_time, EarlyStopping, should_stop) ends it."""
     endless = max_epochs == -1 and not isinstance(max_epochs, bool)
-    max_epochs = None if endless else positive_int("max_epochs", max_epochs, allow_none=True)
+    max_epochs = None if endless else positive_int(
+        "max_epochs", max_epochs, allow_none=True,
+        lightning=f"`max_epochs` must be a non-negative integer or -1. You passed in {max_epochs}.",
+    )
     max_steps = None if max_steps == -1 and not isinstance(max_steps, bool) else max_steps
-    max_steps = positive_int("max_steps", max_steps, allow_none=True)
+    max_steps = positive_int(
+        "max_steps", max_steps, allow_none=True,
+        lightning=f"`max_steps` must be a non-negative integer or -1 (infinite steps). You passed in {max_steps}.",
+    )
     min_epochs = positive_int("min_epochs", min_epochs, allow_none=True, minimum=0)
     min_steps = positive_int("min_steps", min_steps, allow_none=True, minimum=0)
     for low, high, what in ((min_epochs, max_epochs, "epochs"), (min_steps, max_steps, "steps")):
@@ -179,7 +191,7 @@ class Options:
     val_check_interval: int | float | None = None
     log_every_n_steps: int = 50
     default_root_dir: str | None = None
-    name: str = "default"
+    name: str = "lightning_logs"
     enable_progress_bar: bool = True
     enable_checkpointing: bool = True
     limit_train_batches: int | float | None = None
@@ -225,14 +237,29 @@ def configure(o: dict[str, Any]) -> Configured:
     t.precision = normalize_precision(o["precision"])
     t.accumulate_grad_batches = positive_int("accumulate_grad_batches", o["accumulate_grad_batches"])
     t.gradient_clip_val = positive_number("gradient_clip_val", o["gradient_clip_val"])
-    t.gradient_clip_algorithm = one_of("gradient_clip_algorithm", o["gradient_clip_algorithm"], ("norm", "value"))
-    t.check_val_every_n_epoch = positive_int("check_val_every_n_epoch", o["check_val_every_n_epoch"], allow_none=True)
+    algorithm = o["gradient_clip_algorithm"]
+    t.gradient_clip_algorithm = one_of(
+        "gradient_clip_algorithm", algorithm, ("norm", "value"),
+        lightning=f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: ['value', 'norm'].",
+    )
+    every = o["check_val_every_n_epoch"]
+    t.check_val_every_n_epoch = positive_int(
+        "check_val_every_n_epoch", every, allow_none=True,
+        lightning=f"`check_val_every_n_epoch` should be an integer, found {every!r}." if not isinstance(every, int) else "",
+    )
     if isinstance(o["val_check_interval"], (str, dict)) or hasattr(o["val_check_interval"], "total_seconds"):
         raise ValueError(
             f"val_check_interval={o['val_check_interval']!r}: a time-based interval is not supported. Give a fraction "
             "of the epoch (0.25) or a number of batches (1000); callbacks.Timer bounds the whole run's time."
         )
     t.val_check_interval = interval("val_check_interval", o["val_check_interval"])
+    if t.check_val_every_n_epoch is None and isinstance(t.val_check_interval, float):
+        raise misconfigured(
+            f"val_check_interval={t.val_check_interval!r} is a fraction of an epoch, and check_val_every_n_epoch=None "
+            "validates across epochs: pass a number of batches (val_check_interval=1000).",
+            "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', datetime.timedelta, "
+            "or dict kwargs for timedelta) when `check_val_every_n_epoch=None`.",
+        )
     t.log_every_n_steps = positive_int("log_every_n_steps", o["log_every_n_steps"])
     t.default_root_dir = root_dir(o["default_root_dir"], o["log_dir"])
     name = o["name"]
@@ -275,12 +302,16 @@ def configure(o: dict[str, Any]) -> Configured:
     t.benchmark = o["benchmark"]
     t.detect_anomaly = flag("detect_anomaly", o["detect_anomaly"])
     t.inference_mode = flag("inference_mode", o["inference_mode"])
+    reload = o["reload_dataloaders_every_n_epochs"]
     t.reload_dataloaders_every_n_epochs = positive_int(
-        "reload_dataloaders_every_n_epochs", o["reload_dataloaders_every_n_epochs"], minimum=0
+        "reload_dataloaders_every_n_epochs", reload, minimum=0,
+        lightning=f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got {reload}.",
     )
     t.profiler = profiler_of(o["profiler"])
     max_time = max_time_seconds(o["max_time"])
     t.overfit_batches = limit("overfit_batches", o["overfit_batches"])
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches", "overfit_batches", "val_check_interval"):
+        tell_whole(name, o[name])
     if t.overfit_batches:  # train and validate on the same first batches, in order
         t.limit_train_batches = t.limit_val_batches = t.overfit_batches
     if flag("barebones", o["barebones"]):  # Lightning's: everything that costs time per run, off
@@ -302,10 +333,26 @@ def configure(o: dict[str, Any]) -> Configured:
     callbacks, legacy = split_loggers(o["callbacks"])  # a TensorBoardLogger passed as a callback, as before loggers/
     loggers = [] if t.fast_dev_run else make_loggers(o["logger"], legacy, t.default_root_dir, t.name)
     given = check_callbacks(callbacks)
+    check_bars(given, o["enable_progress_bar"])
     if t.fast_dev_run:  # no bar, no files: a configured bar or checkpointer is left out too
         given = [cb for cb in given if not isinstance(cb, (ProgressBar, ModelCheckpoint, ModelSummary))]
     t.callbacks = given + default_callbacks(t, given, max_time)
     return Configured(t, strategy, loggers)
+
+
+def check_bars(given: list[Callback], enabled: Any) -> None:
+    """Lightning's: one progress bar at most, and none when ``enable_progress_bar=False``."""
+    bars = [cb for cb in given if isinstance(cb, ProgressBar)]
+    if len(bars) > 1:
+        raise misconfigured(
+            f"callbacks holds {len(bars)} progress bars ({', '.join(type(b).__name__ for b in bars)}): keep one.",
+            "You added multiple progress bar callbacks to the Trainer, but currently only one progress bar is supported.",
+        )
+    if bars and enabled is False:
+        raise misconfigured(
+            "Drop the bar from callbacks, or enable_progress_bar=False.",
+            f"Trainer was configured with `enable_progress_bar=False` but found `{type(bars[0]).__name__}` in callbacks list.",
+        )
 
 
 def default_callbacks(t: Options, given: list[Callback], max_time: float | None) -> list[Callback]:
@@ -319,6 +366,8 @@ def default_callbacks(t: Options, given: list[Callback], max_time: float | None)
     extra: list[Callback] = []
     if max_time is not None and wanted(Timer):
         extra.append(Timer(max_time))
+    elif max_time is not None:
+        rank_zero_info("Ignoring `Trainer(max_time=...)`, callbacks list already contains a Timer.")
     if t.enable_progress_bar and wanted(ProgressBar):
         extra.append(ProgressBar())
     if t.enable_checkpointing and wanted(ModelCheckpoint):
@@ -328,14 +377,28 @@ def default_callbacks(t: Options, given: list[Callback], max_time: float | None)
     return extra
 
 
-def fit_end_message(max_epochs: Any, max_steps: Any, endless: bool) -> str | None:
-    """Why ``fit`` cannot start, or None."""
-    if max_epochs is None and max_steps is None and not endless:
-        return (
-            "fit needs an end: pass Trainer(max_epochs=...) or Trainer(max_steps=...), or both. (Lightning would "
-            "train for 1000 epochs; max_epochs=-1 trains until max_time, EarlyStopping or should_stop ends it.)"
+def tell_whole(name: str, value: Any) -> None:
+    """Lightning's line for a limit of ``1`` (one batch) or ``1.0`` (all of them), which read alike."""
+    if isinstance(value, bool) or value not in (1, 1.0):
+        return
+    train, val_check = name == "limit_train_batches", name == "val_check_interval"
+    if isinstance(value, int):
+        said = "1 batch per epoch will be used." if train else "validation will run after every batch." if val_check else "1 batch will be used."
+    else:
+        said = ("100% of the batches per epoch will be used." if train else "validation will run at the end of the training epoch."
+                if val_check else "100% of the batches will be used.")
+    rank_zero_info(f"`Trainer({name}={value})` was configured so {said}")
+
+
+def default_max_epochs(t: Trainer) -> None:
+    """Lightning's: a fit with neither ``max_epochs`` nor ``max_steps`` (nor a Timer or ``max_time``)
+    trains 1000 epochs, and says so; ``max_epochs=-1`` trains until something else ends it."""
+    if t.max_epochs is None and t.max_steps is None and not t._endless and not any(isinstance(cb, Timer) for cb in t.callbacks):
+        rank_zero_warn(
+            "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.",
+            UserWarning, stacklevel=5,  # the caller of fit
         )
-    return None
+        t.max_epochs = 1000
 
 
 def check_weights_only(weights_only: Any) -> None:

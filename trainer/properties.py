@@ -17,6 +17,9 @@ from loggers import Logger
 from loggers._for_trainer import logger_list
 from strategies import Strategy
 
+from trainer.core.state import RunningStage, TrainerFn, TrainerStatus
+from strategies.precision import init_context
+
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
     from trainer.core.state import TrainerState
@@ -77,28 +80,61 @@ class TrainerProperties:
         ids = getattr(self._strategy, "device_ids", None)
         return list(ids) if ids else [self._strategy.root_device.index or 0]
 
-    # --- the stage ----------------------------------------------------------------------
+    # --- the stage (Lightning's: each reads trainer.state.stage) ---------------------------
     @property
     def training(self) -> bool:
         """True while fit trains (not during its validation runs or sanity check)."""
-        return self.state.stage == "fit" and self._run.phase == "train" and not self._run.sanity_checking
+        return self.state.stage is RunningStage.TRAINING
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        self._set_stage(RunningStage.TRAINING, value)
+
+    @property
+    def sanity_checking(self) -> bool:
+        """True from ``on_sanity_check_start`` to ``on_sanity_check_end``."""
+        return self.state.stage is RunningStage.SANITY_CHECKING
+
+    @sanity_checking.setter
+    def sanity_checking(self, value: bool) -> None:
+        self._set_stage(RunningStage.SANITY_CHECKING, value)
 
     @property
     def validating(self) -> bool:
         """True during a validation run: fit's, or ``trainer.validate``'s (not the sanity check)."""
-        return self._run.phase == "validation" and not self._run.sanity_checking
+        return self.state.stage is RunningStage.VALIDATING
+
+    @validating.setter
+    def validating(self, value: bool) -> None:
+        self._set_stage(RunningStage.VALIDATING, value)
 
     @property
     def testing(self) -> bool:
-        return self._run.phase == "test"
+        return self.state.stage is RunningStage.TESTING
+
+    @testing.setter
+    def testing(self, value: bool) -> None:
+        self._set_stage(RunningStage.TESTING, value)
 
     @property
     def predicting(self) -> bool:
-        return self._run.phase == "predict"
+        return self.state.stage is RunningStage.PREDICTING
+
+    @predicting.setter
+    def predicting(self, value: bool) -> None:
+        self._set_stage(RunningStage.PREDICTING, value)
 
     @property
     def evaluating(self) -> bool:
-        return self._run.phase in ("validation", "test")
+        """Validating, testing or sanity checking."""
+        return self.state.stage is not None and self.state.stage.evaluating
+
+    def _set_stage(self, stage: RunningStage, on: bool) -> None:
+        """Lightning's setters: True makes ``stage`` the running one; False clears it if it runs."""
+        if on:
+            self.state.stage = stage
+        elif self.state.stage is stage:
+            self.state.stage = None
 
     @property
     def global_step(self) -> int:
@@ -119,7 +155,8 @@ class TrainerProperties:
 
     @property
     def interrupted(self) -> bool:
-        return self.state.stop_reason == "signal"
+        """True once an entry point ended by an exception: a stop signal, Ctrl+C or an error."""
+        return self.state.status is TrainerStatus.INTERRUPTED
 
     @property
     def estimated_stepping_batches(self) -> int | float:
@@ -129,7 +166,7 @@ class TrainerProperties:
         last short group counting as a step (a GradientAccumulationScheduler's groups per epoch);
         whichever is fewer. ``math.inf`` for an unsized
         loader without ``max_steps``. Known from ``configure_optimizers`` on."""
-        if self.state.stage != "fit" and self._run.opt is None:
+        if self.state.fn is not TrainerFn.FITTING and self._run.opt is None:
             raise RuntimeError(
                 "trainer.estimated_stepping_batches is known once fit has its loaders: read it in "
                 "configure_optimizers (e.g. for OneCycleLR's total_steps) or later during fit."
@@ -141,6 +178,23 @@ class TrainerProperties:
         return min(math.inf if self.max_steps is None else self.max_steps, by_epochs)
 
     # --- the run's objects --------------------------------------------------------------
+    @property
+    def num_sanity_val_batches(self) -> list[int | float]:
+        """How many batches of each validation loader the sanity check runs (Lightning's)."""
+        steps = math.inf if self.num_sanity_val_steps == -1 else self.num_sanity_val_steps
+        return [min(steps, batches) for batches in self.num_val_batches]
+
+    def init_module(self, empty_init: bool | None = None) -> Any:
+        """A context manager (Lightning's): modules built inside have their tensors on the
+        strategy's device and in a true precision's dtype at once; ``empty_init=True`` skips
+        initializing their weights (for a model that then loads a checkpoint)::
+
+            with trainer.init_module():
+                model = MyModel()
+        """
+        return init_context(self.precision, self._strategy.root_device, empty_init)
+
+
     @property
     def module(self) -> TrainModule | None:
         return self._run.module
@@ -261,10 +315,10 @@ class LoggerAccess:
 
 # The run's values that Lightning code reads as the Trainer's (trainer/loops/run.py says what each is).
 RUN_VALUES = (
-    "datamodule", "train_dataloader", "val_dataloaders", "predict_loop", "optimizer", "optimizers", "lr_scheduler",
+    "datamodule", "train_dataloader", "val_dataloaders", "test_dataloaders", "predict_dataloaders", "predict_loop", "optimizer", "optimizers", "lr_scheduler",
     "lr_schedulers", "num_training_batches", "num_val_batches", "num_test_batches", "num_predict_batches",
     "callback_metrics", "logged_metrics", "train_epoch_metrics", "prog_bar_names", "samples_seen", "grad_norm",
-    "is_last_batch", "sanity_checking", "run_dir",
+    "is_last_batch", "run_dir",
 )
 
 

@@ -11,7 +11,9 @@ and ``prediction.py``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import sys
 from datetime import timedelta
 from typing import Any, Callable, Iterable
 
@@ -30,16 +32,17 @@ from trainer.checkpoint.files import check_ckpt_path
 from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.checkpoint.paths import best_checkpoint
 from trainer.checkpoint.resume import capture
-from trainer.core.module import TrainModule, check_model
-from trainer.core.state import TrainerState
+from trainer.core.checks import check_eval_model, check_model
+from trainer.core.module import TrainModule
+from trainer.core.state import TrainerState, TrainerStatus
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
 from trainer.fitted_model import fitted_sources
 from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
-from trainer.options import RUNS, Options, check_names, check_weights_only, configure, fit_end_message
-from trainer.tuner import tune_before_fit
+from trainer.options import WORKING_DIR, Options, check_names, check_weights_only, configure, default_max_epochs
+from trainer.tuner import tune_before
 
 
 class Trainer(TrainerProperties, LoggerAccess):
@@ -47,9 +50,12 @@ class Trainer(TrainerProperties, LoggerAccess):
 
     Every option is keyword-only, with Lightning's name and meaning: the API reference gives
     each in [a line][trainer-arguments-table], and docs/trainer-arguments.md says where this
-    Trainer differs. ``fit`` needs ``max_epochs`` or ``max_steps`` (or both: whichever ends
-    first). Any other keyword is a ``TypeError`` that names it: a misspelt option gets the
-    closest name, and a Lightning argument this Trainer does not take (``gpus``,
+    Trainer differs. ``fit`` ends at ``max_epochs`` or ``max_steps`` (whichever comes first;
+    with neither, 1000 epochs, as in Lightning). ``default_root_dir`` (alias ``log_dir``; the
+    working directory by default) is where the run folder goes: the default logger writes
+    ``<default_root_dir>/lightning_logs/version_<n>`` (``name=`` changes ``lightning_logs``).
+    Any other keyword is a ``TypeError`` that names it: a misspelt option gets the closest
+    name, and a Lightning argument this Trainer does not take (``gpus``,
     ``resume_from_checkpoint``, ...) says what to pass instead; Lightning's defaults for those
     (``plugins=None``) are accepted.
     """
@@ -96,8 +102,8 @@ class Trainer(TrainerProperties, LoggerAccess):
         default_root_dir: str | os.PathLike | None = None,
         logger: bool | Logger | Iterable[Logger] | None = True,
         # This trainer's own options:
-        log_dir: str | os.PathLike | None = RUNS,
-        name: str = "default",
+        log_dir: str | os.PathLike | None = WORKING_DIR,
+        name: str = "lightning_logs",
         seed: int | None = None,
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         batched_fetching: bool = True,
@@ -167,13 +173,11 @@ class Trainer(TrainerProperties, LoggerAccess):
         if train_dataloaders is not None:
             check_train_loader(train_dataloaders)
         check_loaders("val_dataloaders", val_dataloaders)
-        problem = fit_end_message(self.max_epochs, self.max_steps, self._endless)
-        if problem is not None:
-            raise ValueError(problem)
+        default_max_epochs(self)  # neither max_epochs nor max_steps: 1000 epochs, with Lightning's warning
         check_ckpt_path(ckpt_path)
         check_weights_only(weights_only)
         self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model
-        tune_before_fit(self, model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
+        tune_before(self, "fit", model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
         self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
 
     def validate(
@@ -221,9 +225,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         check_weights_only(weights_only)
         if not isinstance(verbose, bool):
             raise TypeError(f"verbose={verbose!r} must be True or False.")
-        step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
-        if not callable(getattr(model, step, None)):
-            raise TypeError(f"trainer.{stage}() needs {type(model).__name__}.{step}(self, batch, batch_idx).")
+        check_eval_model(model, stage)  # the step it runs (Lightning's MisconfigurationException)
         if isinstance(dataloaders, DataModule) and datamodule is None:
             dataloaders, datamodule = None, dataloaders
         check_sources(stage, model, {"dataloaders": dataloaders}, datamodule)
@@ -231,6 +233,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.checkpoint_callback)
+        tune_before(self, stage, model, dataloaders, None, datamodule)  # a BatchSizeFinder's search
         results = self._launch(stage, model, dataloaders, None, ckpt_path, datamodule, keep)
         if verbose and stage != "predict" and self.is_global_zero:
             print(results_table(stage, results), flush=True)
@@ -243,8 +246,16 @@ class Trainer(TrainerProperties, LoggerAccess):
         """Run ``stage`` in the strategy's processes (``stage.run_stage``) and take back its results."""
         check_precision_available(self.precision)  # here, not in each of several DDP workers
         data = StageData(loader, val_loader, datamodule, keep)
-        # After a spawned stage, the caller's run records what rank 0 reported (trainer.lightning_module too).
-        return absorb(self, model, datamodule, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        try:
+            # After a spawned stage, the caller's run records what rank 0 reported (trainer.lightning_module too).
+            return absorb(self, model, datamodule, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+        except KeyboardInterrupt:  # Lightning's: the hooks and teardown ran (run_stage); exit with status 1
+            self.state.status = TrainerStatus.INTERRUPTED
+            logging.getLogger("trainer").info("Detected KeyboardInterrupt, attempting graceful shutdown ...")
+            sys.exit(1)
+        except BaseException:  # a spawned stage's workers set theirs; the caller's says so too
+            self.state.status = TrainerStatus.INTERRUPTED
+            raise
 
     # --- checkpoints -------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike, weights_only: bool = False, storage_options: Any = None) -> None:

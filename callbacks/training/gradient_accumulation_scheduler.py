@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainer.core.exceptions import misconfigured
+
 from ..base import Callback
 
 if TYPE_CHECKING:
@@ -23,11 +25,15 @@ class GradientAccumulationScheduler(Callback):
             raise TypeError(f"GradientAccumulationScheduler(scheduling={scheduling!r}) must be a non-empty dict {{epoch: batches}}, e.g. {{0: 8, 4: 4, 8: 1}}.")
         for epoch, batches in scheduling.items():
             if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-                raise ValueError(f"GradientAccumulationScheduler(scheduling={scheduling!r}): the epoch {epoch!r} must be an int >= 0.")
+                raise misconfigured(
+                    f"GradientAccumulationScheduler(scheduling={scheduling!r}): the epoch {epoch!r} must be an int >= 0.",
+                    f"Epoch should be an int greater than or equal to 0. Got {list(scheduling.keys())}.",
+                )
             if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-                raise ValueError(
+                raise misconfigured(
                     f"GradientAccumulationScheduler(scheduling={scheduling!r}): epoch {epoch} accumulates {batches!r} "
-                    "batches, which must be an int >= 1."
+                    "batches, which must be an int >= 1.",
+                    f"Accumulation factor should be an int greater than 0. Got {list(scheduling.values())}.",
                 )
         self.scheduling = dict(sorted(scheduling.items()))
         if 0 not in self.scheduling:
@@ -43,17 +49,21 @@ class GradientAccumulationScheduler(Callback):
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         if stage != "fit":
             return
-        if trainer.accumulate_grad_batches != 1:
-            raise ValueError(
-                f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) and GradientAccumulationScheduler "
-                "both set the accumulation: keep accumulate_grad_batches=1 and put every epoch in the scheduling."
-            )
-        if not getattr(module, "automatic_optimization", True):
-            raise ValueError(
-                "GradientAccumulationScheduler needs automatic optimization: with automatic_optimization=False, "
-                "training_step decides when each optimizer steps."
-            )
         self._given = trainer.accumulate_grad_batches
+
+    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        if not getattr(module, "automatic_optimization", True):  # Lightning's RuntimeError and sentence first
+            raise RuntimeError(
+                "Automatic gradient accumulation and the `GradientAccumulationScheduler` is not supported for manual "
+                "optimization. Please remove the callback or switch to automatic optimization. (With "
+                "automatic_optimization=False, training_step decides when each optimizer steps.)"
+            )
+        if self._given not in (None, 1) or (self._given is None and trainer.accumulate_grad_batches != 1):
+            raise ValueError(
+                "You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler` callback. Either "
+                f"remove `accumulate_grad_batches` from the Trainer or remove the callback. (Trainer(accumulate_grad_batches="
+                f"{trainer.accumulate_grad_batches}): keep it at 1 and put every epoch in the scheduling.)"
+            )
 
     def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
         trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.core.checks import one_of, positive_int
+from trainer.core.exceptions import misconfigured
 
 from ..base import Callback
 
@@ -38,14 +39,18 @@ class StochasticWeightAveraging(Callback):
     ) -> None:
         lrs = swa_lrs if isinstance(swa_lrs, (list, tuple)) else [swa_lrs]
         if not lrs or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0 for x in lrs):
-            raise ValueError(f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}) must be a positive float, or a list of them (one per param group).")
+            raise misconfigured(
+                f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}) must be a positive float, or a list of them (one per param group).",
+                "The `swa_lrs` should a positive float, or a list of positive floats",
+            )
         self._swa_lrs = swa_lrs
         ok_int = isinstance(swa_epoch_start, int) and not isinstance(swa_epoch_start, bool) and swa_epoch_start >= 1
         ok_float = isinstance(swa_epoch_start, float) and 0 < swa_epoch_start <= 1
         if not (ok_int or ok_float):
-            raise ValueError(
+            raise misconfigured(
                 f"StochasticWeightAveraging(swa_epoch_start={swa_epoch_start!r}) must be an int >= 1 (an epoch) "
-                "or a float in (0, 1] (a fraction of max_epochs)."
+                "or a float in (0, 1] (a fraction of max_epochs).",
+                "swa_epoch_start should be a >0 integer or a float between 0 and 1.",
             )
         self._swa_epoch_start = swa_epoch_start
         self._annealing_epochs = positive_int("StochasticWeightAveraging(annealing_epochs)", annealing_epochs)

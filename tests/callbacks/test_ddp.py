@@ -109,8 +109,8 @@ def test_ranks_stop_skip_draw_and_log_as_one(tmp_path, capfd):
     assert [line.split(" done")[0] for line in lines] == ["epoch 0", "epoch 1", "epoch 2", "epoch 3"]
 
     # Only rank 0 writes TensorBoard events: one run folder with one events file.
-    assert glob.glob(os.path.join("runs", "default", "*")) == [os.path.join("runs", "default", "version_0")]
-    assert len(glob.glob(os.path.join("runs", "default", "version_0", "events.out.tfevents.*"))) == 1
+    assert glob.glob(os.path.join("lightning_logs", "*")) == [os.path.join("lightning_logs", "version_0")]
+    assert len(glob.glob(os.path.join("lightning_logs", "version_0", "events.out.tfevents.*"))) == 1
 
 
 def test_nan_guard_raise_raises_on_every_rank_at_the_same_step(tmp_path):

@@ -42,7 +42,7 @@ def load_example(name: str) -> ModuleType:
 
 
 def only_run_dir(log_dir: str) -> str:
-    runs = glob.glob(os.path.join(log_dir, "default", "version_*"))
+    runs = glob.glob(os.path.join(log_dir, "lightning_logs", "version_*"))
     assert len(runs) == 1, f"expected one run under {log_dir}, found {runs}"
     return runs[0]
 

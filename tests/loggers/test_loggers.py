@@ -78,7 +78,7 @@ def test_several_loggers_get_everything_and_the_first_names_the_folders():
     rows = _rows(os.path.join("csv", "lightning_logs", "version_0", "metrics.csv"))
     tb_loss = [e.value for e in acc.Scalars("train_loss")]
     assert [float(r["train_loss"]) for r in rows] == pytest.approx(tb_loss, rel=1e-6)
-    assert not os.path.exists("runs")  # no default logger beside them
+    assert not os.path.exists("lightning_logs")  # no default logger beside them
 
 
 class DrawsInTensorBoard(Classifier):
@@ -98,7 +98,7 @@ def test_the_default_logger_experiment_is_the_summary_writer_of_the_run():
     trainer = Trainer(max_epochs=2, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
     trainer.fit(DrawsInTensorBoard(), loader(64))
     assert isinstance(trainer.logger, TensorBoardLogger)
-    assert trainer.log_dir == os.path.join("runs", "default", "version_0") == trainer.logger.log_dir
+    assert trainer.log_dir == os.path.join(os.getcwd(), "lightning_logs", "version_0") == trainer.logger.log_dir
     files = glob.glob(os.path.join(trainer.log_dir, "events.out.tfevents.*"))
     assert len(files) == 1  # the user's images share the run's one event file
     acc = EventAccumulator(trainer.log_dir, size_guidance={"images": 0, "histograms": 0})
@@ -112,9 +112,9 @@ def test_logger_false_writes_no_logs_and_checkpoints_go_under_log_dir():
     model = Classifier()
     trainer = _fit(False, model=model)
     assert trainer.logger is None and trainer.loggers == [] and model.logger is None
-    assert not glob.glob("runs/**/events.out.tfevents.*", recursive=True)
-    assert glob.glob(os.path.join("runs", "checkpoints", "last.ckpt"))  # Lightning's <default_root_dir>/checkpoints
-    assert trainer.log_dir == "runs"
+    assert not glob.glob("**/events.out.tfevents.*", recursive=True)
+    assert glob.glob(os.path.join("checkpoints", "last.ckpt"))  # Lightning's <default_root_dir>/checkpoints
+    assert trainer.log_dir == os.getcwd()  # default_root_dir: the working directory
 
 
 class Recording(Logger):
@@ -151,8 +151,8 @@ def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
     assert steps[0][0] == 1 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])  # the curves start at step 1
     assert (4, ["val_acc", "val_loss"]) in steps and (4, ["train_loss_epoch"]) in steps
     # Checkpoints: <log_dir>/<name>/<version>/checkpoints, as Lightning puts them for any logger.
-    assert glob.glob(os.path.join("runs", "recording", "run-1", "checkpoints", "last.ckpt"))
-    assert isinstance(logger.experiment, DummyExperiment) and trainer.log_dir == "runs"  # no folder of its own
+    assert glob.glob(os.path.join("recording", "run-1", "checkpoints", "last.ckpt"))
+    assert isinstance(logger.experiment, DummyExperiment) and trainer.log_dir == os.getcwd()  # no folder of its own
 
     class Boom(Classifier):
         def training_step(self, batch, batch_idx):
@@ -240,7 +240,7 @@ def test_callbacks_tensorboard_logger_is_the_logger_and_still_configures_the_def
     trainer = Trainer(max_steps=2, enable_progress_bar=False, enable_checkpointing=False, callbacks=[TensorBoardLogger(flush_secs=5)])
     assert trainer.logger.flush_secs == 5 and trainer.callbacks == [cb for cb in trainer.callbacks if not isinstance(cb, Logger)]
     trainer.fit(Classifier(), loader(32))
-    assert trainer.log_dir == os.path.join("runs", "default", "version_0")
+    assert trainer.log_dir == os.path.join(os.getcwd(), "lightning_logs", "version_0")
     assert np.isfinite(trainer.callback_metrics["train_loss"])
 
 

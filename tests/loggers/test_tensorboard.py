@@ -64,7 +64,7 @@ def _fit(model=None, val=True, **options) -> tuple[Trainer, Classifier]:
 
 def test_a_default_run_writes_every_tag_with_the_values_training_computed():
     trainer, model = _fit(gradient_clip_val=1.0)
-    assert trainer.run_dir == os.path.abspath(os.path.join("runs", "default", "version_0"))
+    assert trainer.run_dir == os.path.abspath(os.path.join("lightning_logs", "version_0"))
     assert len(glob.glob(os.path.join(trainer.run_dir, "events.out.tfevents.*"))) == 1
     acc = _read(trainer.run_dir)
     assert set(acc.Tags()["scalars"]) == DEFAULT_TAGS | {"grad_norm"}
@@ -135,7 +135,7 @@ def test_validate_and_test_after_fit_land_at_the_fit_step_and_predict_writes_not
     trainer.validate(model, loader(32))
     trainer.test(model, loader(32))
     trainer.predict(model, loader(32))
-    assert sorted(os.listdir(os.path.join("runs", "default"))) == ["version_0"]  # predict made no folder
+    assert sorted(os.listdir("lightning_logs")) == ["version_0"]  # predict made no folder
     assert trainer.global_step == 4  # evaluation moved no counter
     acc = _read(trainer.run_dir)
     assert [s for s, _ in _series(acc, "val_loss")] == [4, 4]  # fit's validation, then validate's
@@ -143,7 +143,7 @@ def test_validate_and_test_after_fit_land_at_the_fit_step_and_predict_writes_not
 
     fresh = Trainer(enable_progress_bar=False)
     fresh.predict(model, loader(32))
-    assert fresh.run_dir is None and sorted(os.listdir(os.path.join("runs", "default"))) == ["version_0"]
+    assert fresh.run_dir is None and sorted(os.listdir("lightning_logs")) == ["version_0"]
     fresh.test(model, loader(32))
     assert fresh.run_dir.endswith("version_1") and set(_read(fresh.run_dir).Tags()["scalars"]) == {"test_loss"}
 
@@ -187,7 +187,7 @@ def test_a_crashed_run_keeps_what_it_logged():
 def test_log_dir_none_writes_nothing():
     trainer = Trainer(max_epochs=1, log_dir=None, enable_progress_bar=False, enable_checkpointing=False)
     trainer.fit(Classifier(), loader(32), loader(16))
-    assert trainer.run_dir is None and not os.path.exists("runs")
+    assert trainer.run_dir is None and os.listdir(".") == []
 
 
 # --- a live server -------------------------------------------------------------------------
@@ -209,14 +209,14 @@ def test_a_live_tensorboard_server_lists_the_run_and_its_hparams(tmp_path, scrip
     log_path = tmp_path / "tensorboard.log"
     with open(log_path, "w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "tensorboard.main", "--logdir", "runs", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "tensorboard.main", "--logdir", "lightning_logs", "--host", "127.0.0.1", "--port", str(port)],
             env=script_env, stdout=log, stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}/data/plugin"
     try:
         tags: dict = {}
         deadline = time.monotonic() + 60
-        while not DEFAULT_TAGS <= set(tags.get("default/version_0", {})):
+        while not DEFAULT_TAGS <= set(tags.get("version_0", {})):
             if server.poll() is not None:
                 pytest.skip(f"tensorboard could not start: {log_path.read_text()[-500:]}")
             if time.monotonic() > deadline:
@@ -226,7 +226,7 @@ def test_a_live_tensorboard_server_lists_the_run_and_its_hparams(tmp_path, scrip
                 tags = _get(f"{base}/scalars/tags")
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 continue
-        assert set(tags["default/version_0"]) == DEFAULT_TAGS
+        assert set(tags["version_0"]) == DEFAULT_TAGS
 
         # The HParams tab: the options and model arguments as columns, the final metrics as values.
         experiment = _post(f"{base}/hparams/experiment", {"experimentName": ""})
@@ -237,7 +237,7 @@ def test_a_live_tensorboard_server_lists_the_run_and_its_hparams(tmp_path, scrip
             "experimentName": "", "startIndex": 0, "sliceSize": 10, "colParams": [],
             "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
         })["sessionGroups"]
-        assert [g["name"] for g in groups] == ["default/version_0"]
+        assert [g["name"] for g in groups] == ["version_0"]
         assert groups[0]["hparams"]["hidden"] == 16
         values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
         assert values["val_loss"] == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 
 import pytest
@@ -210,19 +209,10 @@ def test_torchrun_variables_win_over_slurm(monkeypatch):
     assert launched_env().rank == 0 and launched_env().world_size == 2
 
 
-@pytest.fixture
-def trainer_log(caplog):
-    """The 'trainer' logger does not propagate (it has its own handler); listen to it directly."""
-    logger = logging.getLogger("trainer")
-    logger.addHandler(caplog.handler)
-    yield caplog
-    logger.removeHandler(caplog.handler)
-
-
 @pytest.mark.skipif(GPUS > 0, reason="the line names the CPU")
 def test_fit_logs_one_line_with_strategy_devices_world_size_and_global_batch(trainer_log):
     Trainer(strategy="single", max_steps=1, accumulate_grad_batches=3, **quiet()).fit(Classifier(), loader(batch_size=8))
-    lines = [r.getMessage() for r in trainer_log.records if r.getMessage().startswith("Training with")]
+    lines = [line for line in trainer_log if line.startswith("Training with")]
     assert lines == [
         "Training with single on cpu; 1 device(s), world size 1; "
         "global batch 24 = 8 per device x 1 device(s) x 3 accumulation."

@@ -13,6 +13,12 @@ import yaml
 from tests._models import Classifier
 from trainer.cli import LightningCLI, TrainerCLI
 
+@pytest.fixture(autouse=True)
+def _no_command_line(monkeypatch):
+    """args= stands for the command line, as when a script runs: pytest's own arguments are not it."""
+    monkeypatch.setattr(sys, "argv", ["main.py"])
+
+
 QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "limit_train_batches": 2, "limit_val_batches": 1}
 
 
@@ -83,7 +89,7 @@ def test_fit_saves_the_config_and_refuses_to_overwrite_another_runs(tmp_path):
     TrainerCLI(WithLoaders, args=args)
     saved = yaml.safe_load(open("config.yaml"))
     assert saved["model"]["hidden"] == 5 and saved["trainer"]["max_epochs"] == 1 and isinstance(saved["seed_everything"], int)
-    with pytest.raises(RuntimeError, match="config.yaml exists: it is another run's config"):
+    with pytest.raises(RuntimeError, match=r"config.yaml to NOT exist\. Aborting to avoid overwriting results of a previous run"):
         TrainerCLI(WithLoaders, args=args)
     TrainerCLI(WithLoaders, args=args[:-1] + ["--model.hidden=7"], save_config_kwargs={"overwrite": True})
     assert yaml.safe_load(open("config.yaml"))["model"]["hidden"] == 7
@@ -107,7 +113,7 @@ def test_optimizer_and_scheduler_from_the_command_line_are_in_the_checkpoint():
 
 
 def test_env_variables_when_asked(monkeypatch):
-    monkeypatch.setenv("TRAINER_TRAINER__MAX_EPOCHS", "9")
+    monkeypatch.setenv("PL_TRAINER__MAX_EPOCHS", "9")  # Lightning's prefix
     cli = TrainerCLI(Classifier, args=["--trainer.log_dir=null"], run=False, parser_kwargs={"default_env": True})
     assert cli.trainer.max_epochs == 9
 
@@ -141,3 +147,39 @@ def test_without_jsonargparse_building_the_cli_is_one_sentence_and_import_traine
     done = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "jsonargparse, which is not installed: pip install" in done.stdout and ".[cli]" in done.stdout
+
+
+def test_a_yaml_config_sets_the_logger_to_a_tensorboard_logger(tmp_path):
+    from jsonargparse import lazy_instance
+
+    from loggers import TensorBoardLogger
+
+    assert isinstance(lazy_instance(TensorBoardLogger, save_dir=str(tmp_path)), TensorBoardLogger)  # as Lightning's docs build defaults
+    config = {
+        "trainer": {"max_epochs": 1, **QUIET, "enable_checkpointing": False,
+                    "logger": {"class_path": "loggers.TensorBoardLogger", "init_args": {"save_dir": str(tmp_path / "tb"), "name": "exp"}}},
+        "model": {"hidden": 4},
+    }
+    cli = TrainerCLI(Classifier, args=config, run=False)
+    assert isinstance(cli.trainer.logger, TensorBoardLogger) and cli.trainer.logger.name == "exp"
+    cli.trainer.fit(cli.model, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 8), torch.randint(0, 2, (8,))), batch_size=4))
+    assert os.listdir(tmp_path / "tb" / "exp" / "version_0")
+
+
+def test_run_false_saves_the_config_when_fit_runs_and_a_single_default_callback_joins(tmp_path):
+    from callbacks import Callback, EarlyStopping
+    from trainer.cli import SaveConfigCallback
+
+    class Sampler(Callback):  # one callback, not a list, as Lightning's examples pass it
+        pass
+
+    cli = TrainerCLI(WithLoaders, args={"trainer": {"max_epochs": 1, "logger": False, **QUIET}}, run=False,
+                     trainer_defaults={"callbacks": Sampler()})
+    assert any(isinstance(cb, Sampler) for cb in cli.trainer.callbacks)
+    saver = next(cb for cb in cli.trainer.callbacks if isinstance(cb, SaveConfigCallback))
+    assert not saver.already_saved and not os.path.exists("config.yaml")
+    cli.trainer.fit(cli.model)
+    assert saver.already_saved and yaml.safe_load(open("config.yaml"))["trainer"]["max_epochs"] == 1
+    with_class_path = TrainerCLI(WithLoaders, args={"trainer": {"logger": False}}, run=False, trainer_defaults={
+        "callbacks": {"class_path": "callbacks.EarlyStopping", "init_args": {"monitor": "val_loss"}}})
+    assert any(isinstance(cb, EarlyStopping) and cb.monitor == "val_loss" for cb in with_class_path.trainer.callbacks)

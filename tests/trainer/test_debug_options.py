@@ -94,7 +94,7 @@ def test_fast_dev_run_runs_one_batch_of_each_and_writes_nothing(capfd, trainer_l
         "fast_dev_run=1: trained on 1 batch(es) (1 optimizer step(s)) and validated on up to 1 batch(es) of each "
         "validation loader; wrote no logs and no checkpoints."
     )
-    assert not any("trainable parameters" in line for line in trainer_log)  # no model summary
+    assert not any("Trainable params" in line for line in trainer_log)  # no model summary
     assert "epoch 0" not in capfd.readouterr().err  # no progress bar
     model = Counted()
     Trainer(fast_dev_run=3).fit(model, loader(64), loader(32))
@@ -122,12 +122,14 @@ class Recorder(Classifier):
 def test_overfit_batches_trains_and_validates_on_the_same_first_batches_every_epoch():
     model = Recorder()
     shuffled = DataLoader(dataset(64), batch_size=8, shuffle=True)
-    with pytest.warns(UserWarning, match=r"overfit_batches=2: train_dataloaders shuffles; it is used in order"):
-        Trainer(**quiet(max_epochs=3, overfit_batches=2, num_sanity_val_steps=0)).fit(model, shuffled, loader(64))
-    x = dataset(64).tensors[0]
+    val = DataLoader(dataset(64, seed=5), batch_size=8, shuffle=True)
+    with pytest.warns(UserWarning, match=r"You requested to overfit but enabled train dataloader shuffling"):
+        Trainer(**quiet(max_epochs=3, overfit_batches=2, num_sanity_val_steps=0)).fit(model, shuffled, val)
+    x, val_x = dataset(64).tensors[0], dataset(64, seed=5).tensors[0]
     expected = [x[:8], x[8:16]] * 3
     assert len(model.train_x) == 6 and all(torch.equal(a, b) for a, b in zip(model.train_x, expected))
-    assert len(model.val_x) == 6 and all(torch.equal(a, b) for a, b in zip(model.val_x, expected))
+    # Validation on the validation loader's first 2 batches, in order, as Lightning 2 does
+    assert len(model.val_x) == 6 and all(torch.equal(a, b) for a, b in zip(model.val_x, [val_x[:8], val_x[8:16]] * 3))
 
 
 class Frozen(Classifier):
@@ -140,12 +142,12 @@ class Frozen(Classifier):
 def test_the_model_summary_lists_top_level_modules_and_counts_frozen_parameters(trainer_log):
     Trainer(max_steps=1, **quiet()).fit(Frozen(), loader(32))
     err = trainer_log.pop()
-    assert "net  | Sequential | 178    | 178" in err and "head | Linear     | 6      | 0" in err
-    assert "     178  trainable parameters" in err and "       6  frozen parameters" in err
-    assert "     184  total parameters" in err and "   0.001  MB of parameters" in err
+    assert "0 | net  | Sequential | 178    | train | 0" in err and "1 | head | Linear     | 6      | train | 0" in err
+    assert "178       Trainable params" in err and "6         Non-trainable params" in err
+    assert "184       Total params" in err and "0.001     Total estimated model params size (MB)" in err
     trainer_log.clear()
     Trainer(max_steps=1, **quiet(enable_model_summary=False)).fit(Frozen(), loader(32))
-    assert not any("trainable parameters" in line for line in trainer_log)
+    assert not any("Trainable params" in line for line in trainer_log)
     Trainer(max_steps=1, **quiet(callbacks=[ModelSummary(max_depth=2)])).fit(Frozen(), loader(32))
     assert "net.0 | Linear" in trainer_log[-1]
 

@@ -97,11 +97,6 @@ def test_bad_models_fail_at_the_start_of_fit(model, error, words):
         assert word in str(info.value)
 
 
-def test_fit_needs_an_end():
-    with pytest.raises(ValueError, match="max_epochs=.*max_steps="):
-        Trainer(**quiet()).fit(Classifier(), loader())
-
-
 def test_missing_ckpt_path_is_named():
     with pytest.raises(ValueError, match="ckpt_path='nowhere.ckpt' does not exist"):
         Trainer(**quiet(max_steps=1)).fit(Classifier(), loader(), ckpt_path="nowhere.ckpt")

@@ -161,8 +161,13 @@ def _problems(options: dict[str, Any], invalid: dict[str, tuple[str, ...]]) -> d
         batches = 2 if limit is None else max(1, int(2 * limit)) if isinstance(limit, float) else min(2, limit)  # loader(8, 4)
         if interval > batches:
             problems["val_check_interval"] = ("val_check_interval",)  # more batches than an epoch has
-    if options.get("max_epochs") is None and options.get("max_steps") is None and not invalid.keys() & {"max_epochs", "max_steps"}:
-        problems["max_epochs"] = ("max_epochs", "max_steps")
+    if options.get("check_val_every_n_epoch", 1) is None and isinstance(interval, float) and not invalid.keys() & {
+        "val_check_interval", "check_val_every_n_epoch"
+    }:
+        problems["val_check_interval"] = ("val_check_interval",)  # Lightning's: a fraction needs epochs
+    bar_given = isinstance(options.get("callbacks"), type(lambda: 0)) and "ProgressBar" in str(options["callbacks"].__code__.co_names)
+    if bar_given and options.get("enable_progress_bar") is False and "callbacks" not in invalid and "enable_progress_bar" not in invalid:
+        problems["enable_progress_bar"] = ("enable_progress_bar",)  # Lightning's: a bar given, and bars turned off
     return problems
 
 
@@ -198,6 +203,8 @@ def _build(value: Any) -> Any:
 @given(drawn=trainer_options())
 def test_fuzzed_options_train_cleanly_or_fail_with_our_sentence(drawn):
     options, invalid = drawn
+    if options.get("max_epochs") is None and options.get("max_steps") is None:
+        options["max_epochs"] = 1  # neither: Lightning's 1000 epochs (tests/trainer/test_lightning_arguments.py), too long here
     problems = _problems(options, invalid)
     port = _PORT.setdefault("port", free_port())
     with _isolated_example(options, port):

@@ -4,6 +4,7 @@ devices, precision spellings, arguments we do not take, max_time and min_*, and 
 from __future__ import annotations
 
 import os
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -24,7 +25,7 @@ def test_default_root_dir_holds_the_run_folder_with_its_logs_and_checkpoints(tmp
     trainer = Trainer(default_root_dir=tmp_path / "out", max_steps=2, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Classifier(), loader(32))
     assert trainer.default_root_dir == str(tmp_path / "out")
-    assert trainer.run_dir == str(tmp_path / "out" / "default" / "version_0")
+    assert trainer.run_dir == str(tmp_path / "out" / "lightning_logs" / "version_0")
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(trainer.run_dir))
     assert os.listdir(os.path.join(trainer.run_dir, "checkpoints")) == ["last.ckpt"] or "last.ckpt" in os.listdir(
         os.path.join(trainer.run_dir, "checkpoints")
@@ -34,14 +35,14 @@ def test_default_root_dir_holds_the_run_folder_with_its_logs_and_checkpoints(tmp
 
 def test_log_dir_is_an_alias_and_giving_both_is_an_error(tmp_path):
     assert Trainer(log_dir="elsewhere").default_root_dir == "elsewhere"
-    assert Trainer().default_root_dir == "runs"  # the default, as before
-    assert Trainer(default_root_dir=None).default_root_dir == "runs"  # Lightning's None: the default folder
+    assert Trainer().default_root_dir == os.getcwd()  # Lightning's default: the working directory
+    assert Trainer(default_root_dir=None).default_root_dir == os.getcwd()  # Lightning's None: the default
     assert Trainer(log_dir=None).default_root_dir is None  # no run folder, no TensorBoard
     assert Trainer(log_dir=None).loggers == [] and isinstance(Trainer().logger, TensorBoardLogger)
     with pytest.raises(ValueError, match=r"default_root_dir='a' and log_dir='b' name the same folder: give only one"):
         Trainer(default_root_dir="a", log_dir="b")
     with pytest.raises(ValueError, match="give only one"):
-        Trainer(default_root_dir="a", log_dir="runs")  # written out, still two names for one folder
+        Trainer(default_root_dir="a", log_dir=".")  # written out, still two names for one folder
     with pytest.raises(TypeError, match=r"default_root_dir=3 must be a path"):
         Trainer(default_root_dir=3)
 
@@ -185,10 +186,20 @@ def test_barebones_turns_off_what_costs_time():
 # --- loop limits ----------------------------------------------------------------------------
 def test_lightnings_no_limit_spellings():
     assert Trainer(max_steps=-1, max_epochs=2).max_steps is None
-    with pytest.raises(ValueError, match=r"fit needs an end.*max_epochs=-1 trains until"):
-        Trainer(**quiet()).fit(Classifier(), loader(32))
     with pytest.raises(ValueError, match=r"min_epochs=3 is more than max_epochs=2"):
         Trainer(min_epochs=3, max_epochs=2)
+
+
+def test_fit_without_an_end_trains_1000_epochs_and_says_so():
+    trainer = Trainer(limit_train_batches=1, callbacks=[StopAt(3)], **quiet())
+    with pytest.warns(UserWarning, match=r"`max_epochs` was not set\. Setting it to 1000 epochs\. To train without an epoch limit, set `max_epochs=-1`"):
+        trainer.fit(Classifier(), loader(32))
+    assert trainer.max_epochs == 1000 and trainer.global_step == 3  # ended by should_stop, as StopAt asks
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # max_epochs=-1 or max_steps: an end the user chose, no warning
+        warnings.filterwarnings("ignore", message="You defined a `validation_step` but have no `val_dataloader`")
+        Trainer(max_epochs=-1, limit_train_batches=1, callbacks=[StopAt(2)], **quiet()).fit(Classifier(), loader(32))
+        Trainer(max_steps=2, **quiet()).fit(Classifier(), loader(32))
 
 
 class StopAt(Callback):
@@ -339,3 +350,13 @@ def test_none_means_lightnings_default_as_a_config_that_writes_every_argument_ou
     assert (trainer.precision, trainer.num_sanity_val_steps, trainer.log_every_n_steps) == ("32-true", 2, 50)
     assert trainer.enable_checkpointing and trainer.enable_progress_bar and trainer.enable_model_summary
     assert trainer.gradient_clip_algorithm == "norm" and trainer.deterministic is False
+
+
+@pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "overfit_batches", "val_check_interval"])
+def test_a_limit_of_one_or_one_point_zero_says_which_it_means(trainer_log, name):
+    Trainer(**{name: 1})
+    Trainer(**{name: 1.0})
+    Trainer(**{name: 2})
+    said = [line for line in trainer_log if line.startswith(f"`Trainer({name}=")]
+    assert len(said) == 2 and said[0].startswith(f"`Trainer({name}=1)` was configured so ")
+    assert said[1].startswith(f"`Trainer({name}=1.0)` was configured so ") and ("100%" in said[1] or "end of the training epoch" in said[1])

@@ -306,3 +306,30 @@ def test_publish_step_metrics_puts_this_steps_values_into_callback_metrics_betwe
     (_, step1, _), (before, published, after), _ = seen
     assert before == step1 and published == after != before  # step 1's until step 2's is published
     assert Trainer(**quiet()).publish_step_metrics() == {}  # outside fit: nothing to publish
+
+
+def test_the_evaluation_loaders_and_the_sanity_batches_are_lightnings_attributes():
+    trainer = Trainer(num_sanity_val_steps=3, **quiet(max_epochs=1))
+    assert trainer.test_dataloaders is None and trainer.predict_dataloaders is None and trainer.val_dataloaders is None
+    val, test, predict = loader(32, 16), [loader(16, 8), loader(8, 8)], loader(8, 4)
+    model = Classifier()
+    trainer.fit(model, loader(32), val)
+    assert trainer.val_dataloaders is val and trainer.num_sanity_val_batches == [2]  # min(3, the loader's 2)
+    trainer.test(model, test, verbose=False)
+    assert trainer.test_dataloaders == test and trainer.predict_dataloaders is None
+    trainer.predict(model, predict)
+    assert trainer.predict_dataloaders is predict
+    assert Trainer(num_sanity_val_steps=-1, **quiet()).num_sanity_val_batches == []
+
+
+def test_init_module_builds_on_the_device_in_a_true_precisions_dtype_and_can_skip_init():
+    with Trainer(precision="bf16-true", **quiet()).init_module():
+        model = Classifier()
+    assert model.net[0].weight.dtype == torch.bfloat16 and model.device.type == "cpu"
+    assert torch.get_default_dtype() == torch.float32  # put back
+    torch.manual_seed(0)
+    with Trainer(**quiet()).init_module(empty_init=True):
+        skipped = torch.nn.Linear(4, 4)
+    torch.manual_seed(0)
+    initialized = torch.nn.Linear(4, 4)
+    assert skipped.weight.dtype == torch.float32 and not torch.equal(skipped.weight, initialized.weight)

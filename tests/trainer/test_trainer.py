@@ -62,7 +62,7 @@ def test_validate_test_and_predict_after_fit_keep_global_step_and_current_epoch(
     assert _counters(trainer) == after_fit
     trainer.predict(model, loader(n=32))
     assert _counters(trainer) == after_fit
-    assert trainer.state.stage == "idle"
+    assert trainer.state.stage is None and trainer.state.fn == "predict" and trainer.state.finished
 
 
 def test_the_step_a_callback_sees_during_validate_after_fit_is_the_last_training_step():
@@ -72,7 +72,7 @@ def test_the_step_a_callback_sees_during_validate_after_fit_is_the_last_training
 
     class Sees(Callback):
         def on_validation_end(self, trainer, module):
-            seen.append((trainer.state.stage, trainer.global_step))
+            seen.append((trainer.state.fn, trainer.global_step))
 
     trainer = Trainer(max_epochs=2, callbacks=[Sees()], **quiet())
     model = Classifier()

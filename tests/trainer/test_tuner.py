@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from callbacks import BatchSizeFinder, LearningRateFinder
 from tests._models import Classifier, dataset, loader, quiet
 from tests.conftest import requires_cuda
-from trainer import DataModule, Trainer, Tuner
+from trainer import DataModule, MisconfigurationException, Trainer, Tuner
 
 
 class Tunable(Classifier):
@@ -117,7 +117,7 @@ def test_plot_draws_a_figure_with_matplotlib():
 
 @pytest.mark.parametrize("mode, found, tried", [
     ("power", 16, [2, 4, 8, 16, 32]),
-    ("binsearch", 24, [2, 4, 8, 16, 32, 24, 28, 26, 25]),
+    ("binsearch", 22, [2, 4, 8, 16, 32, 24, 28, 26, 25]),  # 24 fits; Lightning's 5% margin leaves 22
 ])
 def test_scale_batch_size_grows_until_out_of_memory(mode, found, tried):
     model = Tunable(oom_above=24, n=200)
@@ -136,8 +136,27 @@ def test_scale_batch_size_never_goes_beyond_the_dataset_and_sets_a_datamodule():
             return DataLoader(dataset(20), batch_size=self.batch_size)
 
     data, model = Data(), Classifier()
-    assert Tuner(Trainer(max_epochs=1, **quiet())).scale_batch_size(model, datamodule=data, init_val=3) == 20
-    assert data.batch_size == 20
+    trainer = Trainer(max_epochs=1, **quiet())
+    # 3, 6, 12, then 24: one batch of all 20 samples, so it stops there (Lightning's result, past the length)
+    assert Tuner(trainer).scale_batch_size(model, datamodule=data, init_val=3) == 24
+    assert data.batch_size == 24 and trainer.datamodule is data and trainer.train_dataloader.batch_size == 24
+
+
+def test_scale_batch_size_margin_max_val_max_trials_and_the_evaluation_methods():
+    tuner = Tuner(Trainer(max_epochs=1, **quiet()))
+    assert tuner.scale_batch_size(Tunable(n=200), max_trials=0) == 2  # no trial: init_val
+    assert tuner.scale_batch_size(Tunable(n=200), max_trials=3, steps_per_trial=1) == 8  # 2, 4, 8 ran
+    assert tuner.scale_batch_size(Tunable(n=200), mode="binsearch", max_trials=3, steps_per_trial=1, margin=0.2) == 6
+    assert tuner.scale_batch_size(Tunable(n=200), max_val=8, steps_per_trial=1) == 8
+
+    class Evaluated(Tunable):
+        def val_dataloader(self):
+            return DataLoader(dataset(64), batch_size=self.batch_size)
+
+    model = Evaluated(n=64)
+    trainer = Trainer(max_epochs=1, callbacks=[BatchSizeFinder(max_trials=4)], **quiet())
+    trainer.validate(model, verbose=False)
+    assert model.batch_size == 16 and trainer.val_dataloaders.batch_size == 16 and trainer.global_step == 0
 
 
 def test_the_callbacks_search_before_the_fit_builds_its_loader_and_optimizer():
@@ -152,25 +171,22 @@ def test_the_callbacks_search_before_the_fit_builds_its_loader_and_optimizer():
 
 def test_bad_input_gets_a_sentence():
     tuner, model = Tuner(Trainer(max_epochs=1, **quiet())), Tunable()
-    with pytest.raises(ValueError, match=r"min_lr=0.1, max_lr=0.01\): min_lr must be below max_lr"):
-        tuner.lr_find(model, min_lr=0.1, max_lr=0.01)
+    falling = tuner.lr_find(Tunable(), min_lr=0.1, max_lr=0.01, num_training=3, update_attr=False)  # Lightning searches downwards too
+    assert falling.results["lr"] == pytest.approx([0.1, 0.1 * 0.1**0.5, 0.01])
     with pytest.raises(ValueError, match=r"mode='cosine'\): use 'exponential'"):
         tuner.lr_find(model, mode="cosine")
-    with pytest.raises(ValueError, match=r"mode='double'\): use 'power'"):
+    with pytest.raises(ValueError, match=r"`mode` should be either of \('power', 'binsearch'\); scale_batch_size\(mode='double'\)"):
         tuner.scale_batch_size(model, mode="double")
-    with pytest.raises(ValueError, match=r"Classifier has no attribute 'rate'.*attr_name="):
+    with pytest.raises(AttributeError, match=r"The attribute name for the learning rate was set to rate.*Classifier has no attribute 'rate'.*attr_name="):
         tuner.lr_find(Classifier(), attr_name="rate")
-    with pytest.raises(ValueError, match=r"batch_arg_name='batch_size'.*neither Classifier"):
+    with pytest.raises(MisconfigurationException, match=r"Field batch_size not found in `model`, `datamodule`, nor their `hparams`"):
         tuner.scale_batch_size(Classifier())
-    with pytest.raises(ValueError, match="a loader passed in has its batch size fixed"):
+    with pytest.raises(MisconfigurationException, match="cannot be used with dataloaders passed directly to `.fit\\(\\)`"):
         tuner.scale_batch_size(model, train_dataloaders=loader())
-
-    class Ignores(Tunable):
-        def train_dataloader(self):
-            return DataLoader(dataset(64), batch_size=4)
-
-    with pytest.raises(ValueError, match=r"built a DataLoader with batch_size=4: the loader ignores the attribute"):
-        tuner.scale_batch_size(Ignores())
+    with pytest.raises(ValueError, match=r"method 'prediction' is invalid\. Should be one of"):
+        tuner.scale_batch_size(model, method="prediction")
+    with pytest.raises(MisconfigurationException, match="please consider setting `dataloaders` instead"):
+        tuner.scale_batch_size(model, train_dataloaders=loader(), method="validate")
 
 
 @requires_cuda()
@@ -186,3 +202,23 @@ def test_scale_batch_size_stops_at_a_real_cuda_out_of_memory():
     total = torch.cuda.get_device_properties(0).total_memory / 2**30
     assert found in (2, 4, 8, 16, 32, 64, 128) and found <= total < 2 * found + 1
     assert model.batch_size == found and torch.cuda.memory_allocated() <= before + 2**20  # the trials' memory is freed
+
+
+def test_the_batch_size_finder_refuses_distributed_strategies_and_several_evaluation_loaders():
+    with pytest.raises(MisconfigurationException, match="The Batch size finder is not supported with distributed strategies"):
+        BatchSizeFinder().setup(Trainer(strategy="ddp", devices=2, accelerator="cpu", **quiet()), Classifier())
+
+    class TwoVal(Tunable):
+        def val_dataloader(self):
+            return [DataLoader(dataset(16), batch_size=self.batch_size)] * 2
+
+    with pytest.raises(MisconfigurationException, match="The Batch size finder cannot be used with multiple val dataloaders"):
+        Tuner(Trainer(**quiet())).scale_batch_size(TwoVal(), method="validate")
+
+
+def test_fast_dev_run_skips_both_searches_with_lightnings_warnings():
+    tuner = Tuner(Trainer(fast_dev_run=True))
+    with pytest.warns(UserWarning, match="^Skipping learning rate finder since `fast_dev_run` is enabled."):
+        assert tuner.lr_find(Tunable()) is None
+    with pytest.warns(UserWarning, match="^Skipping batch size scaler since `fast_dev_run` is enabled."):
+        assert tuner.scale_batch_size(Tunable()) is None

@@ -67,7 +67,7 @@ def _search_folder(trainer: Trainer) -> str | None:
     checkpoints of the first logger's latest fit only: its fixed version's folder, or the
     newest ``<save_dir>/<name>/version_<n>`` with a ``checkpoints`` folder (None if none).
 
-    Never any older version: with the default ``name="default"`` they belong to other runs,
+    Never any older version: in the default ``lightning_logs`` they belong to other runs,
     and the latest fit, killed before its first save, must start afresh, not resume one of them.
     """
     cb = trainer.checkpoint_callback

@@ -7,6 +7,10 @@ import sys
 from typing import Any, Iterable
 
 import torch
+from torch import nn
+
+from trainer.core.exceptions import misconfigured
+from trainer.core.module import TrainModule, overridden
 
 
 # The folders of trainer, strategies and callbacks: a warning about an option points past them.
@@ -57,36 +61,38 @@ def _distance(a: str, b: str) -> int:
     return prev[-1]
 
 
-def positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: int = 1) -> int | None:
+# Each check raises a MisconfigurationException (a ValueError; for a wrong type also a TypeError),
+# with ``lightning``, Lightning's own sentence for that setting, first when it has one.
+def positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: int = 1, lightning: str = "") -> int | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}={value!r} must be an int >= {minimum}" + (" or None." if allow_none else "."))
+        raise misconfigured(f"{name}={value!r} must be an int >= {minimum}" + (" or None." if allow_none else "."), lightning, True)
     if value < minimum:
-        raise ValueError(f"{name}={value!r} must be >= {minimum}" + (" (or None)." if allow_none else "."))
+        raise misconfigured(f"{name}={value!r} must be >= {minimum}" + (" (or None)." if allow_none else "."), lightning)
     return value
 
 
-def positive_number(name: str, value: Any, *, allow_none: bool = True) -> float | None:
+def positive_number(name: str, value: Any, *, allow_none: bool = True, lightning: str = "") -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name}={value!r} must be a positive number" + (" or None." if allow_none else "."))
+        raise misconfigured(f"{name}={value!r} must be a positive number" + (" or None." if allow_none else "."), lightning, True)
     if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"{name}={value!r} must be a finite number > 0" + (" (or None)." if allow_none else "."))
+        raise misconfigured(f"{name}={value!r} must be a finite number > 0" + (" (or None)." if allow_none else "."), lightning)
     return value
 
 
-def one_of(name: str, value: Any, choices: tuple[str, ...]) -> str:
+def one_of(name: str, value: Any, choices: tuple[str, ...], lightning: str = "") -> str:
     if value not in choices:
         valid = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"Unknown {name}={value!r}. Valid: {valid}.{suggest(str(value), choices)}")
+        raise misconfigured(f"Unknown {name}={value!r}. Valid: {valid}.{suggest(str(value), choices)}", lightning)
     return value
 
 
 def flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name}={value!r} must be True or False.")
+        raise misconfigured(f"{name}={value!r} must be True or False.", type_error=True)
     return value
 
 
@@ -149,11 +155,12 @@ def _fraction_or_count(name: str, value: Any, of: str, minimum: int) -> int | fl
     """None, a float fraction in (0, 1], or an int count >= ``minimum``."""
     if value is None:
         return None
+    lightning = f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int."
     if isinstance(value, float):
         if not 0.0 < value <= 1.0:
-            raise ValueError(f"{name}={value!r}: a float is a fraction of the {of} in (0, 1]; an int is a count.")
+            raise misconfigured(f"{name}={value!r}: a float is a fraction of the {of} in (0, 1]; an int is a count.", lightning)
         return value
-    return positive_int(name, value, minimum=minimum)
+    return positive_int(name, value, minimum=minimum, lightning=lightning if isinstance(value, int) and value < 0 else "")
 
 
 def interval(name: str, value: Any) -> int | float | None:
@@ -170,8 +177,10 @@ def fast_dev_run_batches(value: Any) -> int:
         return int(value)
     if isinstance(value, int) and value >= 0:
         return value
-    raise (TypeError if not isinstance(value, int) else ValueError)(
-        f"fast_dev_run={value!r} must be True (one batch of each loader), False, or a number of batches >= 1."
+    raise misconfigured(
+        f"fast_dev_run={value!r} must be True (one batch of each loader), False, or a number of batches >= 1.",
+        f"fast_dev_run={value!r} is not a valid configuration. It should be >= 0." if isinstance(value, int) else "",
+        type_error=not isinstance(value, int),
     )
 
 
@@ -193,3 +202,45 @@ def compile_options(value: Any) -> dict[str, Any] | None:
         f"compile={value!r} must be True, False, or torch.compile's keyword arguments as a dict, "
         "e.g. compile=dict(mode='max-autotune')."
     )
+
+
+def check_model(model: Any, needs_training_step: bool = True) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")
+    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+        raise TypeError(
+            f"model is torch.compile({type(model._orig_mod).__name__}): its checkpoints would carry '_orig_mod.' "
+            "in every key. Pass the model itself and Trainer(compile=True) (or compile=dict(mode=...)): it is "
+            "then compiled in place, the way each strategy wants, and its state_dict keys stay the model's."
+        )
+    lightning = (  # Lightning's sentences first, as its tests match them
+        f"`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `{type(model).__name__}`."
+        if not isinstance(model, TrainModule) else "No `training_step()` method defined. Lightning `Trainer` expects "
+        "as minimum a `training_step()`, `train_dataloader()` and `configure_optimizers()` to be defined."
+    )
+    if needs_training_step and not callable(getattr(model, "training_step", None)):
+        raise misconfigured(
+            f"{type(model).__name__} has no training_step. Subclass trainer.TrainModule and define "
+            "training_step(self, batch, batch_idx).", lightning, type_error=True,
+        )
+    if needs_training_step and isinstance(model, TrainModule) and type(model).training_step is TrainModule.training_step:
+        raise misconfigured(f"{type(model).__name__} does not define training_step(self, batch, batch_idx).", lightning, type_error=True)
+
+
+def check_eval_model(model: Any, stage: str) -> None:
+    """``validate``, ``test`` and ``predict`` need the model's step (``predict_step`` defaults to
+    ``forward``): Lightning's sentence first, then ours."""
+    step = {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
+    name = type(model).__name__
+    ours = f"trainer.{stage}() needs {name}.{step}(self, batch, batch_idx)."
+    if not isinstance(model, TrainModule):
+        lightning = f"`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `{name}`."
+    elif stage == "predict":
+        lightning = "`predict_step` cannot be None to run `Trainer.predict`"
+        no_forward = not callable(getattr(model, "forward", None)) or type(model).forward is nn.Module.forward
+        if callable(getattr(model, step, None)) and not overridden(model, step) and no_forward:
+            raise misconfigured(f"{ours} Its default calls forward, which {name} lacks.", "`Trainer.predict` requires `forward` method to run.", True)
+    else:
+        lightning = f"No `{step}()` method defined to run `Trainer.{stage}`."
+    if not callable(getattr(model, step, None)):
+        raise misconfigured(ours, lightning, type_error=True)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from trainer.core.exceptions import MisconfigurationException
 from trainer.core.hparams import HyperparametersMixin
 
 if TYPE_CHECKING:
@@ -35,11 +36,31 @@ class DataModule(HyperparametersMixin):
     def prepare_data(self) -> None: ...
     def setup(self, stage: str) -> None: ...
     def teardown(self, stage: str) -> None: ...
-    def train_dataloader(self) -> Any: ...
-    def val_dataloader(self) -> Any: ...
-    def test_dataloader(self) -> Any: ...
-    def predict_dataloader(self) -> Any: ...
+    # Not defined until a subclass defines them (the Trainer asks which ones it does); called, each says so.
+    def train_dataloader(self) -> Any:
+        raise _undefined("train_dataloader", self)
+
+    def val_dataloader(self) -> Any:
+        raise _undefined("val_dataloader", self)
+
+    def test_dataloader(self) -> Any:
+        raise _undefined("test_dataloader", self)
+
+    def predict_dataloader(self) -> Any:
+        raise _undefined("predict_dataloader", self)
     def on_exception(self, exception: BaseException) -> None: ...
+
+    # The batch hooks, as on the module: a DataModule's own override is used in place of the module's.
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        from trainer.data.batches import move_to_device  # the data room sits above this one
+
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return batch
 
     def state_dict(self) -> dict[str, Any]:
         """What checkpoints keep of this DataModule (plain data, tensors); empty by default."""
@@ -82,3 +103,10 @@ class DataModule(HyperparametersMixin):
         if predict_dataset is not None:
             dm.predict_dataloader = lambda: loaders(predict_dataset)
         return dm
+
+
+def _undefined(method: str, owner: Any) -> MisconfigurationException:
+    return MisconfigurationException(
+        f"`{method}` must be implemented to be used with the Lightning Trainer: define "
+        f"{type(owner).__name__}.{method}(self) returning a DataLoader."
+    )

@@ -43,7 +43,8 @@ class TrainModule(HyperparametersMixin, nn.Module):
             "`def training_step(self, batch, batch_idx)` returning the loss."
         )
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        """Lightning's default: ``self(batch)``; it takes ``dataloader_idx``, given with several loaders."""
         return self(batch)
 
     def configure_optimizers(self) -> Any:
@@ -325,8 +326,16 @@ class TrainModule(HyperparametersMixin, nn.Module):
     @property
     def trainer(self) -> "Trainer":
         if self._trainer is None:
-            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call trainer.fit(model, ...).")
+            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit(model, ...) first.")
         return self._trainer
+
+    @trainer.setter
+    def trainer(self, trainer: "Trainer | None") -> None:
+        """Lightning's: attach (or with None detach) this module and its TrainModule children."""
+        for child in self.children():
+            if isinstance(child, TrainModule):
+                child.trainer = trainer
+        self._trainer = trainer
 
     @property
     def logger(self) -> Any:
@@ -363,21 +372,3 @@ def overridden(model: Any, name: str) -> bool:
     Lightning override the model does not make costs nothing per step."""
     base = getattr(TrainModule, name, None)
     return isinstance(model, TrainModule) and base is not None and getattr(type(model), name, base) is not base
-
-
-def check_model(model: Any, needs_training_step: bool = True) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")
-    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
-        raise TypeError(
-            f"model is torch.compile({type(model._orig_mod).__name__}): its checkpoints would carry '_orig_mod.' "
-            "in every key. Pass the model itself and Trainer(compile=True) (or compile=dict(mode=...)): it is "
-            "then compiled in place, the way each strategy wants, and its state_dict keys stay the model's."
-        )
-    if needs_training_step and not callable(getattr(model, "training_step", None)):
-        raise TypeError(
-            f"{type(model).__name__} has no training_step. Subclass trainer.TrainModule and define "
-            "training_step(self, batch, batch_idx)."
-        )
-    if needs_training_step and isinstance(model, TrainModule) and type(model).training_step is TrainModule.training_step:
-        raise TypeError(f"{type(model).__name__} does not define training_step(self, batch, batch_idx).")

@@ -109,7 +109,7 @@ def uniform_batches(loader: Any) -> tuple[int, int, int] | None:
 def loader_length(loader: Any) -> int | None:
     try:
         return len(loader)
-    except TypeError:  # iterable-style dataset without __len__
+    except (TypeError, NotImplementedError):  # iterable-style dataset without __len__ (or one whose __len__ says so)
         return None
 
 

@@ -8,12 +8,11 @@ test and predict take one loader, or several as a list, tuple or dict: :class:`L
 from __future__ import annotations
 
 import inspect
-import logging
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, SequentialSampler
 
 from trainer.data.batches import loader_length, rebuild_loader
 from trainer.core.datamodule import DataModule
@@ -22,7 +21,6 @@ from trainer.core.module import TrainModule
 if TYPE_CHECKING:
     from strategies import Strategy
 
-log = logging.getLogger("trainer")
 
 # The loader method that serves each stage, on a DataModule or on the model.
 LOADER_METHOD = {
@@ -33,8 +31,9 @@ LOADER_METHOD = {
 def defines(owner: Any, method: str) -> bool:
     """Whether ``owner`` (a DataModule or a model) defines ``method`` itself."""
     base = DataModule if isinstance(owner, DataModule) else TrainModule
-    if callable(getattr(owner, "__dict__", {}).get(method)):  # set on the instance (DataModule.from_datasets)
-        return True
+    on_instance = getattr(owner, "__dict__", {})
+    if method in on_instance:  # set on the instance: a loader method (DataModule.from_datasets), or None to undefine it
+        return callable(on_instance[method])
     own = getattr(type(owner), method, None)
     return callable(own) and own is not getattr(base, method, None)
 
@@ -138,9 +137,10 @@ def check_loader(name: str, loader: Any) -> None:
 class Loaders:
     """One evaluation loader, or several given as a list, tuple or dict.
 
-    With several, what ``self.log`` records in a step is kept apart per loader: a list's
-    names get Lightning's suffix ``/dataloader_idx_N``, a dict's get ``/<key>``. Results come
-    back in the shape the loaders were given: a value, a list, or a dict.
+    With several (two or more), what ``self.log`` records in a step is kept apart per loader: a
+    list's names get Lightning's suffix ``/dataloader_idx_N``, a dict's get ``/<key>``. Results
+    come back in the shape the loaders were given: a value, a list, or a dict. A list or dict
+    of one loader is one loader, as in Lightning: no suffix, no ``dataloader_idx``.
     """
 
     def __init__(self, given: Any) -> None:
@@ -155,7 +155,7 @@ class Loaders:
 
     @property
     def several(self) -> bool:
-        return self.kind != "one"
+        return len(self.loaders) > 1
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.loaders)
@@ -169,7 +169,7 @@ class Loaders:
         return out
 
     def suffix(self, i: int) -> str:
-        if self.kind == "one":
+        if not self.several:
             return ""
         return f"/dataloader_idx_{i}" if self.kind == "list" else f"/{self.keys[i]}"
 
@@ -187,25 +187,48 @@ class Loaders:
         return [loader_length(x) for x in self.loaders]
 
 
-def takes_dataloader_idx(step: Callable[..., Any]) -> bool:
-    """Whether a ``*_step`` method takes a third argument (``dataloader_idx``) or ``*args``."""
-    try:
-        params = list(inspect.signature(step).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in params)
+def check_dataloader_idx(model: Any, prefix: str, hooks: tuple[str, ...], several: bool) -> None:
+    """Lightning's rule, checked before a stage's first batch: the steps and batch hooks get
+    ``dataloader_idx`` exactly when there are several loaders, so with several each of the
+    model's ``hooks`` must take it (by that name, or ``*args``), and with one it must not
+    require it. ``prefix`` is ``val``, ``test`` or ``predict``."""
+    for hook in hooks:
+        fn = getattr(model, hook, None)
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            continue
+        named = params.get("dataloader_idx")
+        present = named is not None or any(p.kind is p.VAR_POSITIONAL for p in params.values())
+        if several and not present:
+            raise RuntimeError(
+                f"You provided multiple `{prefix}_dataloader`, but no `dataloader_idx` argument in "
+                f"`{type(model).__name__}.{hook}()`. Try adding `dataloader_idx=0` to its signature."
+            )
+        if not several and named is not None and named.default is inspect.Parameter.empty:
+            raise RuntimeError(
+                f"You provided only a single `{prefix}_dataloader`, but have included `dataloader_idx` in "
+                f"`{type(model).__name__}.{hook}()`. Either remove the argument or give it a default value i.e. "
+                "`dataloader_idx=0`."
+            )
 
 
-def overfit_loaders(train: Any, val: Any, n: int | float) -> tuple[Any, Loaders]:
-    """``overfit_batches``: the training loader in order (the same first batches every epoch),
-    and the same loader for validation, in place of any validation loader."""
-    if isinstance(train, DataLoader) and isinstance(train.sampler, RandomSampler):
-        warnings.warn(
-            f"overfit_batches={n!r}: train_dataloaders shuffles; it is used in order, so that every epoch "
-            "trains and validates on the same first batches.", stacklevel=2,
-        )
-        train = rebuild_loader(train, sampler=SequentialSampler(train.dataset))
+def overfit_loaders(train: Any, val: Loaders | None, n: int | float) -> tuple[Any, Loaders | None]:
+    """``overfit_batches``, as Lightning 2 does it: the training loader and each validation loader
+    in order, so that every epoch trains and validates on the same first ``n`` batches of each
+    (the limits are set to ``n``). A loader that shuffles, or samples otherwise, is rebuilt with a
+    ``SequentialSampler``, with Lightning's warning."""
+    train = _in_order([train], "train", n)[0]
     if val is not None:
-        log.info("overfit_batches=%r: validating on the training batches, not on val_dataloaders.", n)
-    return train, Loaders(train)
+        val.loaders = _in_order(val.loaders, "val", n)
+    return train, val
+
+
+def _in_order(loaders: list[Any], prefix: str, n: int | float) -> list[Any]:
+    if all(isinstance(getattr(dl, "sampler", SequentialSampler([])), SequentialSampler) for dl in loaders):
+        return loaders
+    warnings.warn(
+        f"You requested to overfit but enabled {prefix} dataloader shuffling. We are turning off the {prefix} dataloader "
+        f"shuffling for you (overfit_batches={n!r}: every epoch sees the same first batches).", UserWarning, stacklevel=3,
+    )
+    return [rebuild_loader(dl, sampler=SequentialSampler(dl.dataset)) if isinstance(dl, DataLoader) else dl for dl in loaders]

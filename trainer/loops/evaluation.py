@@ -16,9 +16,11 @@ from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import Hooks, batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
-from trainer.data.loaders import Loaders, stage_loader, takes_dataloader_idx
+from trainer.data.loaders import Loaders, check_dataloader_idx, stage_loader
 from trainer.core.checks import none_batch
+from trainer.core.exceptions import misconfigured
 from trainer.core.metrics import MetricSink, set_sink
+from trainer.core.state import RunningStage, TrainerFn
 from trainer.loops.run import start, stage_hooks, use_run_folder
 
 if TYPE_CHECKING:
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
+_STAGES = {"validation": RunningStage.VALIDATING, "test": RunningStage.TESTING, "predict": RunningStage.PREDICTING}
 _COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
 _LIMITS = {"validation": "limit_val_batches", "test": "limit_test_batches"}
 
@@ -64,7 +67,10 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: A
     loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule))
     for loader in loaders:
         seeded_workers(loader, strategy.global_rank)
-    return loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))
+    loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))
+    # Lightning's trainer.val_dataloaders, test_dataloaders, predict_dataloaders: as the stage runs them
+    setattr(run, {"validate": "val", "test": "test", "predict": "predict"}[run.stage] + "_dataloaders", loaders.as_given())
+    return loaders
 
 
 def per_loader(metrics: dict[str, float], loaders: Loaders) -> list[dict[str, float]]:
@@ -83,7 +89,7 @@ def _no_grad(trainer: Trainer) -> Any:
     cheaper no-grad; else ``torch.no_grad()``. Inside fit, and under fsdp (whose shards are
     gathered into tensors that training reuses), no_grad, so that no tensor made during
     validation is an inference tensor that training cannot use."""
-    if trainer.inference_mode and trainer.state.stage != "fit" and trainer.strategy.name != "fsdp":
+    if trainer.inference_mode and trainer.state.fn is not TrainerFn.FITTING and trainer.strategy.name != "fsdp":
         return torch.inference_mode()
     return torch.no_grad()
 
@@ -105,15 +111,18 @@ def results_table(stage: str, results: list[dict[str, float]]) -> str:
 def evaluation_loop(
     trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
-    """:func:`run_evaluation`, with ``run.phase`` saying which phase runs (``trainer.validating``
-    and friends read it), timed when a profiler is on."""
-    previous, run.phase = run.phase, phase
+    """:func:`run_evaluation`, with ``trainer.state.stage`` saying which phase runs (``trainer.validating``
+    and friends read it; the sanity check stays SANITY_CHECKING), timed when a profiler is on."""
+    state = trainer.state
+    previous = state.stage
+    if previous is not RunningStage.SANITY_CHECKING:
+        state.stage = _STAGES[phase]
     profiler = trainer.profiler
     start = time.perf_counter()
     try:
         return run_evaluation(trainer, run, phase, loaders, limit, publish)
     finally:
-        run.phase = previous
+        state.stage = previous
         if profiler is not None and publish:
             profiler.add(phase, time.perf_counter() - start)
 
@@ -130,7 +139,7 @@ def run_evaluation(
         on_{phase}_start, on_{phase}_epoch_start
         for each loader, for each batch (up to the limit, which applies per loader):
             on_{phase}_batch_start
-            output = strategy.run_step("{phase}_step")  # + dataloader_idx if the step takes it
+            output = strategy.run_step("{phase}_step")  # + dataloader_idx with several loaders
             on_{phase}_batch_end                        # hooks get dataloader_idx with several loaders
             (each loader's epoch means of self.log values: suffixed with several loaders)
         on_{phase}_epoch_end                       # the model's hook may self.log epoch values
@@ -144,7 +153,7 @@ def run_evaluation(
     loaders = loaders if isinstance(loaders, Loaders) else Loaders(loaders)
     step_name = _STEP[phase]
     lengths = loaders.lengths()
-    counts = [limited(n, limit) for n in lengths]
+    counts = [limited(n, limit, "val" if phase == "validation" else phase) for n in lengths]
     if publish:  # Lightning's trainer.num_val_batches (num_test_batches, ...): one count per loader
         setattr(run, _COUNTS[phase], counts)
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
@@ -157,8 +166,10 @@ def run_evaluation(
     prog_bar: set[str] = set()
     hidden: set[str] = set()  # logged with logger=False: callback_metrics only
     aliases: dict[str, str] = {}
-    pass_idx = takes_dataloader_idx(getattr(model, step_name))
-    transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
+    # Lightning's rule: the step and the batch hooks get dataloader_idx only with several loaders.
+    prefix = "val" if phase == "validation" else phase
+    check_dataloader_idx(model, prefix, (step_name, f"on_{phase}_batch_start", f"on_{phase}_batch_end"), loaders.several)
+    transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
     outer = MetricSink()  # what the start and end hooks log: one value per process
     previous_sink = set_sink(outer)
     try:
@@ -168,7 +179,6 @@ def run_evaluation(
         for i, (loader, n, length) in enumerate(zip(loaders, counts, lengths)):
             sink = MetricSink()
             set_sink(sink)
-            step_args = (i,) if pass_idx else ()
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
             with _no_grad(trainer), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
@@ -186,7 +196,7 @@ def run_evaluation(
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
                     try:
-                        out = strategy.run_step(step_name, batch, batch_idx, *step_args)
+                        out = strategy.run_step(step_name, batch, batch_idx, *hook_args)
                     except Exception as err:  # costs nothing until a step fails
                         if batch is None:
                             which = f"The {phase} loader" + (f" {i} (dataloader_idx={i})" if loaders.several else "")
@@ -241,7 +251,7 @@ def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
     rng = rng_state()
     generators = [generator_states(loader) for loader in loaders]
-    run.sanity_checking = True  # from on_sanity_check_start to on_sanity_check_end, as in Lightning
+    stage, trainer.state.stage = trainer.state.stage, RunningStage.SANITY_CHECKING  # on_sanity_check_start to _end
     try:
         hooks.call("on_sanity_check_start", trainer, model)
         run.hooks = Hooks([], model)
@@ -254,15 +264,23 @@ def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
                 set_generator_states(loader, states)
         hooks.call("on_sanity_check_end", trainer, model)
     finally:
-        run.sanity_checking = False
+        trainer.state.stage = stage
 
 
-def limited(n: int | None, limit: int | float | None) -> int | float:
-    """How many batches to run: the loader's length (inf if unsized) cut by a count or fraction limit."""
+def limited(n: int | None, limit: int | float | None, prefix: str = "") -> int | float:
+    """How many batches to run: the loader's length (inf if unsized) cut by a count or fraction limit.
+    A fraction other than 1.0 of a loader without a length is Lightning's error (``prefix``: "train", "val", ...)."""
     total = math.inf if n is None else n
     if limit is None:
         return total
     if isinstance(limit, float):
+        if total == math.inf and limit != 1.0 and prefix:
+            raise misconfigured(
+                f"{prefix}_dataloader has no length (an IterableDataset or a stream), so limit_{prefix}_batches={limit!r} "
+                "is a fraction of an unknown number: pass a number of batches.",
+                f"When using an `IterableDataset` for `{prefix}_dataloader`, `Trainer(limit_{prefix}_batches)` must be "
+                f"`1.0` or an int. An int specifies `num_{prefix}_batches` to use.",
+            )
         return total if total == math.inf else max(1, int(total * limit))
     return min(total, limit)
 

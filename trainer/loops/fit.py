@@ -140,12 +140,10 @@ class FitLoop(StopRules, Publishing):
         trainer, run = self.trainer, self.run
         if trainer.profiler is not None:
             trainer.profiler.attach_optimizers(run.opt.optimizers)
-        run.phase = "train"
         run.publish_step_metrics = self._publish_step_metrics
         try:
             self._fit()
         finally:
-            run.phase = None
             run.publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
 
     def _fit(self) -> None:
@@ -246,7 +244,7 @@ class FitLoop(StopRules, Publishing):
         steps, backward, optimizer = self.steps, self.steps.backward_fn, run.opt.optimizer
         accumulate = trainer.accumulate_grad_batches
         stepper, plain_backward, plain_step = self._stepper()
-        transfer = batch_transfer(model, strategy)  # None unless the model overrides a transfer hook
+        transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
         sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0  # steps at which the ranks agree on stop requests
         sizes = uniform_batches(loader)  # a DataLoader's batch sizes are known in advance; others are measured

@@ -34,12 +34,12 @@ class FitLoaders:
         n = loader_length(train)
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
-        run.num_training_batches = limited(n, trainer.limit_train_batches)
+        run.num_training_batches = limited(n, trainer.limit_train_batches, "train")
         if val is not None:
             check_val_interval(trainer)
         run.train_dataloader = train
         run.val_dataloaders = None if val is None else val.as_given()  # callbacks read it
-        run.num_val_batches = [] if val is None else [limited(length, trainer.limit_val_batches) for length in val.lengths()]
+        run.num_val_batches = [] if val is None else [limited(length, trainer.limit_val_batches, "val") for length in val.lengths()]
         check_same_length(strategy.gather_objects(run.num_training_batches))
         return train, val
 
@@ -49,14 +49,16 @@ class FitLoaders:
         if data.loader is None:  # the model's or DataModule's: checked here, where they were made
             check_train_loader(train)
         val = stage_loader("validate", data.val_loader, model, data.datamodule)
-        if val is not None and not callable(getattr(model, "validation_step", None)):
-            if trainer.is_global_zero and not self._warned:
-                warnings.warn(
-                    f"A validation loader was given but {type(model).__name__} has no validation_step: "
-                    "training goes on without validation. Define validation_step(self, batch, batch_idx) "
-                    "to validate, or leave the validation loader out to silence this.", UserWarning, stacklevel=4,
-                )
-                self._warned = True
+        steps = callable(getattr(model, "validation_step", None))
+        if trainer.is_global_zero and not self._warned and (val is None) == steps:  # Lightning's two warnings
+            warnings.warn(
+                "You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop. (Define "
+                f"{type(model).__name__}.validation_step(self, batch, batch_idx) to validate, or leave the "
+                "validation loader out.)" if steps is False else "You defined a `validation_step` but have no "
+                "`val_dataloader`. Skipping val loop.", UserWarning, stacklevel=4,
+            )
+            self._warned = True
+        if not steps:
             val = None
         val = None if val is None else Loaders(val)
         if trainer.overfit_batches:

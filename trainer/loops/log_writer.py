@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from callbacks.base import Callback
@@ -55,6 +56,12 @@ class LogWriter(Callback):
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         steps, every = trainer.estimated_stepping_batches, trainer.log_every_n_steps
+        if self.loggers and trainer.num_training_batches < every and not trainer.fast_dev_run:
+            warnings.warn(
+                f"The number of training batches ({trainer.num_training_batches}) is smaller than the logging interval "
+                f"Trainer(log_every_n_steps={every}). Set a lower value for log_every_n_steps if you want to see logs for "
+                "the training epoch.", UserWarning, stacklevel=2,
+            )
         if self.loggers and trainer.global_step == 0 and 2 <= steps < every:
             log.info(
                 "This fit makes %d optimizer steps, fewer than log_every_n_steps=%d: its per-step curves get "
@@ -96,7 +103,7 @@ class LogWriter(Callback):
         self._paused_at = time.perf_counter()
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if self._paused_at is not None and self._clock is not None and trainer.state.stage == "fit":
+        if self._paused_at is not None and self._clock is not None and trainer.state.fn == "fit":
             # Throughput measures training: move the clock's start past the validation.
             t0, s0, n0 = self._clock
             self._clock = (t0 + time.perf_counter() - self._paused_at, s0, n0)

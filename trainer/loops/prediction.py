@@ -37,7 +37,8 @@ def predict_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_pa
             outputs = evaluation_loop(trainer, run, "predict", loaders, trainer.limit_predict_batches)
             if not data.return_predictions:
                 return None
-            return loaders.pack([trainer.strategy.gather_predictions(out) for out in outputs])
+            outputs = [trainer.strategy.gather_predictions(out) for out in outputs]
+            return outputs[0] if len(loaders) == 1 else loaders.pack(outputs)  # one loader in a list: its own
         finally:
             run.predict_loop.release()
 

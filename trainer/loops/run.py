@@ -25,7 +25,7 @@ from trainer.checkpoint.state_dicts import load_plain_state_dict
 from trainer.core.module import overridden
 from trainer.core.seed import seed_everything
 from trainer.core.signals import StopSignals
-from trainer.core.state import TrainerState
+from trainer.core.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from trainer.core.distributed import rank_zero_only
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import prepare
@@ -70,7 +70,6 @@ class Run:
         self.hooks = Hooks([])
         self.fetching = Fetching(True)  # batched fetching, with data_on_device on the device
         self.signals = StopSignals()  # SIGTERM/SIGINT during fit
-        self.phase: str | None = None  # "train", "validation", "test" or "predict" while one runs
         self.counters: tuple[int, int] | None = None  # the Trainer's step and epoch, while evaluating a checkpoint's
         # --- fit's -------------------------------------------------------------------------
         self.opt: OptimizerSetup | None = None
@@ -93,7 +92,10 @@ class Run:
         # --- what Lightning code reads on the Trainer ----------------------------------------
         self.datamodule: Any = None
         self.train_dataloader: Any = None  # fit's training loader, as the strategy prepared it
-        self.val_dataloaders: Any = None  # the validation loader of the fit that runs, or None
+        # The evaluation loaders (Lightning's names) of the last fit or validate, test and predict, or None.
+        self.val_dataloaders: Any = None
+        self.test_dataloaders: Any = None
+        self.predict_dataloaders: Any = None
         self.predict_loop: PredictLoop | None = None  # the running predict's record
         self.num_training_batches: int | float = float("inf")
         self.num_val_batches: list[int | float] = []  # per validation loader, after limit_val_batches
@@ -108,7 +110,6 @@ class Run:
         self.samples_seen = 0
         self.grad_norm: torch.Tensor | None = None
         self.is_last_batch = False  # during fit: the batch being trained on is its epoch's last (sized loaders)
-        self.sanity_checking = False  # True while the sanity check runs
         self.run_dir: str | None = None  # the first logger's <save_dir>/<name>/version_<n>: checkpoints go there
         self.log_dir: str | None = None  # the first logger's log_dir, once a stage resolved it
 
@@ -116,13 +117,16 @@ class Run:
         """What a spawned worker gets: no model, data or predictions (those travel apart, or stay)."""
         state = self.__dict__.copy()
         state.update(module=None, datamodule=None, train_dataloader=None, val_dataloaders=None, predict_loop=None)
+        state.update(test_dataloaders=None, predict_dataloaders=None)
         return state
 
 
 # A fit starts its own record, except what it never writes: another stage's batch counts and
 # the last predict's record.
-_FIT_KEEPS = ("num_test_batches", "num_predict_batches", "predict_loop", "run_dir", "log_dir")
-_CALL_OWN = ("hooks", "signals", "phase", "counters")  # what an evaluation does not take from the run before
+_FIT_KEEPS = (
+    "num_test_batches", "num_predict_batches", "predict_loop", "run_dir", "log_dir", "test_dataloaders", "predict_dataloaders",
+)
+_CALL_OWN = ("hooks", "signals", "counters")  # what an evaluation does not take from the run before
 
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
@@ -161,12 +165,15 @@ def _new_run(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) 
     if stage == "fit":
         for name in _FIT_KEEPS:
             setattr(run, name, getattr(previous, name))
-        trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
+        # from 0, or from the checkpoint's step
+        trainer.state = TrainerState(TrainerStatus.RUNNING, TrainerFn.FITTING, RunningStage.TRAINING)
     else:
         fresh, run = run, copy.copy(previous)
         for name in _CALL_OWN:
             setattr(run, name, getattr(fresh, name))
-        trainer.state.stage = stage  # evaluation never moves the training counters
+        # evaluation never moves the training counters
+        state = trainer.state
+        state.fn, state.status, state.stage = TrainerFn(stage), TrainerStatus.RUNNING, RunningStage(stage)
     run.stage, run.module, run.datamodule = stage, model, datamodule
     run.precision = trainer.strategy.precision
     trainer._run = run
@@ -201,6 +208,7 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
     try:
         yield
     except BaseException as err:
+        trainer.state.status = TrainerStatus.INTERRUPTED  # before on_exception, as in Lightning
         for fn in run.hooks.on_exception:
             fn(trainer, model, err)
         if datamodule is not None:

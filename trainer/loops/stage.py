@@ -21,6 +21,7 @@ from trainer.checkpoint.run_dir import logger_versions
 from trainer.loops.prediction import predict_stage
 from trainer.loops.run import StageData
 from trainer.checkpoint.folder_lock import unlock_checkpoint_folders
+from trainer.core.state import TrainerStatus
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
@@ -44,10 +45,11 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         # The caller's settings come back after: deterministic kernels, cuDNN autotuning, anomaly detection.
         with deterministic_algorithms(trainer.deterministic), torch_flags(trainer.benchmark, trainer.detect_anomaly):
             output = ENTRY_POINTS[stage](trainer, model, data, ckpt_path)
+        trainer.state.status = TrainerStatus.FINISHED
         # For the caller's model: gathered on every rank while the group is up (fsdp shards them).
         weights = strategy.module_state_dict() if strategy.spawned else None
     finally:
-        trainer.state.stage = "idle"
+        trainer.state.stage = None  # fn stays: the entry point that ran last, as in Lightning
         unlock_checkpoint_folders(trainer)  # however the stage ended, its checkpoint folders are free
         strategy.teardown()
         if profiler is not None:

@@ -17,7 +17,7 @@ from trainer.tuner.lr_finder import LRFinder, lr_find
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
-__all__ = ["LRFinder", "Tuner", "tune_before_fit"]
+__all__ = ["LRFinder", "Tuner", "tune_before"]
 
 
 class Tuner:
@@ -52,23 +52,28 @@ class Tuner:
     def scale_batch_size(
         self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, dataloaders: Any = None,
         datamodule: Any = None, method: str = "fit", mode: str = "power", steps_per_trial: int = 3,
-        init_val: int = 2, max_trials: int = 25, batch_arg_name: str = "batch_size",
+        init_val: int = 2, max_trials: int = 25, batch_arg_name: str = "batch_size", margin: float = 0.05,
+        max_val: int = 8192,
     ) -> int | None:
         """Run ``steps_per_trial`` steps of ``method`` at growing batch sizes, from ``init_val``:
-        doubling until one runs out of memory (``"power"``), then bisecting (``"binsearch"``),
-        never beyond the dataset's length, at most ``max_trials`` trials. Sets the largest size
-        that ran on ``batch_arg_name`` (model, its ``hparams`` or the DataModule) and returns it."""
+        doubling until one runs out of memory (``"power"``), then bisecting (``"binsearch"``,
+        whose result loses ``margin``), never beyond the dataset's length or ``max_val``, at most
+        ``max_trials`` trials, as Lightning's. Sets the size found on ``batch_arg_name`` (model,
+        its ``hparams`` or the DataModule), leaves the Trainer's loaders built with it, and
+        returns it."""
         return scale_batch_size(
             self._trainer, model, train_dataloaders, val_dataloaders, dataloaders, datamodule, method, mode,
-            steps_per_trial, init_val, max_trials, batch_arg_name,
+            steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val,
         )
 
 
-def tune_before_fit(trainer: Trainer, model: Any, train_dataloaders: Any, val_dataloaders: Any, datamodule: Any) -> None:
+def tune_before(trainer: Trainer, stage: str, model: Any, loaders: Any, val_dataloaders: Any, datamodule: Any) -> None:
     """``callbacks.BatchSizeFinder`` and ``callbacks.LearningRateFinder`` in ``trainer.callbacks``:
-    their searches, in that order, before the fit starts (so its loaders and optimizer are
-    built with the values found)."""
+    their searches, in the callbacks' order, before ``stage`` ("fit", "validate", "test" or
+    "predict"; the learning rate only for fit) starts, so that it builds its loaders and
+    optimizer with the values found. ``loaders`` are fit's train_dataloaders or an evaluation's
+    dataloaders."""
     for cb in trainer.callbacks:
-        search = getattr(cb, "_search_before_fit", None)
+        search = getattr(cb, "_search_before", None)
         if search is not None:
-            search(Tuner(trainer), model, train_dataloaders, val_dataloaders, datamodule)
+            search(Tuner(trainer), stage, model, loaders, val_dataloaders, datamodule)

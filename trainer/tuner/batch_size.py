@@ -1,5 +1,6 @@
-"""The batch-size search: run a few steps at growing batch sizes until one runs out of memory,
-and keep the largest that fit (never beyond the dataset's length)."""
+"""The batch-size search, Lightning's: run a few steps at growing batch sizes until one runs out of
+memory, the dataset's length or ``max_val`` is reached, or ``max_trials`` trials ran, and keep
+the largest that fit (``binsearch`` then bisects, and takes a ``margin`` off the result)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 
+from trainer.core.exceptions import MisconfigurationException
+from trainer.data.loaders import defines
 from trainer.tuner._search import get_value, holders, is_out_of_memory, leaves_no_trace, quiet_fit, search_trainer, set_value
 
 if TYPE_CHECKING:
@@ -18,113 +21,235 @@ log = logging.getLogger("trainer")
 
 MODES = ("power", "binsearch")
 METHODS = {"fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}
+# Where the loaders of each method are on the Trainer after the search (Lightning leaves them there).
+LOADERS = {"validate": "val_dataloaders", "test": "test_dataloaders", "predict": "predict_dataloaders"}
 
 
-def check_scale(mode: Any, method: Any, steps_per_trial: Any, init_val: Any, max_trials: Any, batch_arg_name: Any) -> None:
+def check_scale(
+    mode: Any, method: Any, steps_per_trial: Any, init_val: Any, max_trials: Any, batch_arg_name: Any, margin: Any,
+    max_val: Any,
+) -> None:
     if mode not in MODES:
-        raise ValueError(f"scale_batch_size(mode={mode!r}): use 'power' (double until out of memory) or 'binsearch' (then bisect).")
+        raise ValueError(f"`mode` should be either of {MODES}; scale_batch_size(mode={mode!r}): 'power' doubles until out of memory, 'binsearch' then bisects.")
     if method not in METHODS:
-        raise ValueError(f"scale_batch_size(method={method!r}): use one of {', '.join(map(repr, METHODS))}.")
-    for name, value in (("steps_per_trial", steps_per_trial), ("init_val", init_val), ("max_trials", max_trials)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"scale_batch_size({name}={value!r}): a positive int.")
+        raise ValueError(f"method {method!r} is invalid. Should be one of {tuple(METHODS)}.")
+    for name, value, low in (("steps_per_trial", steps_per_trial, 1), ("init_val", init_val, 1), ("max_trials", max_trials, 0), ("max_val", max_val, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"scale_batch_size({name}={value!r}): an int >= {low}.")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < 1.0:
+        raise ValueError(f"`margin` should be between 0 and 1. Found margin={margin!r}: the share taken off binsearch's result.")
     if not isinstance(batch_arg_name, str) or not batch_arg_name:
         raise ValueError(f"scale_batch_size(batch_arg_name={batch_arg_name!r}): the name of the batch-size attribute, e.g. 'batch_size'.")
+
+
+def check_sources(method: str, train_dataloaders: Any, val_dataloaders: Any, dataloaders: Any) -> None:
+    """Lightning's rules: the loaders must come from the model or DataModule, which read the attribute."""
+    if method == "fit" and dataloaders is not None:
+        raise MisconfigurationException(
+            f"In tuner with method {method!r}, `dataloaders` argument should be None, please consider setting "
+            "`train_dataloaders` and `val_dataloaders` instead."
+        )
+    if method != "fit" and (train_dataloaders is not None or val_dataloaders is not None):
+        raise MisconfigurationException(
+            f"In tuner with `method`={method!r}, `train_dataloaders` and `val_dataloaders` arguments should be None, "
+            "please consider setting `dataloaders` instead."
+        )
+    if train_dataloaders is not None or dataloaders is not None:
+        raise MisconfigurationException(
+            f"The Batch size finder cannot be used with dataloaders passed directly to `.{method}()`. Please disable the "
+            "feature or incorporate the dataloader into your LightningModule or LightningDataModule: the search "
+            f"rebuilds the loader from {METHODS[method]}() at each batch size."
+        )
 
 
 def scale_batch_size(
     trainer: Trainer, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, dataloaders: Any = None,
     datamodule: Any = None, method: str = "fit", mode: str = "power", steps_per_trial: int = 3, init_val: int = 2,
-    max_trials: int = 25, batch_arg_name: str = "batch_size",
+    max_trials: int = 25, batch_arg_name: str = "batch_size", margin: float = 0.05, max_val: int = 8192,
 ) -> int | None:
-    check_scale(mode, method, steps_per_trial, init_val, max_trials, batch_arg_name)
-    if train_dataloaders is not None or dataloaders is not None:
-        raise ValueError(
-            "scale_batch_size rebuilds the loader at each batch size from the model's or the DataModule's "
-            f"{METHODS[method]}(), which reads {batch_arg_name!r}; a loader passed in has its batch size fixed. "
-            f"Define {METHODS[method]}() (on the model or a DataModule) and pass the model (or datamodule=)."
-        )
+    check_scale(mode, method, steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val)
+    check_sources(method, train_dataloaders, val_dataloaders, dataloaders)
+    if trainer.world_size > 1 or (getattr(trainer.strategy, "num_processes", None) or 1) > 1:
+        raise MisconfigurationException("The Batch size finder is not supported with distributed strategies.")
     if trainer.fast_dev_run:
-        warnings.warn("scale_batch_size is skipped with Trainer(fast_dev_run=...): a debugging run searches nothing.", stacklevel=3)
+        warnings.warn("Skipping batch size scaler since `fast_dev_run` is enabled.", UserWarning, stacklevel=3)
         return None
     places = holders(model, datamodule, batch_arg_name)
     if not places:
-        raise ValueError(
-            f"scale_batch_size(batch_arg_name={batch_arg_name!r}) sets the batch size on the model or DataModule, and "
-            f"neither {type(model).__name__}{' nor ' + type(datamodule).__name__ if datamodule is not None else ''} has an "
-            f"attribute {batch_arg_name!r} (nor in its hparams). Set self.{batch_arg_name} in __init__ and use it in "
-            f"{METHODS[method]}(), or pass batch_arg_name='your_name'."
+        raise MisconfigurationException(
+            f"Field {batch_arg_name} not found in `model`, `datamodule`, nor their `hparams` attributes. Set "
+            f"self.{batch_arg_name} in __init__ and use it in {METHODS[method]}(), or pass batch_arg_name='your_name'."
+        )
+    hparams = getattr(model, "hparams", None)
+    if batch_arg_name in vars(model) and isinstance(hparams, dict) and batch_arg_name in hparams:
+        warnings.warn(
+            f"Field `model.{batch_arg_name}` and `model.hparams.{batch_arg_name}` are mutually exclusive! "
+            f"`model.{batch_arg_name}` will be used as the initial batch size for scaling. If this is not the intended "
+            "behavior, please remove either one.", UserWarning, stacklevel=3,
         )
     owner = datamodule if datamodule is not None else model
     if not callable(getattr(owner, METHODS[method], None)):
-        raise ValueError(f"scale_batch_size(method={method!r}) needs {type(owner).__name__}.{METHODS[method]}() to build the loader.")
-    original = get_value(places, batch_arg_name)
+        raise MisconfigurationException(f"scale_batch_size(method={method!r}) needs {type(owner).__name__}.{METHODS[method]}() to build the loader.")
+    if method != "fit":
+        check_one_loader(owner, method)
+    search = Search(trainer, model, datamodule, method, places, batch_arg_name, steps_per_trial, val_dataloaders)
+    with leaves_no_trace(model):
+        size, _ = search.adjust(value=init_val)
+        size = _power(search, size, max_trials, max_val) if mode == "power" else _binsearch(search, size, max_trials, margin, max_val)
+    log.info("Finished batch size finder, will continue with full run using batch size %d", size)
+    search.hand_over(size)
+    return size
 
-    def trial(size: int) -> tuple[bool, int | None]:
-        """Whether ``size`` ran ``steps_per_trial`` steps; and the dataset's length if known."""
-        set_value(places, batch_arg_name, size)
-        loader = getattr(owner, METHODS[method])()
-        if isinstance(loader, DataLoader) and loader.batch_size != size:
-            raise ValueError(
-                f"scale_batch_size set {batch_arg_name}={size}, but {type(owner).__name__}.{METHODS[method]}() built a "
-                f"DataLoader with batch_size={loader.batch_size!r}: the loader ignores the attribute. Pass "
-                f"batch_size=self.{batch_arg_name} to the DataLoader."
-            )
-        length = len(loader.dataset) if isinstance(loader, DataLoader) and hasattr(loader.dataset, "__len__") else None
-        search = search_trainer(trainer, [], steps_per_trial, method, limit_train=True)
+
+def check_one_loader(owner: Any, method: str) -> None:
+    """Lightning's: one evaluation loader only (its batch size is what the search sets). A loader
+    method that needs ``setup`` first is checked by the trial instead."""
+    try:
+        loaders = getattr(owner, METHODS[method])()
+    except Exception:  # noqa: BLE001 - e.g. a DataModule whose datasets setup() makes
+        return
+    if isinstance(loaders, (list, tuple, dict)) and len(loaders) > 1:
+        prefix = "val" if method == "validate" else method
+        raise MisconfigurationException(
+            f"The Batch size finder cannot be used with multiple {prefix} dataloaders: {type(owner).__name__}."
+            f"{METHODS[method]}() returned {len(loaders)}, and the search sets one batch size."
+        )
+
+
+class Search:
+    """One search's trials and its attribute: each trial runs ``steps_per_trial`` steps of the
+    method on a throwaway copy of the Trainer, with the loader the model or DataModule builds."""
+
+    def __init__(
+        self, trainer: Trainer, model: Any, datamodule: Any, method: str, places: list[tuple[Any, str]], name: str,
+        steps: int, val_dataloaders: Any,
+    ) -> None:
+        self.trainer, self.model, self.datamodule, self.method = trainer, model, datamodule, method
+        self.places, self.name, self.steps, self.val_dataloaders = places, name, steps, val_dataloaders
+        self.length: int | None = None  # the dataset's length, once a trial built the loader
+        self.loaders: tuple[Any, Any] = (None, None)  # the last trial's (main loader(s), fit's validation loaders)
+
+    @property
+    def value(self) -> int:
+        return get_value(self.places, self.name)
+
+    def adjust(self, factor: float = 1.0, value: int | None = None, desc: str | None = None, max_val: int = 8192) -> tuple[int, bool]:
+        """Lightning's ``_adjust_batch_size``: the next size (``value``, or the current one times
+        ``factor``, at most ``max_val``), set on the attribute; unchanged once the current size
+        covers the dataset."""
+        current = self.value
+        if self.length is not None and current >= self.length:
+            log.info("The batch size %d is greater or equal than the length of your dataset: %d.", current, self.length)
+            return current, False
+        new = value if value is not None else int(current * factor)
+        if new > max_val:
+            if desc:
+                log.info("Batch size %d exceeds max_val limit %d, capping at %d", new, max_val, max_val)
+            new = max_val
+        if desc:
+            log.info("Batch size %d %s, trying batch size %d", current, desc, new)
+        set_value(self.places, self.name, new)
+        return new, new != current
+
+    def trial(self) -> bool:
+        """Whether the current size ran; False only for running out of memory."""
+        trainer, method, size = self.trainer, self.method, self.value
+        run = search_trainer(trainer, [], self.steps, method, limit_train=True)
         try:
-            with leaves_no_trace(model), quiet_fit():
+            with leaves_no_trace(self.model), quiet_fit():
                 if method == "fit":
-                    search.fit(model, None, val_dataloaders, datamodule)
+                    run.fit(self.model, None, self.val_dataloaders, self.datamodule)
+                elif method == "predict":
+                    run.predict(self.model, datamodule=self.datamodule, return_predictions=False)
                 else:
-                    getattr(search, method)(model, datamodule=datamodule)
+                    getattr(run, method)(self.model, datamodule=self.datamodule, verbose=False)
         except Exception as err:  # noqa: BLE001 - only the out-of-memory error is a result
             if not is_out_of_memory(err):
                 raise
             del err
-            log.info("scale_batch_size: %s=%d ran out of memory.", batch_arg_name, size)
-            return False, length
-        log.info("scale_batch_size: %s=%d fits.", batch_arg_name, size)
-        return True, length
+            log.info("scale_batch_size: %s=%d ran out of memory.", self.name, size)
+            return False
+        loader = run.train_dataloader if method == "fit" else getattr(run, LOADERS[method])
+        self.loaders = (loader, run.val_dataloaders if method == "fit" else None)
+        if isinstance(loader, DataLoader):
+            dataset = loader.dataset
+            self.length = len(dataset) if hasattr(dataset, "__len__") else None  # type: ignore[arg-type]
+            if loader.batch_size not in (None, size):
+                log.info("scale_batch_size: %s=%d, but the loader's batch_size is %r: it does not read the attribute.", self.name, size, loader.batch_size)
+        return True
 
-    with leaves_no_trace(model):
-        found = _search(trial, mode, init_val, max_trials)
-    final = original if found is None else found
-    set_value(places, batch_arg_name, final)
-    log.info("scale_batch_size: %s = %d (was %r).", batch_arg_name, final, original)
-    return found
+    def hand_over(self, size: int) -> None:
+        """After the search, as Lightning leaves it: the size on the attribute, and the Trainer's
+        loaders and DataModule those the method would now run with."""
+        set_value(self.places, self.name, size)
+        trainer, owner = self.trainer, self.datamodule if self.datamodule is not None else self.model
+        trainer.datamodule = self.datamodule
+        if self.loaders[0] is None:
+            return
+        loader = getattr(owner, METHODS[self.method])()
+        if self.method == "fit":
+            trainer.train_dataloader = loader
+            own_val = self.val_dataloaders is None and defines(owner, "val_dataloader")
+            trainer.val_dataloaders = owner.val_dataloader() if own_val else self.val_dataloaders
+        elif self.method == "validate":
+            trainer.val_dataloaders = loader
+        elif self.method == "test":
+            trainer.test_dataloaders = loader
+        else:
+            trainer.predict_dataloaders = loader
 
 
-def _search(trial: Any, mode: str, size: int, max_trials: int) -> int:
-    """The largest size that ran: doubling from ``size`` until a trial fails, the dataset's
-    length is reached or ``max_trials`` ran (``power``), then bisecting between the last size
-    that ran and the first that failed (``binsearch``). A failing first size is halved."""
-    low: int | None = None  # the largest size that ran
-    high: int | None = None  # the smallest size that failed
-    for _ in range(max_trials):
-        ok, length = trial(size)
-        if length is not None and size > length:
-            size = length  # never beyond the dataset: a larger batch is the whole dataset anyway
-        if ok:
+def _power(search: Search, size: int, max_trials: int, max_val: int) -> int:
+    """Double after each trial that ran; on running out of memory, halve and stop (once one ran)."""
+    any_success = False
+    for i in range(max_trials):
+        if size >= max_val:
+            log.info("Reached the maximum batch size limit of %d. Stopping search.", max_val)
+            break
+        if search.trial():
+            if i + 1 >= max_trials:  # the last trial: keep the size that ran, untested doubles are not results
+                break
+            size, changed = search.adjust(factor=2.0, desc="succeeded")
+            if not changed:
+                break
+            any_success = True
+        else:
+            size, _ = search.adjust(factor=0.5, desc="failed")
+            if any_success:
+                break
+    return size
+
+
+def _binsearch(search: Search, size: int, max_trials: int, margin: float, max_val: int) -> int:
+    """Double until a trial runs out of memory, then bisect between the last size that ran and the
+    first that failed; ``margin`` is then taken off the size found."""
+    low, high, count = 1, None, 0
+    while True:
+        if size >= max_val:
+            log.info("Reached the maximum batch size limit of %d. Stopping search.", max_val)
+            break
+        if search.trial():
+            count += 1
+            if count >= max_trials:
+                break
             low = size
-            if length is not None and size >= length:
-                break
-            if high is None:
-                size = size * 2 if length is None else min(size * 2, length)
-            elif mode == "power" or high - low <= 1:
-                break
+            if high:
+                if high - low <= 1:
+                    break
+                size, changed = search.adjust(value=(high + low) // 2, desc="succeeded", max_val=max_val)
             else:
-                size = (low + high) // 2
+                size, changed = search.adjust(factor=2.0, desc="succeeded", max_val=max_val)
+            if not changed:
+                break
         else:
             high = size
-            if low is None:
-                if size == 1:
-                    raise MemoryError("scale_batch_size: even batch size 1 runs out of memory. Make the model or the inputs smaller.")
-                size //= 2
-            elif mode == "power" or high - low <= 1:
+            size, _ = search.adjust(value=(high + low) // 2, desc="failed")
+            if high - low <= 1:
                 break
-            else:
-                size = (low + high) // 2
-    if low is None:
-        raise MemoryError(f"scale_batch_size found no batch size that fits in {max_trials} trial(s); the last tried was {high}.")
-    return low
+    if margin > 0:
+        reduced = max(1, int(size * (1 - margin)))
+        if reduced != size:
+            log.info("Applying margin of %s, reducing batch size from %d to %d", f"{margin:.1%}", size, reduced)
+            size = reduced
+    return size
+

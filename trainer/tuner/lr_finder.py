@@ -133,10 +133,8 @@ def check_lr_find(min_lr: Any, max_lr: Any, num_training: Any, mode: Any, early_
     for name, value in (("min_lr", min_lr), ("max_lr", max_lr)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"lr_find({name}={value!r}): a positive number.")
-    if min_lr >= max_lr:
-        raise ValueError(f"lr_find(min_lr={min_lr!r}, max_lr={max_lr!r}): min_lr must be below max_lr; the search grows from one to the other.")
-    if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 2:
-        raise ValueError(f"lr_find(num_training={num_training!r}): the number of steps, an int >= 2.")
+    if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 1:
+        raise ValueError(f"lr_find(num_training={num_training!r}): the number of steps, an int >= 1.")
     if mode not in MODES:
         raise ValueError(f"lr_find(mode={mode!r}): use 'exponential' (evenly spread on a log scale) or 'linear'.")
     if early_stop_threshold is not None and (isinstance(early_stop_threshold, bool) or not isinstance(early_stop_threshold, (int, float)) or early_stop_threshold <= 0):
@@ -150,10 +148,16 @@ def lr_attribute(model: Any, datamodule: Any, attr_name: str) -> tuple[str, list
         if places:
             return name, places
     wanted = repr(attr_name) if attr_name else "'lr' or 'learning_rate'"
-    raise ValueError(
-        f"lr_find(update_attr=True) sets the learning rate it finds on the model, but {type(model).__name__} has no "
-        f"attribute {wanted} (nor in its hparams{' or the DataModule' if datamodule is not None else ''}). Set self.lr "
-        "in __init__ and read it in configure_optimizers, pass attr_name='your_name', or update_attr=False."
+    lightning = (  # Lightning's sentence first, as its tests match it
+        f"The attribute name for the learning rate was set to {attr_name}, but could not find this as a field in "
+        "`model` or `model.hparams`." if attr_name else "When using the learning rate finder, either `model` or "
+        "`model.hparams` should have one of these fields: ('lr', 'learning_rate'). If your model has a different "
+        "name for the learning rate, set it with `.lr_find(attr_name=...)`."
+    )
+    raise AttributeError(
+        f"{lightning} lr_find(update_attr=True) sets the learning rate it finds on the model, but {type(model).__name__} "
+        f"has no attribute {wanted} (nor in its hparams{' or the DataModule' if datamodule is not None else ''}). Set "
+        "self.lr in __init__ and read it in configure_optimizers, pass attr_name='your_name', or update_attr=False."
     )
 
 
@@ -164,7 +168,8 @@ def lr_find(
 ) -> LRFinder | None:
     check_lr_find(min_lr, max_lr, num_training, mode, early_stop_threshold)
     if trainer.fast_dev_run:
-        warnings.warn("lr_find is skipped with Trainer(fast_dev_run=...): a debugging run searches nothing.", stacklevel=3)
+        warnings.warn("Skipping learning rate finder since `fast_dev_run` is enabled. (A debugging run searches nothing.)",
+                      UserWarning, stacklevel=3)
         return None
     name, places = lr_attribute(model, datamodule, attr_name) if update_attr else ("", [])
     finder = LRFinder(mode, float(min_lr), float(max_lr), num_training)

@@ -56,5 +56,5 @@ def test_bad_schedules_say_what_is_wrong(scheduling, error, message):
 
 def test_it_refuses_a_trainer_that_accumulates_too():
     trainer = Trainer(**quiet(max_epochs=1, accumulate_grad_batches=2, callbacks=[GradientAccumulationScheduler({0: 4})]))
-    with pytest.raises(ValueError, match=r"accumulate_grad_batches=2\) and GradientAccumulationScheduler"):
+    with pytest.raises(ValueError, match=r"^You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler`.*accumulate_grad_batches=2"):
         trainer.fit(Classifier(), loader(32))

@@ -136,7 +136,7 @@ def reference(tmp_path_factory, script_env):
 
 def checkpoints(folder: Path) -> dict[str, str]:
     """Every step/epoch checkpoint under ``folder`` (all run versions), by file name."""
-    files = glob.glob(str(folder / "runs" / "default" / "version_*" / "checkpoints" / "*.ckpt"))
+    files = glob.glob(str(folder / "runs" / "lightning_logs" / "version_*" / "checkpoints" / "*.ckpt"))
     return {os.path.basename(f): f for f in files if not f.endswith("last.ckpt")}
 
 
@@ -245,7 +245,7 @@ def test_kill9_on_a_gpu_in_mixed_precision_then_restart_is_bit_exact(precision, 
     assert resumed_from(job)[1:] == (0, 3)
     assert_same_training(tmp_path, ref)
     if precision == "16-mixed":
-        saved = torch.load(glob.glob(str(tmp_path / "runs/default/version_*/checkpoints/last.ckpt"))[0], weights_only=True)
+        saved = torch.load(glob.glob(str(tmp_path / "runs/lightning_logs/version_*/checkpoints/last.ckpt"))[0], weights_only=True)
         assert "scaler" in saved["precision"]
 
 
@@ -259,7 +259,7 @@ def test_sigterm_saves_last_and_resume_is_bit_exact(tmp_path, script_env, refere
 
     assert job.wait() != 0  # a scheduler must see the interruption
     assert "Interrupted: Training stopped by SIGTERM at step 5" in job.log
-    last = tmp_path / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+    last = tmp_path / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=True)["loop"]["global_step"] == 5  # the very next step boundary
     job = run([], tmp_path, script_env)
     assert resumed_from(job) == ("last.ckpt", 0, 5)
@@ -270,7 +270,7 @@ def test_sigterm_saves_last_and_resume_is_bit_exact(tmp_path, script_env, refere
 def test_ddp_sigterm_then_ctrl_c_then_resume_is_bit_exact(tmp_path, script_env, reference):
     args = [*DDP, *DDP_EPOCHS]
     ref = reference(args)
-    last = tmp_path / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+    last = tmp_path / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
 
     # SIGTERM to the launching process only: it passes it on to both workers.
     job = Job([*args, "--signal-wait", "2"], tmp_path, script_env)
@@ -322,7 +322,7 @@ def test_an_ignored_sigint_stays_ignored_and_sigterm_still_saves_and_stops(tmp_p
     assert "Interrupted" not in job.log and "KeyboardInterrupt" not in job.log
     assert "done epoch=3 step=24" in job.log
     assert_same_training(tmp_path, ref)  # every checkpoint, and the final weights, as never signalled
-    last = tmp_path / "runs" / "default" / "version_0" / "checkpoints" / "last.ckpt"
+    last = tmp_path / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=True)["loop"]["global_step"] == 24  # the run's end, not step 5
 
     # SIGTERM (a scheduler's stop) is caught all the same: last.ckpt at the next step boundary.
@@ -504,8 +504,9 @@ def test_sigint_in_process_saves_last_and_a_second_ctrl_c_interrupts_at_once(mon
         assert torch.load("checkpoints/last.ckpt", weights_only=True)["loop"]["global_step"] == 2
         assert signal.getsignal(signal.SIGINT) is users_handler  # put back
 
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(SystemExit, match="1") as stop:  # Lightning's exit on a KeyboardInterrupt
             Trainer(**quiet(max_epochs=3, callbacks=[CtrlC(2)])).fit(Classifier(), loader(32))
+        assert isinstance(stop.value.__context__, KeyboardInterrupt)
         assert signal.getsignal(signal.SIGINT) is users_handler  # put back after a forced stop too
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -644,10 +645,10 @@ class StartsAt(Callback):
 
 
 def fit_named(epochs: int, ckpt_path=None, crash: tuple[str, int] | None = None) -> tuple[Trainer, StartsAt]:
-    """A run with TensorBoard folders on (runs/default/version_<n>) and the default ModelCheckpoint."""
+    """A run with TensorBoard folders on (lightning_logs/version_<n>) and the default ModelCheckpoint."""
     start = StartsAt()
     callbacks = [start] + ([CrashAt(*crash)] if crash else [])
-    trainer = Trainer(max_epochs=epochs, enable_progress_bar=False, callbacks=callbacks)  # name="default"
+    trainer = Trainer(max_epochs=epochs, enable_progress_bar=False, callbacks=callbacks)  # name="lightning_logs", in the working directory
     try:
         trainer.fit(Classifier(), loader(32), ckpt_path=ckpt_path)
     except Crash:
@@ -662,18 +663,18 @@ def test_last_never_resumes_an_older_run_when_the_latest_one_saved_nothing():
     trainer, start = fit_named(epochs=2, ckpt_path="last")  # its restart
 
     assert start.step == 0  # from scratch: version_0 belongs to another run
-    assert trainer.run_dir.endswith(os.path.join("default", "version_2"))
+    assert trainer.run_dir.endswith(os.path.join("lightning_logs", "version_2"))
 
 
 def test_last_takes_the_latest_fits_checkpoint_even_when_an_older_runs_file_is_newer_on_disk():
     fit_named(epochs=1)  # version_0: last.ckpt at step 2
     fit_named(epochs=2)  # version_1: last.ckpt at step 4
     later = time.time() + 60
-    for path in glob.glob("runs/default/version_0/checkpoints/*.ckpt"):
+    for path in glob.glob("lightning_logs/version_0/checkpoints/*.ckpt"):
         os.utime(path, (later, later))  # e.g. copied back from a backup
     Trainer(enable_progress_bar=False).validate(Classifier(), loader(16))  # version_2: no fit, no checkpoints
 
     trainer, start = fit_named(epochs=3, ckpt_path="last")
 
     assert start.step == 4
-    assert trainer.run_dir.endswith(os.path.join("default", "version_1"))  # carries on in its own folder
+    assert trainer.run_dir.endswith(os.path.join("lightning_logs", "version_1"))  # carries on in its own folder

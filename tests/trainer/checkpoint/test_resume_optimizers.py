@@ -59,7 +59,7 @@ def assert_same_weights(folder: Path, ref: Path) -> None:
 
 def adam_state_at_step_3(folder: Path) -> dict:
     """The per-parameter state of the step-3 checkpoint's optimizer (file or sharded folder)."""
-    (path,) = glob.glob(str(folder / "runs/default/version_*/checkpoints/*step=3.ckpt"))
+    (path,) = glob.glob(str(folder / "runs/lightning_logs/version_*/checkpoints/*step=3.ckpt"))
     if Path(path).is_dir():
         keys = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
         return {k: None for k in keys if k.startswith("optimizer_states.0.state.")}
@@ -115,7 +115,7 @@ def test_sgd_without_momentum_resumes_bit_exact(strategy, tmp_path, script_env):
     assert crash_and_resume(strategy, SGD, "7:1", tmp_path, script_env) == [6]
     assert_same_run(strategy, tmp_path)
     if strategy != "fsdp-sharded":
-        (path,) = glob.glob(str(tmp_path / "straight/runs/default/version_0/checkpoints/*step=3.ckpt"))
+        (path,) = glob.glob(str(tmp_path / "straight/runs/lightning_logs/version_0/checkpoints/*step=3.ckpt"))
         saved = torch.load(path, weights_only=True)["optimizer_states"][0]
         assert saved["state"] == {} and saved["param_groups"][0]["momentum"] == 0
 

@@ -202,3 +202,20 @@ def test_load_from_checkpoint_without_hyperparameters_says_how_to_record_or_pass
     with pytest.raises(TypeError, match=r"holds no hyperparameters.*self\.save_hyperparameters\(\)"):
         NoHyperparameters.load_from_checkpoint("plain.ckpt")
     assert NoHyperparameters.load_from_checkpoint("plain.ckpt", hidden=4).net[0].out_features == 4
+
+
+def test_the_trainer_is_settable_on_the_module_and_its_submodules_as_in_lightning():
+    from trainer import Trainer
+
+    class Inner(Classifier):
+        pass
+
+    outer = Classifier()
+    outer.inner = Inner()
+    with pytest.raises(RuntimeError, match=r"^Classifier is not attached to a `Trainer`\."):
+        outer.trainer  # noqa: B018
+    trainer = Trainer(max_epochs=1, enable_progress_bar=False, log_dir=None)
+    outer.trainer = trainer
+    assert outer.trainer is trainer and outer.inner.trainer is trainer
+    outer.trainer = None
+    assert outer._trainer is None and outer.inner._trainer is None

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from callbacks import ModelCheckpoint
 from tests._models import Classifier, dataset, loader, quiet
-from trainer import DataModule, Trainer
+from trainer import DataModule, Trainer, TrainModule
 
 
 class Data(DataModule):
@@ -166,9 +166,41 @@ def test_predict_returns_one_list_per_loader_in_the_shape_given():
     trainer = Trainer(**quiet())
     one = trainer.predict(model, loader(32, 16))
     several = trainer.predict(model, [loader(32, 16), loader(16, 8)])
-    named = trainer.predict(model, {"a": loader(16, 8)})
+    named = trainer.predict(model, {"a": loader(16, 8), "b": loader(8, 8)})
     assert len(several) == 2 and all(torch.equal(a, b) for a, b in zip(several[0], one))
-    assert [len(p) for p in several] == [2, 2] and list(named) == ["a"] and len(named["a"]) == 2
+    assert [len(p) for p in several] == [2, 2] and list(named) == ["a", "b"] and len(named["a"]) == 2
+    # One loader in a list is one loader, as in Lightning: its own list of predictions
+    assert all(torch.equal(a, b) for a, b in zip(trainer.predict(model, [loader(32, 16)]), one))
+
+
+class ArgsSteps(Classifier):
+    """Steps that take *args: Lightning passes dataloader_idx only with several loaders."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.args: list[tuple] = []
+
+    def validation_step(self, *args):
+        self.args.append(tuple(a if isinstance(a, int) else "batch" for a in args))
+
+
+def test_dataloader_idx_reaches_the_step_exactly_when_there_are_several_loaders():
+    model, trainer = ArgsSteps(), Trainer(**quiet())
+    trainer.validate(model, loader(16, 8), verbose=False)
+    trainer.validate(model, [loader(8, 8)], verbose=False)  # a list of one: one loader
+    assert model.args == [("batch", 0), ("batch", 1), ("batch", 0)]
+    model.args.clear()
+    trainer.validate(model, [loader(8, 8), loader(8, 8)], verbose=False)
+    assert model.args == [("batch", 0, 0), ("batch", 0, 1)]
+
+    class Requires(Classifier):
+        def validation_step(self, batch, batch_idx, dataloader_idx):
+            pass
+
+    with pytest.raises(RuntimeError, match=r"You provided only a single `val_dataloader`, but have included `dataloader_idx` in `Requires.validation_step\(\)`"):
+        trainer.validate(Requires(), loader(8, 8))
+    with pytest.raises(RuntimeError, match=r"You provided multiple `val_dataloader`, but no `dataloader_idx` argument in `Best.validation_step\(\)`"):
+        trainer.validate(Best(), [loader(8, 8), loader(8, 8)])
 
 
 # --- ckpt_path for validate, test and predict ---------------------------------------------
@@ -218,3 +250,92 @@ def test_ckpt_path_best_explains_when_there_is_no_best():
         Trainer(enable_progress_bar=False).test(Classifier(), loader(), ckpt_path="last")
     with pytest.raises(ValueError, match=r"ckpt_path='nope.ckpt' does not exist. Pass an existing file, 'best' or 'last', or None"):
         Trainer(**quiet()).test(Classifier(), loader(), ckpt_path="nope.ckpt")
+
+
+class Scales(DataModule):
+    """Lightning's DataModule batch hooks: they change each batch before the step sees it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def train_dataloader(self):
+        return loader(16, 8)
+
+    def test_dataloader(self):
+        return loader(16, 8)
+
+    def on_before_batch_transfer(self, batch, dataloader_idx):
+        self.calls.append("before")
+        return batch
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        self.calls.append("transfer")
+        x, y = batch
+        return x.to(device) * 0, y.to(device)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        self.calls.append("after")
+        return batch
+
+
+class SeesInputs(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sums: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        self.sums.append(float(batch[0].abs().sum()))
+        return super().training_step(batch, batch_idx)
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        self.sums.append(float(batch[0].abs().sum()))
+
+
+def test_a_datamodules_batch_hooks_run_in_fit_and_test_and_win_over_the_models():
+    dm, model = Scales(), SeesInputs()
+    trainer = Trainer(max_epochs=1, **quiet())
+    trainer.fit(model, datamodule=dm)
+    trainer.test(model, datamodule=dm, verbose=False)
+    assert dm.calls == ["before", "transfer", "after"] * 4 and model.sums == [0.0] * 4
+
+    class AlsoMoves(SeesInputs):
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            raise AssertionError("the DataModule's hook is used")
+
+    with pytest.warns(UserWarning, match="overridden `transfer_batch_to_device` in both `LightningModule` and `LightningDataModule`"):
+        Trainer(max_steps=1, **quiet()).fit(AlsoMoves(), datamodule=Scales())
+
+
+def test_a_loader_method_set_to_none_on_the_instance_is_not_defined():
+    class OwnLoaders(Classifier):
+        def train_dataloader(self):
+            return loader(32)
+
+        def val_dataloader(self):
+            raise AssertionError("set to None: not called")
+
+    model = OwnLoaders()
+    model.val_dataloader = None  # as Lightning's tests and scripts undefine a hook
+    model.validation_step = None
+    trainer = Trainer(max_steps=2, **quiet())
+    trainer.fit(model)
+    assert trainer.global_step == 2 and trainer.val_dataloaders is None
+
+
+def test_the_default_predict_step_takes_several_loaders_and_overfit_without_validation_step_validates_nothing():
+    class Forward(TrainModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(8, 2)
+
+        def forward(self, batch):
+            return self.layer(batch[0])
+
+    out = Trainer(**quiet()).predict(Forward(), [loader(8, 4), loader(4, 4)])
+    assert [len(o) for o in out] == [2, 1]
+    model = Classifier()
+    model.validation_step = None
+    trainer = Trainer(max_epochs=1, overfit_batches=2, **quiet())
+    trainer.fit(model, loader(64))
+    assert trainer.num_val_batches == [] and trainer.num_training_batches == 2

@@ -246,3 +246,65 @@ def test_an_optimizer_that_steps_with_a_closure_matches_a_hand_written_loop():
         opt.step(closure)
     _assert_same_weights(model, by_hand)
     assert trainer.global_step == 4
+
+
+class PlateauByHand(Classifier):
+    """Manual optimization with a ReduceLROnPlateau returned without a monitor: the module steps it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        loss = nn.functional.cross_entropy(self(batch[0]), batch[1])
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        sched.step(10.0)  # a metric that never improves: the rate halves after each patience
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [opt], [torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)]
+
+
+def test_a_plateau_scheduler_without_monitor_is_the_modules_to_step_under_manual_optimization():
+    model = PlateauByHand()
+    trainer = Trainer(max_steps=3, **quiet())
+    trainer.fit(model, loader(64, 16))
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**2)  # 3 steps of 10.0: 2 reductions
+    from trainer import MisconfigurationException
+
+    class Automatic(Classifier):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return opt, torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+
+    with pytest.raises(MisconfigurationException, match="`configure_optimizers` must include a monitor when a `ReduceLROnPlateau`"):
+        Trainer(max_steps=1, **quiet()).fit(Automatic(), loader(16))
+
+
+class SharedParameters(Classifier):
+    """Two optimizers over the same parameters, stepped by hand (Lightning allows it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        for opt in self.optimizers():
+            loss = nn.functional.cross_entropy(self(batch[0]), batch[1])
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.SGD(self.net[0].parameters(), lr=0.01)]
+
+
+def test_optimizers_may_share_parameters_under_manual_optimization():
+    model = SharedParameters()
+    before = model.net[0].weight.detach().clone()
+    trainer = Trainer(max_steps=2, **quiet())
+    trainer.fit(model, loader(32, 16))
+    assert len(trainer.optimizers) == 2 and not torch.equal(before, model.net[0].weight)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.core.exceptions import misconfigured
 from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
@@ -192,16 +193,20 @@ def check_manual(trainer: Trainer, module: TrainModule, count: int) -> None:
             )
         return
     if trainer.gradient_clip_val is not None:
-        raise ValueError(
+        raise misconfigured(
             f"Trainer(gradient_clip_val={trainer.gradient_clip_val!r}) with manual optimization "
             f"({name}.automatic_optimization = False): the Trainer takes no optimizer step, so it cannot clip. "
             f"Call self.clip_gradients(opt, gradient_clip_val={trainer.gradient_clip_val!r}) before opt.step() "
-            "in training_step, and drop Trainer(gradient_clip_val)."
+            "in training_step, and drop Trainer(gradient_clip_val).",
+            "Automatic gradient clipping is not supported for manual optimization. Remove "
+            f"`Trainer(gradient_clip_val={trainer.gradient_clip_val})` or switch to automatic optimization.",
         )
     if trainer.accumulate_grad_batches != 1:
-        raise ValueError(
+        raise misconfigured(
             f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches!r}) with manual optimization "
             f"({name}.automatic_optimization = False): the Trainer takes no optimizer step, so it cannot "
             "accumulate. Step every N batches in training_step (batch_idx % N == N - 1), and drop "
-            "Trainer(accumulate_grad_batches)."
+            "Trainer(accumulate_grad_batches).",
+            "Automatic gradient accumulation is not supported for manual optimization. Remove "
+            f"`Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches})` or switch to automatic optimization.",
         )

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 from torch.optim import Optimizer
 
+from trainer.core.exceptions import MisconfigurationException, misconfigured
 from trainer.core.module import overridden
 
 _INTERVALS = ("epoch", "step")
@@ -91,13 +92,17 @@ class OptimizerSetup:
 
 def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer] | None) -> OptimizerSetup:
     """The optimizers from ``module.configure_optimizers()``, else from ``Trainer(optimizer=...)``."""
-    result = module.configure_optimizers() if hasattr(module, "configure_optimizers") else None
+    configure = getattr(module, "configure_optimizers", None)
+    result = configure() if callable(configure) else None
     if result is None:
         if factory is None:
-            raise ValueError(
+            raise misconfigured(
                 f"No optimizer: {type(module).__name__}.configure_optimizers() returned None and "
                 "Trainer(optimizer=...) was not given. Define configure_optimizers() or pass "
-                "Trainer(optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))."
+                "Trainer(optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)).",
+                "No `configure_optimizers()` method defined. Lightning `Trainer` expects as minimum a `training_step()`, "
+                "`train_dataloader()` and `configure_optimizers()` to be defined."
+                if not callable(configure) or not overridden(module, "configure_optimizers") else "",
             )
         try:
             result = factory(module.parameters())
@@ -106,10 +111,18 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
                 f"Trainer(optimizer={factory!r}) failed when called with the model's parameters: {err}. "
                 "It must take them as its one argument, e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
             ) from err
-        setup = _parse(result, f"Trainer(optimizer=...) returned {result!r:.200}")
+        where = f"Trainer(optimizer=...) returned {result!r:.200}"
     else:
-        setup = _parse(result, f"{type(module).__name__}.configure_optimizers() returned {result!r:.200}")
+        where = f"{type(module).__name__}.configure_optimizers() returned {result!r:.200}"
+    setup = _parse(result, where)
     setup.automatic = getattr(module, "automatic_optimization", True)
+    # The Trainer steps a ReduceLROnPlateau on its monitor; under manual optimization the module steps it.
+    if setup.automatic and any(c.needs_metric and c.monitor is None for c in setup.schedulers):
+        raise MisconfigurationException(
+            "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used. For example: "
+            '{"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "metric_to_track"}. '
+            f"{where}: ReduceLROnPlateau needs monitor='<logged metric name>'."
+        )
     setup.own = {name: getattr(module, name) for name in _OWN if overridden(module, name)}
     return setup
 
@@ -166,22 +179,13 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
         )
     if not callable(getattr(sched, "step", None)):
         raise TypeError(f"{where}: the scheduler {sched!r} has no step() method.")
-    config = SchedulerConfig(sched, interval, monitor)
-    if config.needs_metric and monitor is None:
-        raise ValueError(f"{where}: ReduceLROnPlateau needs monitor='<logged metric name>'.")
-    return config
+    return SchedulerConfig(sched, interval, monitor)
 
 
 def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:
-    seen: dict[int, int] = {}
-    for i, opt in enumerate(setup.optimizers):
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if seen.setdefault(id(p), i) != i:
-                    raise ValueError(
-                        f"{where}: optimizers {seen[id(p)]} and {i} both hold the parameter of shape "
-                        f"{tuple(p.shape)}. Give each parameter to one optimizer."
-                    )
+    """Several optimizers may share a parameter, as in Lightning: under manual optimization the
+    module steps each (``toggle_optimizer`` keeps the others' gradients off); automatic
+    optimization takes one optimizer (``check_manual`` says so)."""
     return setup
 
 
