@@ -17,7 +17,7 @@ PACKAGES = ("trainer", "callbacks", "strategies", "loggers")
 RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.checkpoint": 2,
     "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.loops": 4, "trainer.trainer": 5, "trainer.options": 5,
-    "trainer.properties": 5, "trainer.fitted_model": 5, "trainer.tuner": 5, "trainer.cli": 5,
+    "trainer.properties": 5, "trainer.fitted_model": 5, "trainer.lightning_arguments": 5, "trainer.tuner": 5, "trainer.cli": 5,
 }
 
 

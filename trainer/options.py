@@ -1,16 +1,15 @@
 """The Trainer's options: Lightning's names and spellings, checked once, when it is built.
 
 ``configure`` turns ``Trainer(...)``'s arguments into :class:`Options`, which the loops read
-through the Trainer's attributes of the same names. The
-arguments of Lightning's Trainer that this one does not take are answered here too, each with
-a sentence saying what to do instead; a misspelt name gets the closest valid one.
+through the Trainer's attributes of the same names. The arguments of Lightning's Trainer that
+this one does not take are answered in ``lightning_arguments.py``.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from loggers import Logger
@@ -33,70 +32,6 @@ class _DefaultDir(str):
 
 # The working directory when the Trainer is built, as Lightning's default_root_dir.
 WORKING_DIR = _DefaultDir(".")
-
-# Lightning's arguments (2.x, and the 1.x ones scripts still carry) that this Trainer does not take.
-UNSUPPORTED = {
-    "plugins": "precision is chosen with precision=..., the cluster "
-               "environment is read from torchrun's or SLURM's variables, and checkpoint I/O is built in. Remove it.",
-    "model_registry": "there is no model registry upload. Remove it, and upload the "
-                      "checkpoint (trainer.checkpoint_callback.best_model_path) yourself.",
-    "enable_autolog_hparams": "the module's hyperparameters and the Trainer's options are always recorded, in "
-                              "each checkpoint and in TensorBoard's HParams tab. Remove it.",
-    "gpus": "Lightning 2 replaced it: pass accelerator='gpu', devices=N.",
-    "tpu_cores": "there is no TPU support; train on GPUs (accelerator='gpu') or the CPU.",
-    "ipus": "there is no Graphcore IPU support; train on GPUs (accelerator='gpu') or the CPU.",
-    "hpus": "there is no Habana Gaudi (HPU) support; train on GPUs (accelerator='gpu') or the CPU.",
-    "num_processes": "Lightning 2 replaced it: pass accelerator='cpu', devices=N (N processes).",
-    "auto_select_gpus": "Lightning 2 removed it: devices=N takes the first N visible GPUs; choose others with "
-                        "CUDA_VISIBLE_DEVICES.",
-    "auto_lr_find": "Lightning 2 moved it to its Tuner, which is not supported: pick the learning rate by hand.",
-    "auto_scale_batch_size": "Lightning 2 moved it to its Tuner, which is not supported: set the batch size in "
-                             "the DataLoader.",
-    "track_grad_norm": "Lightning 2 removed it: the gradient norm is trainer.grad_norm when "
-                       "gradient_clip_val is set; or log your own from on_before_optimizer_step.",
-    "resume_from_checkpoint": "Lightning 2 replaced it: pass trainer.fit(model, ..., ckpt_path=path) "
-                              "(or ckpt_path='last').",
-    "replace_sampler_ddp": "Lightning 2 renamed it: use_distributed_sampler=...",
-    "amp_backend": "mixed precision is always torch.autocast: pass precision='16-mixed' or 'bf16-mixed'.",
-    "amp_level": "apex is not supported: pass precision='16-mixed' or 'bf16-mixed'.",
-    "move_metrics_to_cpu": "logged values are kept on the device and read once per logging step. Remove it.",
-    "multiple_trainloader_mode": "one training loader per fit: combine several yourself, e.g. zip them in a "
-                                 "generator or an IterableDataset.",
-    "weights_save_path": "Lightning 2 removed it: pass default_root_dir=... or ModelCheckpoint(dirpath=...).",
-    "flush_logs_every_n_steps": "Lightning 2 removed it: TensorBoard files are flushed by the logger. Remove it.",
-    "progress_bar_refresh_rate": "Lightning 2 removed it: pass callbacks=[ProgressBar(refresh_s=...)], or "
-                                 "enable_progress_bar=False.",
-    "checkpoint_callback": "Lightning 2 renamed it: enable_checkpointing=...",
-    "stochastic_weight_avg": "Lightning 2 removed it; use torch.optim.swa_utils in your module.",
-    "terminate_on_nan": "Lightning 2 removed it: a NaN/Inf loss always stops fit (checked every "
-                        "log_every_n_steps steps); callbacks.NaNGuard skips such steps instead.",
-    "prepare_data_per_node": "it is the DataModule's (and the module's) attribute, not the Trainer's.",
-    "weights_summary": "Lightning 2 replaced it: enable_model_summary=... or callbacks=[ModelSummary(max_depth=...)].",
-    "log_gpu_memory": "Lightning 2 removed it; log torch.cuda.max_memory_allocated() yourself.",
-    "process_position": "Lightning 2 removed it: there is one progress bar per run. Remove it.",
-    "reload_dataloaders_every_epoch": "Lightning 2 replaced it: reload_dataloaders_every_n_epochs=1.",
-    "distributed_backend": "Lightning 2 replaced it: strategy='ddp' (or 'fsdp', 'dp').",
-    "accelerator_connector": "not an argument: pass accelerator=..., devices=..., strategy=...",
-    "truncated_bptt_steps": "Lightning 2 removed it: split the sequence in training_step yourself.",
-    "val_percent_check": "Lightning 2 replaced it: limit_val_batches=...",
-    "train_percent_check": "Lightning 2 replaced it: limit_train_batches=...",
-    "test_percent_check": "Lightning 2 replaced it: limit_test_batches=...",
-}
-# Passing one of these with Lightning's default value changes nothing, so it is accepted.
-_HARMLESS = {"plugins": (None, []), "model_registry": (None,), "enable_autolog_hparams": (True,)}
-_IGNORED = ("suggest_integrations",)  # Lightning's tips about its own integrations: there are none to show
-
-
-def check_names(unknown: dict[str, Any], valid: Iterable[str]) -> None:
-    """Arguments ``Trainer.__init__`` does not name: Lightning's that it does not take, or a typo."""
-    for name, value in unknown.items():
-        if name in _IGNORED or (name in _HARMLESS and any(value is v or value == v for v in _HARMLESS[name])):
-            continue
-        if name in UNSUPPORTED:
-            raise TypeError(f"Trainer({name}={value!r}) is not supported: {UNSUPPORTED[name]}")
-        hint = suggest(name, valid) or " See docs/trainer-arguments.md for the arguments Trainer takes."
-        raise TypeError(f"Trainer() got an unexpected argument {name!r}.{hint}")
-
 
 def root_dir(default_root_dir: Any, log_dir: Any) -> str | None:
     """Where runs go: Lightning's ``default_root_dir`` or its alias ``log_dir`` (``log_dir=None``:

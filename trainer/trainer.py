@@ -41,7 +41,8 @@ from trainer.loops.profiler import SimpleProfiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
-from trainer.options import WORKING_DIR, Options, check_names, check_weights_only, configure, default_max_epochs
+from trainer.lightning_arguments import check_names
+from trainer.options import WORKING_DIR, Options, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 
 

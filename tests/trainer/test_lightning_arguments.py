@@ -15,7 +15,7 @@ from callbacks import Callback, ModelCheckpoint, ProgressBar, TensorBoardLogger,
 from strategies import DDPStrategy
 from tests._models import Classifier, dataset, loader, quiet
 from trainer import Trainer
-from trainer.options import UNSUPPORTED
+from trainer.lightning_arguments import UNSUPPORTED
 
 NO_CUDA = not torch.cuda.is_available()
 
