@@ -11,17 +11,16 @@ import tempfile
 from typing import Any
 
 from trainer.checkpoint import files as ckpt_io
-from trainer.checkpoint.paths import LAST  # the newest state, which "last" resumes from
+from trainer.checkpoint.paths import LAST, run_checkpoints  # LAST: the newest state, which "last" resumes from
 
-#: What a ``save_weights_only`` file keeps: enough to evaluate it at its step, nothing to resume.
-WEIGHTS_ONLY_KEYS = ("format", "version", "model", "loop", "metrics", "hparams", "strategy")
-
-
-def weights_only(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The full state cut down to the model's weights and the loop counters."""
-    kept = {key: checkpoint[key] for key in WEIGHTS_ONLY_KEYS if key in checkpoint}
-    kept["weights_only"] = True
-    return kept
+def resume_point(trainer: Any, dirpath: str, given: str | None, save_last: bool | str) -> str | None:
+    """Where a stop's resume point goes: ``last.ckpt`` in ``dirpath`` with ``save_last``; else
+    ``last.ckpt`` in the run's own checkpoints folder, unless that is a folder the user named
+    (``given``): a named folder holds only what Lightning would write there."""
+    if save_last:
+        return os.path.join(dirpath, LAST)
+    folder = os.path.abspath(run_checkpoints(trainer))
+    return None if folder == given else os.path.join(folder, LAST)
 
 
 def write_files(checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, dropped: str | None, last: bool | str) -> None:
@@ -71,6 +70,19 @@ def _point_last(path: str, symbolic: bool, folder: bool) -> None:
     except OSError:  # no hard links on this filesystem: copy
         shutil.copyfile(path, tmp)
     os.replace(tmp, last)
+
+
+def prepare_folder(trainer: Any, dirpath: str, save_weights_only: bool) -> None:
+    """At fit's start: a weights-only save cannot be sharded; rank 0 checks that the folder can
+    be written and deletes the temp files of saves a killed run never finished."""
+    if save_weights_only and trainer.strategy.sharded_checkpoints:
+        raise ValueError(
+            "ModelCheckpoint(save_weights_only=True) is not supported with a sharded checkpoint, whose folder "
+            "each rank writes. Use FSDPStrategy(checkpoint='full'), or save_weights_only=False."
+        )
+    if trainer.is_global_zero:
+        check_writable(dirpath)
+        remove_unfinished_saves(dirpath)
 
 
 def check_writable(dirpath: str) -> None:

@@ -1,4 +1,4 @@
-"""ModelCheckpoint: top-k by a monitored metric, plus an always-newest ``last.ckpt``."""
+"""ModelCheckpoint: top-k by a monitored metric, ``last.ckpt`` when asked, and a stop's resume point."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from trainer.checkpoint.background_save import BackgroundWriter, freeze
 from trainer.core.checks import flag, one_of, positive_int
 
-from ._checkpoint_files import LAST, check_writable, file_name, remove_unfinished_saves, rotate, weights_only, write_files
+from ._checkpoint_files import LAST, file_name, prepare_folder, resume_point, rotate, run_checkpoints, write_files
 from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
@@ -28,7 +28,8 @@ log = logging.getLogger("trainer")
 class ModelCheckpoint(Callback):
     """Save the training state when one trigger fires, keep the ``save_top_k`` best files by
     ``monitor`` (the most recent ones without a monitor; ``-1`` keeps all, ``0`` none), and
-    with ``save_last`` keep ``last.ckpt`` as the newest state saved.
+    with ``save_last`` keep ``last.ckpt`` as the newest state saved: Lightning's files. A stop
+    mid-epoch writes its resume point (``write_last``), which ``ckpt_path="last"`` finds.
 
     One trigger at most (Lightning's): ``every_n_epochs`` (1 when none is given) saves after
     each validation of every n-th epoch, mid-epoch ones too, or at epoch ends (as
@@ -52,7 +53,7 @@ class ModelCheckpoint(Callback):
         filename: str | None = None,
         monitor: str | None = None,
         *,
-        save_last: bool | str | None = True,
+        save_last: bool | str | None = None,
         save_top_k: int = 1,
         save_weights_only: bool = False,
         mode: str = "min",
@@ -103,7 +104,7 @@ class ModelCheckpoint(Callback):
         self.best_model_path = ""
         self.last_model_path = ""
         self._last_step_saved = -1  # the step of the latest save a trigger made (a ranked file, or last.ckpt)
-        self._newest_step = -1  # the step of the newest state on disk, write_last's included
+        self._newest_step, self._newest_path = -1, ""  # the newest state on disk (write_last's too): its step, its file
         self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
         self._monitor_due = False  # validation (or, without it, an epoch end) has run: the monitor must exist
         self._warned_early = self._warned_group = False
@@ -140,20 +141,12 @@ class ModelCheckpoint(Callback):
         if stage != "fit":
             return
         if self.dirpath_given is None:
-            base = trainer.run_dir if trainer.run_dir is not None else os.getcwd()
-            self.dirpath = os.path.join(base, "checkpoints")
-        if self.save_weights_only and trainer.strategy.sharded_checkpoints:
-            raise ValueError(
-                "ModelCheckpoint(save_weights_only=True) is not supported with a sharded checkpoint, whose folder "
-                "each rank writes. Use FSDPStrategy(checkpoint='full'), or save_weights_only=False."
-            )
-        if trainer.is_global_zero:
-            check_writable(self.dirpath)
-            remove_unfinished_saves(self.dirpath)
+            self.dirpath = run_checkpoints(trainer)  # the run folder's
+        prepare_folder(trainer, self.dirpath, self.save_weights_only)
         self._monitor_due = self._waiting = self._after_epoch = False
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
-        self.best_k_models, self.best_model_path, self.last_model_path = {}, "", ""
+        self.best_k_models, self.best_model_path, self.last_model_path, self._newest_path = {}, "", "", ""
         self._last_step_saved = self._step_seen = self._newest_step = -1
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -245,17 +238,18 @@ class ModelCheckpoint(Callback):
         if reason is not None:
             raise RuntimeError(f"Global rank 0 could not write a checkpoint, so every rank stops. {reason}")
 
-    def write_last(self, trainer: Trainer, module: TrainModule) -> str:
-        """Write only ``last.ckpt``, now and with the full state (when fit stops mid-epoch, or
-        ends after steps no trigger saved). Every rank must call. A save at this very step
-        already holds this state: its file is the answer, not a second write."""
+    def write_last(self, trainer: Trainer, module: TrainModule) -> str | None:
+        """Write the resume point of a stop mid-epoch (a signal, ``max_steps``, ``should_stop``),
+        now, with the full state, where ``resume_point`` says (never into a ``dirpath`` given
+        without ``save_last``). Every rank must call. A save at this very step is the answer."""
         self._wait_for_writer(trainer)
-        if trainer.global_step in (self._last_step_saved, self._newest_step) and self.last_model_path:
-            return self.last_model_path
-        path = os.path.join(self.dirpath, LAST)
-        self.last_model_path = path
-        self._newest_step = trainer.global_step  # a validation at this step may still rank a file
-        trainer.save_checkpoint(path)
+        if trainer.global_step == self._newest_step and self._newest_path:
+            return self._newest_path
+        path = resume_point(trainer, self.dirpath, self.dirpath_given, self.save_last)
+        if path is not None:
+            self.last_model_path = path if self.save_last else self.last_model_path
+            self._newest_step, self._newest_path = trainer.global_step, path  # a validation at this step may still rank a file
+            trainer.save_checkpoint(path)
         return path
 
     # --- saving ------------------------------------------------------------------------
@@ -267,7 +261,7 @@ class ModelCheckpoint(Callback):
         if score is None or not self._keeps(score):  # no file to rank: only last.ckpt moves on
             if self.save_last:
                 self._last_step_saved = self._newest_step = trainer.global_step
-                self.last_model_path = last
+                self.last_model_path = self._newest_path = last
                 self._write(trainer, last)
             return
         self._last_step_saved = self._newest_step = trainer.global_step
@@ -277,7 +271,9 @@ class ModelCheckpoint(Callback):
         dropped = self._add_top_k(path, score)
         if self.verbose and trainer.is_global_zero:
             log.info("Step %d: %s=%s, saving %s (best %s).", trainer.global_step, self.monitor or "step", score, path, self.best_model_score)
-        self.last_model_path = last if self.save_last else path
+        if self.save_last:
+            self.last_model_path = last
+        self._newest_path = last if self.save_last else path
         # Only a file in our own folder is deleted: a state loaded from elsewhere (another
         # callback's, a moved run) must not delete its files.
         ours = dropped is not None and os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
@@ -290,10 +286,8 @@ class ModelCheckpoint(Callback):
             if trainer.is_global_zero:
                 rotate(path, dropped, last, folder=True)
             return
-        checkpoint = trainer.checkpoint_state()
+        checkpoint = trainer.checkpoint_state(weights_only=self.save_weights_only)
         if checkpoint is not None:
-            if self.save_weights_only:
-                checkpoint = weights_only(checkpoint)
             self._writer.submit(write_files, freeze(checkpoint), path, dropped, last)
 
     def _free_name(self, name: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
@@ -19,7 +20,10 @@ if TYPE_CHECKING:
 
 class TrainerAttributes:
     """Lightning's Trainer properties. The Trainer sets ``state``, ``_strategy``, ``callbacks``,
-    ``_module``, ``_opt``, ``_phase``, ``num_training_batches`` and the options these read."""
+    ``_module``, ``_opt``, ``_phase``, ``num_training_batches``, ``_ckpt_path`` and the options these read."""
+
+    _ckpt_path: str | None
+    _ckpt_user_managed: bool
 
     # --- where this process stands ------------------------------------------------------
     @property
@@ -146,6 +150,32 @@ class TrainerAttributes:
     def lr_scheduler_configs(self) -> list[Any]:
         """One config per scheduler (``.scheduler``, ``.interval``, ``.monitor``), as configure_optimizers gave them."""
         return [] if self._opt is None else list(self._opt.schedulers)
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last ``fit`` resumed from, or ``validate``/``test``/``predict``
+        evaluated ("last" and "best" resolved to the file); None if none. Set it to have the next
+        calls load that file without passing ``ckpt_path=`` (Lightning's stateful use; set it
+        back to None when done): a ``ckpt_path`` passed to a call wins, with a warning."""
+        return self._ckpt_path
+
+    @ckpt_path.setter
+    def ckpt_path(self, path: str | os.PathLike | None) -> None:
+        self._ckpt_path = None if path is None else os.fspath(path)
+        self._ckpt_user_managed = bool(path)
+
+    def _select_ckpt_path(self, given: Any) -> Any:
+        """The ``ckpt_path`` a call uses: the one given, else the one set on ``trainer.ckpt_path``."""
+        if not self._ckpt_user_managed:
+            return given
+        if given is None:
+            return self._ckpt_path
+        warnings.warn(
+            f"`trainer.ckpt_path = {self._ckpt_path!r}` was called but then you passed `ckpt_path={given!r}`. "
+            "The latter will be loaded.", stacklevel=3,
+        )
+        self._ckpt_path, self._ckpt_user_managed = None, False
+        return given
 
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:

@@ -22,6 +22,7 @@ from strategies import Strategy
 
 from trainer.attributes import TrainerAttributes
 from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint import layout
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
 from trainer.checkpoint.paths import best_checkpoint
@@ -155,6 +156,8 @@ class Trainer(TrainerAttributes, LoggerAccess):
         self._publish_step_metrics: Callable[[], dict[str, float]] | None = None
         self._epoch_start: dict[str, Any] | None = None  # RNG that re-creates this epoch's order
         self._epoch_loader: Any = None  # the training loader; checkpoints record its generators
+        self._ckpt_path: str | None = None  # trainer.ckpt_path; _ckpt_user_managed: set by the user
+        self._ckpt_user_managed = False
 
     def step_metrics(self, prog_bar_only: bool = False) -> dict[str, float]:
         """The latest values logged in training_step, as floats (reads them off the device once per step)."""
@@ -209,6 +212,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
         problem = fit_end_message(self.max_epochs, self.max_steps, self._endless)
         if problem is not None:
             raise ValueError(problem)
+        ckpt_path = self._select_ckpt_path(ckpt_path)
         check_ckpt_path(ckpt_path)
         check_weights_only(weights_only)
         self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model
@@ -263,6 +267,7 @@ class Trainer(TrainerAttributes, LoggerAccess):
             dataloaders, datamodule = None, dataloaders
         check_sources(stage, model, {"dataloaders": dataloaders}, datamodule)
         check_loaders("dataloaders", dataloaders)
+        ckpt_path = self._select_ckpt_path(ckpt_path)
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.checkpoint_callback)
@@ -304,36 +309,46 @@ class Trainer(TrainerAttributes, LoggerAccess):
                 f"trainer.save_checkpoint({os.fspath(path)!r}) needs a fit's full state (optimizer, RNG, "
                 + ("loop), which stayed in the worker processes of strategy='ddp' and ended with them; only "
                    "the weights came back. Save those with torch.save(model.state_dict(), path), use the "
-                   "checkpoint the run wrote (trainer.checkpoint_callback.last_model_path), or call "
+                   "checkpoint the run wrote (trainer.checkpoint_callback.best_model_path), or call "
                    "save_checkpoint inside fit, from a callback." if after_spawn else
                    "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
             )
         if self._strategy.sharded_checkpoints:  # one folder, each rank writing its shards, now
             meta = capture(self, tensors=False)
             if self.is_global_zero:
-                for cb in self._hooks.on_save_checkpoint:
-                    cb(self, self._module, meta)
+                meta = self._with_save_hooks(layout.to_file(meta), weights_only=False)
             self._strategy.save_sharded_checkpoint(meta if self.is_global_zero else None, os.fspath(path), self._opt.optimizers)
             return
         # CPU copies: a file written on a GPU loads with plain torch.load on a machine without one.
-        checkpoint = self.checkpoint_state(copy=True)
-        if checkpoint is not None and weights_only:
-            checkpoint = {k: v for k, v in checkpoint.items() if k in _WEIGHTS_ONLY_KEYS}
+        checkpoint = self.checkpoint_state(copy=True, weights_only=weights_only)
         if checkpoint is not None:
             ckpt_io.save_atomic(checkpoint, path)
         self._strategy.barrier()
 
-    def checkpoint_state(self, copy: bool = False) -> dict[str, Any] | None:
-        """What ``save_checkpoint`` writes, after the ``on_save_checkpoint`` hooks, on global
-        rank 0; None on the other ranks. Every rank must call it. Its tensors are the live
-        model's and optimizer's, or with ``copy=True`` copies on the CPU (what the hooks
-        added too), safe to write while training goes on."""
+    def checkpoint_state(self, copy: bool = False, weights_only: bool = False) -> dict[str, Any] | None:
+        """What ``save_checkpoint`` writes (Lightning's layout, ``trainer/checkpoint/layout.py``),
+        after the ``on_save_checkpoint`` hooks, on global rank 0; None on the other ranks. Every
+        rank must call it. Its tensors are the live model's and optimizer's, or with
+        ``copy=True`` copies on the CPU (what the hooks added too), safe to write while training
+        goes on. ``weights_only`` leaves out the optimizers, schedulers, callbacks and RNG."""
         checkpoint = capture(self)
         if not self.is_global_zero:
             return None
-        for cb in self._hooks.on_save_checkpoint:
-            cb(self, self._module, checkpoint)
+        checkpoint = self._with_save_hooks(layout.to_file(checkpoint), weights_only)
         return snapshot(checkpoint) if copy else checkpoint
+
+    def _with_save_hooks(self, checkpoint: dict[str, Any], weights_only: bool) -> dict[str, Any]:
+        """Lightning's order: every callback's ``on_save_checkpoint`` (none for a weights-only
+        file), then the model's; numpy numbers become Python's (weights_only loads refuse them)."""
+        own = self._hooks.module_hooks.get("on_save_checkpoint")
+        if not weights_only:
+            for fn in self._hooks.on_save_checkpoint:
+                if fn is not own:
+                    fn(self, self._module, checkpoint)
+        if own is not None:
+            own(self, self._module, checkpoint)
+        checkpoint = layout.python_numbers(checkpoint)
+        return layout.weights_only(checkpoint) if weights_only else checkpoint
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -342,8 +357,3 @@ class Trainer(TrainerAttributes, LoggerAccess):
         state["val_dataloaders"] = state["train_dataloader"] = state["datamodule"] = None
         state["_fitted"] = state["predict_loop"] = None  # a model, data, predictions: the caller's only
         return state
-
-
-# What save_checkpoint(weights_only=True) keeps: no "loop", so that fit refuses to resume from it.
-_WEIGHTS_ONLY_KEYS = ("format", "version", "model", "hparams", "trainer", "strategy", "metrics")
-

@@ -73,8 +73,12 @@ class HyperparametersMixin:
             frame = current.f_back if current is not None else None
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
         init_args = _init_args(self, frame)
+        # Lightning's hparams_name, which load_from_checkpoint reads: "kwargs" for arguments by name,
+        # else the name of the argument that held the dict given.
+        self._hparams_name = "kwargs"
         if len(args) == 1 and isinstance(args[0], (dict, argparse.Namespace)):
             given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else dict(args[0])
+            self._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
         elif args:
             unknown = [a for a in args if not isinstance(a, str) or a not in init_args]
             if unknown:
@@ -88,6 +92,8 @@ class HyperparametersMixin:
         else:
             given = init_args
         given = {k: v for k, v in given.items() if k not in ignored}
+        if not args and not given:
+            self._hparams_name = None
         modules = [k for k, v in given.items() if isinstance(v, nn.Module)]
         if modules:
             warnings.warn(
@@ -147,8 +153,9 @@ def _init_args(obj: Any, frame: types.FrameType | None) -> dict[str, Any]:
 
 
 def is_plain(value: Any) -> bool:
-    """Whether ``torch.load(weights_only=True)`` reads ``value`` back as it is."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """Whether ``torch.load(weights_only=True)`` reads ``value`` back as it is (a numpy number
+    as the Python number it is saved as)."""
+    if value is None or isinstance(value, (bool, int, float, str)) or _numpy_number(value):
         return True
     if isinstance(value, (list, tuple)):
         return all(is_plain(v) for v in value)
@@ -184,7 +191,13 @@ def checkpoint_hparams(owner: Any) -> tuple[dict[str, Any], list[str]]:
     return kept, left_out
 
 
+def _numpy_number(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item")
+
+
 def _as_plain(value: Any) -> Any:
+    if _numpy_number(value):
+        return value.item()
     if isinstance(value, dict):
         return {k: _as_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -79,7 +79,7 @@ class FitLoop(StopRules, Publishing):
     """
 
     def __init__(
-        self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, ckpt_path: str | None,
+        self, trainer: Trainer, model: TrainModule, train_loader: Any, val_loader: Any, resume_from: tuple[str, dict[str, Any]] | None,
         reload: Callable[[], tuple[Any, Any]] | None = None,
     ) -> None:
         self.trainer, self.model = trainer, model
@@ -92,7 +92,7 @@ class FitLoop(StopRules, Publishing):
         trainer.optimizer, trainer.lr_scheduler = opt.optimizer, opt.scheduler
         trainer.optimizers, trainer.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
         trainer._manual = None if opt.automatic else ManualOptimization(trainer, model, opt.optimizers)
-        self.resume = Resume.load(trainer, ckpt_path)
+        self.resume = Resume.load(trainer, resume_from)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         self._validated_at = -1  # the step of the latest mid-epoch validation
         step = trainer.state.global_step

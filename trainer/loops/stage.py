@@ -17,7 +17,7 @@ import torch
 
 from trainer.loops.hooks import Hooks, adapt_steps, attach_model_callbacks, restore_steps
 from trainer.checkpoint.paths import resolve_path
-from trainer.checkpoint.resume import evaluate_checkpoint
+from trainer.checkpoint.resume import evaluate_checkpoint, read_for_fit
 from trainer.loops.evaluation import evaluation_loop
 from trainer.loops.log_writer import LogWriter, logger_versions, resolve_run_dir, set_logger_versions
 from trainer.data.fetch import Fetching
@@ -80,6 +80,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         "logged_metrics": trainer.logged_metrics,
         "run_dir": (trainer.run_dir, trainer._log_dir, logger_versions(trainer)),
         "callbacks": [cb.state_dict() for cb in trainer.callbacks],
+        "ckpt_path": trainer._ckpt_path,
         "profiler": trainer.profiler,
         "batches": (trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches),
     }
@@ -98,6 +99,7 @@ def absorb(trainer: Trainer, model: TrainModule, result: Any) -> Any:
     attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match
     for cb, state in zip(trainer.callbacks, result["callbacks"]):
         cb.load_state_dict(state)
+    trainer._ckpt_path = result["ckpt_path"]
     trainer.profiler = result["profiler"]
     trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches = result["batches"]
     return result["output"]
@@ -145,6 +147,7 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}
         trainer.prog_bar_names, trainer.samples_seen, trainer.grad_norm = set(), 0, None
         ckpt_path = resolve_path(trainer, ckpt_path)
+        trainer._ckpt_path = ckpt_path  # trainer.ckpt_path: the file resumed, "last" resolved
     else:
         trainer.state.stage = stage  # evaluation never moves the training counters
     # predict logs nothing, so it gets no run folder; evaluation after fit writes into fit's.
@@ -188,8 +191,9 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
 
             warned: list[bool] = []  # the missing validation_step is said once, not at each reload
             reload = fit_loaders if trainer.reload_dataloaders_every_n_epochs else None
+            resume_from = read_for_fit(trainer, ckpt_path)  # the DataModule's state, before its loaders
             train, val = fit_loaders()
-            FitLoop(trainer, model, train, val, ckpt_path, reload=reload).run()
+            FitLoop(trainer, model, train, val, resume_from, reload=reload).run()
             if trainer.fast_dev_run and strategy.is_global_zero:
                 batches, n = trainer.num_training_batches, trainer.fast_dev_run
                 log.info(
@@ -198,7 +202,8 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
                     n, batches, trainer.global_step, 0 if val is None else n,
                 )
             return None
-        counters = evaluate_checkpoint(trainer, ckpt_path)
+        trainer._ckpt_path = None
+        counters = evaluate_checkpoint(trainer, ckpt_path)  # sets trainer.ckpt_path
         loaders = Loaders(stage_loader(stage, data.loader, model, datamodule))
         for loader in loaders:
             seeded_workers(loader, strategy.global_rank)

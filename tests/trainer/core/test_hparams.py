@@ -101,9 +101,9 @@ def test_template_with_a_network_and_partials_checkpoints_plain_data_and_says_wh
     left_out = [str(w.message) for w in caught if "not plain data" in str(w.message)]
     assert len(left_out) == 1, left_out  # one warning for the run, naming both partials (not the network again)
     assert "'optimizer' (partial), 'scheduler' (partial)" in left_out[0] and "net" not in left_out[0].split(":")[1]
-    path = os.path.join("ck", "last.ckpt")
+    path = os.path.join("ck", "epoch=1-step=4.ckpt")
     ckpt = torch.load(path, weights_only=True)  # loadable without running pickled code
-    assert ckpt["hparams"] == {"lr": 0.1} and ckpt["hparams_left_out"] == ["net", "optimizer", "scheduler"]
+    assert ckpt["hyper_parameters"] == {"lr": 0.1} and ckpt["steadytrainer"]["hparams_left_out"] == ["net", "optimizer", "scheduler"]
     with pytest.raises(TypeError, match=r"left out 'net', 'optimizer', 'scheduler'.*load_from_checkpoint\(path, net=\.\.\., optimizer=\.\.\., scheduler=\.\.\.\)"):
         Template.load_from_checkpoint(path)
     with pytest.warns(UserWarning, match="'net' is an nn.Module"):
