@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -21,6 +22,30 @@ def resume_point(trainer: Any, dirpath: str, given: str | None, save_last: bool 
         return os.path.join(dirpath, LAST)
     folder = os.path.abspath(run_checkpoints(trainer))
     return None if folder == given else os.path.join(folder, LAST)
+
+
+def free_name(dirpath: str, name: str, kept: dict[str, float]) -> str:
+    """``name``, or ``name-v1.ckpt``, ... if a ``kept`` checkpoint or a file on disk already has
+    it (Lightning's version counter): a save never overwrites a file that top-k still counts on,
+    nor one an earlier run left (a fixed filename, or a second fit to the same step, would)."""
+    stem, n = name[: -len(".ckpt")], 0
+    while os.path.join(dirpath, name) in kept or name == LAST or os.path.lexists(os.path.join(dirpath, name)):
+        n += 1
+        name = f"{stem}-v{n}.ckpt"
+    return name
+
+
+def not_logged(monitor: str, logged: dict[str, Any]) -> str:
+    return (
+        f"ModelCheckpoint(monitor={monitor!r}) was never logged. Logged metrics: {sorted(logged) or 'none'}. "
+        f"Log it with self.log({monitor!r}, value) in validation_step (or training_step), or fix the name."
+    )
+
+
+def write_yaml(best_k: dict[str, float], path: str | os.PathLike) -> None:
+    """``{path: score}`` as YAML (JSON is YAML: no YAML package needed), as ``ModelCheckpoint.to_yaml`` writes it."""
+    with open(path, "w") as f:
+        json.dump({k: float(v) for k, v in best_k.items()}, f, indent=2)
 
 
 def write_files(checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, dropped: str | None, last: bool | str) -> None:

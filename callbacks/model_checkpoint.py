@@ -15,7 +15,9 @@ import torch
 from trainer.checkpoint.background_save import BackgroundWriter, freeze
 from trainer.core.checks import flag, one_of, positive_int
 
-from ._checkpoint_files import LAST, file_name, prepare_folder, resume_point, rotate, run_checkpoints, write_files
+from ._checkpoint_files import (
+    LAST, file_name, free_name, not_logged, prepare_folder, resume_point, rotate, run_checkpoints, write_files, write_yaml,
+)
 from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
@@ -84,7 +86,7 @@ class ModelCheckpoint(Callback):
         # Absolute, as in Lightning: best_model_path and friends stay right if the process changes folder.
         self.dirpath_given = None if dirpath is None else os.path.abspath(os.path.expanduser(os.fspath(dirpath)))
         self.dirpath: str | None = self.dirpath_given
-        self.filename = filename or ("{epoch}-{step}" if monitor is None else "{epoch}-{step}-{" + monitor + ":.4g}")
+        self.filename = filename or "{epoch}-{step}"  # Lightning's default, with a monitor too
         self.monitor = monitor
         self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"))
         self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1)
@@ -101,8 +103,8 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self._template()  # a bad filename fails now, not at the first save after an epoch of training
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
-        self.best_model_path = ""
-        self.last_model_path = ""
+        self.best_model_path = self.last_model_path = ""
+        self.current_score: float | None = None  # the monitored value at the latest save
         self._last_step_saved = -1  # the step of the latest save a trigger made (a ranked file, or last.ckpt)
         self._newest_step, self._newest_path = -1, ""  # the newest state on disk (write_last's too): its step, its file
         self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
@@ -128,7 +130,18 @@ class ModelCheckpoint(Callback):
 
     @property
     def best_model_score(self) -> float | None:
-        return self.best_k_models.get(self.best_model_path)
+        """The best file's monitored value (None without a monitor, as in Lightning)."""
+        return None if self.monitor is None else self.best_k_models.get(self.best_model_path)
+
+    @property
+    def kth_value(self) -> float:
+        """The worst kept file's monitored value: what a new save must beat once k are kept."""
+        worst = self.kth_best_model_path
+        return self.best_k_models[worst] if worst else (math.inf if self.mode == "min" else -math.inf)
+
+    def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
+        """Write ``best_k_models`` ({path: score}) as YAML, by default to ``<dirpath>/best_k_models.yaml``."""
+        write_yaml(self.best_k_models, filepath or os.path.join(self.dirpath, "best_k_models.yaml"))
 
     @property
     def kth_best_model_path(self) -> str:
@@ -147,6 +160,7 @@ class ModelCheckpoint(Callback):
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
         self.best_k_models, self.best_model_path, self.last_model_path, self._newest_path = {}, "", "", ""
+        self.current_score = None
         self._last_step_saved = self._step_seen = self._newest_step = -1
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -257,6 +271,7 @@ class ModelCheckpoint(Callback):
         self._wait_for_writer(trainer)  # the previous write's error surfaces before any book-keeping
         self._waiting = False
         score = self._score(trainer)
+        self.current_score = score if self.monitor is not None else None
         last = os.path.join(self.dirpath, LAST)
         if score is None or not self._keeps(score):  # no file to rank: only last.ckpt moves on
             if self.save_last:
@@ -265,7 +280,9 @@ class ModelCheckpoint(Callback):
                 self._write(trainer, last)
             return
         self._last_step_saved = self._newest_step = trainer.global_step
-        path = os.path.join(self.dirpath, self._free_name(self._format(trainer)))
+        path = os.path.join(self.dirpath, free_name(self.dirpath, self._format(trainer), self.best_k_models))
+        if trainer.world_size > 1:  # rank 0's disk decides the name (-v1, ...): every rank keeps the same list
+            path = trainer.strategy.broadcast_object(path)
         # Book-keeping first, so that the file records itself among the top k: a run resumed
         # from it still knows every file it kept, and deletes the right ones later.
         dropped = self._add_top_k(path, score)
@@ -290,35 +307,20 @@ class ModelCheckpoint(Callback):
         if checkpoint is not None:
             self._writer.submit(write_files, freeze(checkpoint), path, dropped, last)
 
-    def _free_name(self, name: str) -> str:
-        """``name``, or ``name-v1.ckpt``, ... if a kept checkpoint already has it: a save never
-        overwrites a file that top-k still counts on (a fixed filename would otherwise do so)."""
-        stem, n = name[: -len(".ckpt")], 0
-        while os.path.join(self.dirpath, name) in self.best_k_models or name == LAST:
-            n += 1
-            name = f"{stem}-v{n}.ckpt"
-        return name
-
-    def _not_logged(self, trainer: Trainer) -> str:
-        return (
-            f"ModelCheckpoint(monitor={self.monitor!r}) was never logged. Logged metrics: "
-            f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
-            "in validation_step (or training_step), or fix the name."
-        )
-
     def _score(self, trainer: Trainer) -> float | None:
         """The monitored value; None while it may still be logged (before the fit's first
         validation, or, in a fit without validation, before the first epoch end)."""
         if self.monitor is None:
             return float(trainer.global_step)
         value = self._current(trainer)
-        if value is not None:
-            return float(value)
+        if value is not None:  # NaN ranks last, as in Lightning: +inf with mode="min", -inf with "max"
+            value = float(value)
+            return (math.inf if self.mode == "min" else -math.inf) if math.isnan(value) else value
         if self._monitor_due:
-            raise ValueError(self._not_logged(trainer))
+            raise ValueError(not_logged(self.monitor, trainer.callback_metrics))
         if not self._warned_early:  # a checkpoint before the first validation
             self._warned_early = True
-            warnings.warn(f"{self._not_logged(trainer)} Until it is, checkpoints only update {LAST}.", stacklevel=2)
+            warnings.warn(f"{not_logged(self.monitor, trainer.callback_metrics)} Until it is, no file is ranked.", stacklevel=2)
         return None
 
     def _current(self, trainer: Trainer) -> Any:
@@ -326,7 +328,8 @@ class ModelCheckpoint(Callback):
         step: between two, this step's is published now (every rank takes this path alike)."""
         if self.monitor not in trainer.callback_metrics and trainer._publish_step_metrics is not None:
             trainer._publish_step_metrics()
-        return trainer.callback_metrics.get(self.monitor)
+        counters = {"epoch": trainer.current_epoch, "step": trainer.global_step}  # Lightning's candidates too
+        return trainer.callback_metrics.get(self.monitor, counters.get(self.monitor))
 
     def _better(self, a: float, b: float) -> bool:
         if math.isnan(a):
@@ -379,7 +382,9 @@ class ModelCheckpoint(Callback):
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
             "best_model_score": self.best_model_score,
+            "current_score": self.current_score,
             "kth_best_model_path": self.kth_best_model_path,
+            "kth_value": self.kth_value,
             "last_model_path": self.last_model_path,
             "last_step_saved": self._last_step_saved,
         }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import math
 import os
 import threading
 import warnings
@@ -60,7 +62,7 @@ def test_top_k_keeps_the_best_files_by_the_monitored_metric(mode, kept_epochs, b
     fit(Scored(SCORES), epochs=5, callbacks=[cb])
 
     def name(epoch: int) -> str:
-        return f"epoch={epoch}-step={(epoch + 1) * STEPS_PER_EPOCH}-val_metric={SCORES[epoch]:.4g}.ckpt"
+        return f"epoch={epoch}-step={(epoch + 1) * STEPS_PER_EPOCH}.ckpt"
 
     assert files() == sorted([name(e) for e in kept_epochs] + ["last.ckpt"])
     assert cb.best_model_path == os.path.join(os.getcwd(), "checkpoints", name(best_epoch))
@@ -133,7 +135,7 @@ def test_step_checkpoints_whose_monitor_is_not_logged_yet_wait_for_the_next_vali
 
     # Step 1 came before any validation, and step 2 right before epoch 0's: both wait for it,
     # which saves step 2 with the value it measured. Step 4 likewise waits for epoch 1's.
-    assert [f.split("-val_loss")[0] for f in files()] == ["epoch=0-step=2", "epoch=1-step=3", "epoch=1-step=4"]
+    assert files() == ["epoch=0-step=2.ckpt", "epoch=1-step=3.ckpt", "epoch=1-step=4.ckpt"]
     assert cb.best_k_models[os.path.abspath(f"checkpoints/{files()[2]}")] == trainer.callback_metrics["val_loss"]
 
 
@@ -149,7 +151,7 @@ def test_a_validation_metric_is_monitored_from_the_first_validation_on():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)
-    assert files("four") == ["epoch=3-step=8-val_metric=0.5.ckpt", "last.ckpt"]
+    assert files("four") == ["epoch=3-step=8.ckpt", "last.ckpt"]
     assert cb.best_model_score == 0.5 and step_of("four/last.ckpt") == 8
 
 
@@ -369,7 +371,8 @@ def test_a_second_fit_saves_its_own_checkpoints_and_best_path():
     trainer.fit(Classifier(), loader(), loader(32))
     first = checkpoint.best_model_path
     trainer.fit(Classifier(lr=0.01), loader(), loader(32))  # ends at the same step, 8
-    assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path)
+    assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path) and os.path.exists(first)
+    assert os.path.basename(checkpoint.best_model_path) == "epoch=0-step=8-v1.ckpt"  # Lightning's version counter
     assert torch.load(checkpoint.best_model_path, weights_only=True)["global_step"] == 8
 
 
@@ -408,3 +411,35 @@ def test_a_stop_mid_epoch_puts_its_resume_point_in_the_run_folder_and_never_in_a
     asked = ModelCheckpoint(dirpath="asked", save_top_k=-1, save_last=True)
     fit(Classifier(), epochs=3, callbacks=[asked, StopAt(3)])
     assert files("asked") == ["epoch=0-step=2.ckpt", "last.ckpt"] and step_of("asked/last.ckpt") == 3
+
+
+# --- what Lightning's ModelCheckpoint exposes -------------------------------------------------------
+def test_current_score_kth_value_and_to_yaml_as_in_lightning():
+    cb = ModelCheckpoint(monitor="val_metric", save_top_k=2)
+    fit(Scored(SCORES), epochs=5, callbacks=[cb])
+    assert cb.current_score == SCORES[4] and cb.kth_value == 1.0  # the last save's value; the worse of the two kept
+    state = torch.load(cb.best_model_path, weights_only=True)["callbacks"][cb.state_key]
+    assert {"current_score", "kth_value"} <= set(state)
+    cb.to_yaml("best.yaml")
+    assert json.load(open("best.yaml")) == cb.best_k_models  # YAML too: JSON is YAML
+    plain = ModelCheckpoint(dirpath="plain")
+    fit(Classifier(), epochs=1, callbacks=[plain])
+    assert plain.best_model_score is None and plain.current_score is None  # no monitor: no score, as in Lightning
+
+
+class NaNScore(Classifier):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_metric", float("nan"))
+
+
+@pytest.mark.parametrize("mode, worst", [("min", math.inf), ("max", -math.inf)])
+def test_a_nan_monitor_ranks_last_as_the_worst_value(mode, worst):
+    cb = ModelCheckpoint(monitor="val_metric", mode=mode)
+    fit(NaNScore(), epochs=1, callbacks=[cb])
+    assert cb.best_model_score == worst and cb.current_score == worst and len(files()) == 1
+
+
+def test_epoch_and_step_are_monitored_without_being_logged():
+    cb = ModelCheckpoint(monitor="step", mode="max", save_top_k=2, every_n_train_steps=1)
+    fit(Classifier(), epochs=2, callbacks=[cb], val=False)
+    assert files() == ["epoch=1-step=3.ckpt", "epoch=1-step=4.ckpt"] and cb.best_model_score == 4

@@ -55,7 +55,7 @@ SCORES = {2: 3.0, 4: 1.0, 6: 2.0, 8: 0.5}
 
 
 def file(step: int) -> str:
-    return f"epoch={(step - 1) // 4}-step={step}-val_metric={SCORES[step]:.4g}.ckpt"
+    return f"epoch={(step - 1) // 4}-step={step}.ckpt"
 
 
 # --- after every validation ------------------------------------------------------------------
@@ -109,8 +109,8 @@ def test_an_endless_stream_keeps_the_best_two_and_tests_the_best(trainer_log):
     trainer.fit(model, DataLoader(Endless(), batch_size=16), loader(32))
 
     assert model.validated_at == [20, 40, 60]  # once at step 60, not again when max_steps stops the run
-    assert names() == ["epoch=0-step=40-val_metric=1.ckpt", "epoch=0-step=60-val_metric=2.ckpt"]
-    best = os.path.abspath("ck/epoch=0-step=40-val_metric=1.ckpt")
+    assert names() == ["epoch=0-step=40.ckpt", "epoch=0-step=60.ckpt"]
+    best = os.path.abspath("ck/epoch=0-step=40.ckpt")
     assert cb.best_model_path == best and cb.best_model_score == 1.0
 
     evaluated = ScoredByStep(scores)
@@ -241,7 +241,7 @@ def test_save_last_link_writes_the_state_when_the_newest_save_is_not_kept():
     fit(ScoredByStep({2: 1.0, 4: 2.0, 6: 3.0, 8: 4.0}), [cb], val_check_interval=2)
 
     assert not os.path.islink("ck/last.ckpt") and step_of("ck/last.ckpt") == 8  # the newest state, a file
-    assert names() == ["epoch=0-step=2-val_metric=1.ckpt", "last.ckpt"]
+    assert names() == ["epoch=0-step=2.ckpt", "last.ckpt"]
 
 
 # --- bad input -------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ def test_the_validation_after_max_steps_stops_mid_stream_ranks_a_file_too():
     trainer.fit(model, DataLoader(Endless(), batch_size=16), loader(32))
 
     assert model.validated_at == [20, 40, 50]  # the last one reports where max_steps ended the run
-    assert names() == [f"epoch=0-step={s}-val_metric={v}.ckpt" for s, v in ((20, 3), (40, 2), (50, 1))]
+    assert names() == [f"epoch=0-step={s}.ckpt" for s in (20, 40, 50)]
     # The stop's resume point, in the run's own folder: "ck" was named without save_last
     assert cb.best_model_score == 1.0 and step_of("checkpoints/last.ckpt") == 50
 

@@ -281,3 +281,17 @@ def test_is_last_batch_is_true_for_the_epochs_last_batch_only():
     trainer = Trainer(max_epochs=2, limit_train_batches=3, **quiet(callbacks=[Watch()]))
     trainer.fit(Classifier(), loader(64, batch_size=8))
     assert [flag for _, _, flag in seen] == [False, False, False, False, True, True] * 2
+
+
+def test_state_finished_says_whether_the_last_call_ran_to_its_end():
+    class Fails(Classifier):
+        def validation_step(self, batch, batch_idx):
+            raise RuntimeError("broken")
+
+    trainer = Trainer(max_steps=2, **quiet())
+    assert not trainer.state.finished and trainer.state.status == "initializing"
+    trainer.fit(Classifier(), loader(32))
+    assert trainer.state.finished and trainer.state.stopped
+    with pytest.raises(RuntimeError, match="broken"):
+        trainer.validate(Fails(), loader(16), verbose=False)
+    assert not trainer.state.finished and trainer.state.stopped and trainer.state.status == "interrupted"

@@ -29,7 +29,11 @@ def load_from_checkpoint(
         )
     ckpt = files.load(checkpoint_path, map_location=map_location, weights_only=weights_only is not False)
     path = os.fspath(checkpoint_path)
-    recorded = dict(ckpt.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
+    recorded: dict[str, Any] = {}
+    if cls.CHECKPOINT_HYPER_PARAMS_KEY == "hyper_parameters":  # a module (not a DataModule)
+        for past in ("hparams", "module_arguments"):  # where Lightning before 1.0 kept them
+            recorded.update(ckpt.get(past) if isinstance(ckpt.get(past), dict) else {})
+    recorded.update(ckpt.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
     saved = {**recorded, **kwargs}
     ckpt[cls.CHECKPOINT_HYPER_PARAMS_KEY] = saved  # what on_load_checkpoint sees, as in Lightning
     obj = _build(cls, path, ckpt, saved, kwargs, bool(recorded))

@@ -80,6 +80,12 @@ class HyperparametersMixin:
             given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else dict(args[0])
             self._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
         elif args:
+            others = [a for a in args if not isinstance(a, str)]
+            if len(others) == 1 and isinstance(others[0], (bool, int, float)):  # Lightning's words first
+                raise ValueError(
+                    f"Primitives {(bool, int, float, str)} are not allowed. save_hyperparameters"
+                    f"({', '.join(map(repr, args))}) takes argument names as strings, or one dict or argparse.Namespace."
+                )
             unknown = [a for a in args if not isinstance(a, str) or a not in init_args]
             if unknown:
                 raise ValueError(
@@ -95,18 +101,19 @@ class HyperparametersMixin:
         if not args and not given:
             self._hparams_name = None
         modules = [k for k, v in given.items() if isinstance(v, nn.Module)]
-        if modules:
+        for name in modules:  # Lightning's words first, one warning a module
             warnings.warn(
-                f"{type(self).__name__}.save_hyperparameters(): {', '.join(map(repr, modules))} "
-                f"{'is an nn.Module' if len(modules) == 1 else 'are nn.Modules'}, whose weights the checkpoint "
-                f"holds already; it is left out of the checkpoint's hyperparameters. Say so with "
-                f"self.save_hyperparameters(ignore={modules!r}), and pass it again to load_from_checkpoint.",
+                f"Attribute {name!r} is an instance of `nn.Module` and is already saved during checkpointing "
+                f"(in {type(self).__name__}.save_hyperparameters()): its weights are in the checkpoint, and it is left "
+                f"out of the checkpoint's hyperparameters. Say so with self.save_hyperparameters(ignore=[{name!r}]), "
+                "and pass it again to load_from_checkpoint.",
                 UserWarning, stacklevel=2,
             )
         self._warned_hparams = set(modules)  # already named: the checkpoint does not name them again
-        hparams = self.hparams
-        hparams.update(given)
-        self._hparams_initial = copy.deepcopy(hparams)
+        # As in Lightning, each call replaces what an earlier one recorded (a base class's call
+        # included): a subclass's ignore= drops what the base recorded, and a dict is the hparams.
+        self.hparams = given
+        self._hparams_initial = copy.deepcopy(self.hparams)
 
     @property
     def hparams(self) -> AttributeDict:

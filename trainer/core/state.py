@@ -21,3 +21,15 @@ class TrainerState:
     should_stop: bool = False
     # Why the run stopped early, if it did: "early_stopping", "timer", "signal", ...
     stop_reason: str | None = None
+    # The last entry point's: "initializing", "running", "finished" or "interrupted" (Lightning's TrainerStatus)
+    status: str = "initializing"
+
+    @property
+    def finished(self) -> bool:
+        """The last ``fit``/``validate``/``test``/``predict`` ran to its end (Lightning's ``state.finished``)."""
+        return self.status == "finished"
+
+    @property
+    def stopped(self) -> bool:
+        """It ended, whether finished or interrupted by an error or a signal."""
+        return self.status in ("finished", "interrupted")

@@ -57,7 +57,12 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
     try:
         # The caller's settings come back after: deterministic kernels, cuDNN autotuning, anomaly detection.
         with deterministic_algorithms(trainer.deterministic), torch_flags(trainer.benchmark, trainer.detect_anomaly):
-            output = _run(trainer, stage, model, data, ckpt_path)
+            try:
+                output = _run(trainer, stage, model, data, ckpt_path)
+            except BaseException:
+                trainer.state.status = "interrupted"
+                raise
+        trainer.state.status = "finished"
         # For the caller's model: gathered on every rank while the group is up (fsdp shards them).
         weights = strategy.module_state_dict() if strategy.spawned else None
     finally:
@@ -143,13 +148,13 @@ def _run(trainer: Trainer, stage: str, model: TrainModule, data: StageData, ckpt
         trainer.profiler.wrap_hooks(hooks)
     trainer.datamodule = datamodule
     if stage == "fit":  # a new run: nothing of an earlier fit's (counters, monitors) carries over
-        trainer.state = TrainerState(stage="fit")  # from 0, or from the checkpoint's step
+        trainer.state = TrainerState(stage="fit", status="running")  # from 0, or from the checkpoint's step
         trainer.callback_metrics, trainer.logged_metrics, trainer.train_epoch_metrics = {}, {}, {}
         trainer.prog_bar_names, trainer.samples_seen, trainer.grad_norm = set(), 0, None
         ckpt_path = resolve_path(trainer, ckpt_path)
         trainer._ckpt_path = ckpt_path  # trainer.ckpt_path: the file resumed, "last" resolved
     else:
-        trainer.state.stage = stage  # evaluation never moves the training counters
+        trainer.state.stage, trainer.state.status = stage, "running"  # evaluation never moves the training counters
     # predict logs nothing, so it gets no run folder; evaluation after fit writes into fit's.
     if stage != "predict" and (trainer.run_dir is None or stage == "fit"):
         trainer.run_dir, trainer._log_dir, versions = strategy.broadcast_object(
