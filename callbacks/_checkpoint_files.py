@@ -24,12 +24,13 @@ def resume_point(trainer: Any, dirpath: str, given: str | None, save_last: bool 
     return None if folder == given else os.path.join(folder, LAST)
 
 
-def free_name(dirpath: str, name: str, kept: dict[str, float]) -> str:
+def free_name(dirpath: str, name: str, kept: dict[str, float], replacing: str | None) -> str:
     """``name``, or ``name-v1.ckpt``, ... if a ``kept`` checkpoint or a file on disk already has
     it (Lightning's version counter): a save never overwrites a file that top-k still counts on,
-    nor one an earlier run left (a fixed filename, or a second fit to the same step, would)."""
+    nor one an earlier run left (a fixed filename, or a second fit to the same step, would).
+    The file this save pushes out of the top k (``replacing``) may be replaced in place."""
     stem, n = name[: -len(".ckpt")], 0
-    while os.path.join(dirpath, name) in kept or name == LAST or os.path.lexists(os.path.join(dirpath, name)):
+    while (path := os.path.join(dirpath, name)) != replacing and (path in kept or name == LAST or os.path.lexists(path)):
         n += 1
         name = f"{stem}-v{n}.ckpt"
     return name

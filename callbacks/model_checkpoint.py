@@ -280,7 +280,8 @@ class ModelCheckpoint(Callback):
                 self._write(trainer, last)
             return
         self._last_step_saved = self._newest_step = trainer.global_step
-        path = os.path.join(self.dirpath, free_name(self.dirpath, self._format(trainer), self.best_k_models))
+        leaving = self.kth_best_model_path if self.save_top_k != -1 else None  # the file this save pushes out
+        path = os.path.join(self.dirpath, free_name(self.dirpath, self._format(trainer), self.best_k_models, leaving))
         if trainer.world_size > 1:  # rank 0's disk decides the name (-v1, ...): every rank keeps the same list
             path = trainer.strategy.broadcast_object(path)
         # Book-keeping first, so that the file records itself among the top k: a run resumed

@@ -443,3 +443,12 @@ def test_epoch_and_step_are_monitored_without_being_logged():
     cb = ModelCheckpoint(monitor="step", mode="max", save_top_k=2, every_n_train_steps=1)
     fit(Classifier(), epochs=2, callbacks=[cb], val=False)
     assert files() == ["epoch=1-step=3.ckpt", "epoch=1-step=4.ckpt"] and cb.best_model_score == 4
+
+
+def test_a_fixed_name_is_reused_by_the_save_that_pushes_its_file_out_and_never_taken_from_a_file_kept():
+    cb = ModelCheckpoint(filename="model", save_top_k=1)
+    fit(Classifier(), epochs=3, callbacks=[cb])
+    assert files() == ["model.ckpt"] and step_of("checkpoints/model.ckpt") == 6  # replaced in place, as in Lightning
+    every = ModelCheckpoint(dirpath="all", filename="model", save_top_k=-1)
+    fit(Classifier(), epochs=3, callbacks=[every])
+    assert files("all") == ["model-v1.ckpt", "model-v2.ckpt", "model.ckpt"]  # all kept: none overwritten

@@ -174,12 +174,13 @@ def test_a_fixed_filename_never_overwrites_a_kept_checkpoint(tmp_path):
     """With save_top_k=2 and filename='best', the second save must not replace the first."""
     callback = ModelCheckpoint(dirpath=tmp_path, filename="best", every_n_train_steps=1, save_top_k=2)
     Trainer(max_steps=3, enable_progress_bar=False, log_dir=None, callbacks=[callback]).fit(Classifier(), loader())
-    assert _ckpt_names(tmp_path) == ["best-v1.ckpt", "best-v2.ckpt"]
-    assert {_step_of(tmp_path / n) for n in ("best-v1.ckpt", "best-v2.ckpt")} == {2, 3}  # the two newest
+    # Step 3's save pushes step 1's file out of the top 2: it takes its name, swapped in whole (Lightning's).
+    assert _ckpt_names(tmp_path) == ["best-v1.ckpt", "best.ckpt"]
+    assert (_step_of(tmp_path / "best-v1.ckpt"), _step_of(tmp_path / "best.ckpt")) == (2, 3)  # the two newest
     # 'last' as a filename does not clobber last.ckpt either.
     callback = ModelCheckpoint(dirpath=tmp_path / "b", filename="last", every_n_train_steps=1, save_top_k=1, save_last=True)
     Trainer(max_steps=2, enable_progress_bar=False, log_dir=None, callbacks=[callback]).fit(Classifier(), loader())
-    assert _ckpt_names(tmp_path / "b") == ["last-v2.ckpt", "last.ckpt"]
+    assert _ckpt_names(tmp_path / "b") == ["last-v1.ckpt", "last.ckpt"]
 
 
 def test_resuming_into_another_folder_never_deletes_the_old_folders_checkpoints(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import inspect
 import types
 import warnings
@@ -72,7 +73,10 @@ class HyperparametersMixin:
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        init_args = _init_args(self, frame)
+        if dataclasses.is_dataclass(self):  # called from __post_init__: the fields __init__ takes
+            init_args = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        else:
+            init_args = _init_args(self, frame)
         # Lightning's hparams_name, which load_from_checkpoint reads: "kwargs" for arguments by name,
         # else the name of the argument that held the dict given.
         self._hparams_name = "kwargs"

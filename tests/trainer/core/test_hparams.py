@@ -159,3 +159,19 @@ def test_load_from_checkpoint_gives_a_recorded_dict_back_to_its_argument_and_rea
     older = {k: v for k, v in ckpt.items() if k not in ("hyper_parameters", "hparams_name", "steadytrainer")}
     torch.save({**older, "module_arguments": {"hidden": 6}}, "old.ckpt")  # Lightning before 1.0
     assert Classifier.load_from_checkpoint("old.ckpt").net[0].out_features == 6
+
+
+def test_a_dataclass_module_records_its_init_fields():
+    import dataclasses
+
+    @dataclasses.dataclass(eq=False)
+    class Fields(Classifier):
+        width: int
+        note: str = "x"
+        derived: int = dataclasses.field(default=0, init=False)
+
+        def __post_init__(self):
+            super().__init__(hidden=self.width)
+            self.save_hyperparameters()
+
+    assert dict(Fields(6, note="y").hparams) == {"width": 6, "note": "y"}
