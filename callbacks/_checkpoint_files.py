@@ -150,5 +150,5 @@ def file_name(template: str, auto_insert_metric_name: bool, values: dict[str, An
 
 
 class _Missing(dict):
-    def __missing__(self, key: str) -> float:
-        return math.nan  # a metric not logged yet formats as "nan" rather than failing
+    def __missing__(self, key: str) -> int:
+        return 0  # a metric not logged yet formats as 0, as in Lightning, rather than failing

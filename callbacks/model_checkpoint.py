@@ -295,6 +295,7 @@ class ModelCheckpoint(Callback):
         # Only a file in our own folder is deleted: a state loaded from elsewhere (another
         # callback's, a moved run) must not delete its files.
         ours = dropped is not None and os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
+        ours = ours and os.path.abspath(dropped) != os.path.abspath(trainer.ckpt_path or "")  # nor the file fit resumed from
         self._write(trainer, path, dropped if ours and dropped != path else None, last=self.save_last)
 
     def _write(self, trainer: Trainer, path: str, dropped: str | None = None, last: bool | str = False) -> None:

@@ -106,14 +106,14 @@ def test_file_names_say_what_the_numbers_are():
     assert files(folder) == ["epoch=0-val_metric=3.00.ckpt", "epoch=1-val_metric=1.00.ckpt"]
 
 
-def test_a_resumed_run_still_deletes_the_files_it_no_longer_keeps():
+def test_a_resumed_run_deletes_the_files_it_no_longer_keeps_but_the_one_it_resumed_from():
     fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(save_top_k=1)])
     assert files() == ["epoch=1-step=4.ckpt"]
 
     fit(Classifier(), epochs=4, callbacks=[ModelCheckpoint(save_top_k=1)], ckpt_path="last")
 
-    # The file it resumed from knew it was in the top k, so it was replaced, not orphaned.
-    assert files() == ["epoch=3-step=8.ckpt"]
+    # The file it resumed from is kept, as Lightning keeps it; the resumed run's own are rotated.
+    assert files() == ["epoch=1-step=4.ckpt", "epoch=3-step=8.ckpt"]
 
 
 # --- monitor ---------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def test_checkpoint_state_survives_a_resume():
 
     assert resumed.best_model_score == 0.5
     assert len(resumed.best_k_models) == 2 and sorted(resumed.best_k_models.values()) == [0.5, 1.0]
-    assert len(files()) == 2  # the two best files
+    assert len(files()) == 3  # the two best files, and the one fit resumed from (kept, as Lightning keeps it)
 
 
 @pytest.mark.parametrize(
