@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -13,19 +14,44 @@ from typing import Any
 
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.folder_lock import lock_checkpoint_folder
-from trainer.checkpoint.paths import LAST  # the newest state, which "last" resumes from
+from trainer.checkpoint.paths import LAST, run_checkpoints  # LAST: the newest state, which "last" resumes from
 
 log = logging.getLogger("trainer")
 
-#: What a ``save_weights_only`` file keeps: enough to evaluate it at its step, nothing to resume.
-WEIGHTS_ONLY_KEYS = ("format", "version", "model", "loop", "metrics", "hparams", "strategy")
+
+def resume_point(trainer: Any, dirpath: str, given: str | None, save_last: bool | str) -> str | None:
+    """Where a stop's resume point goes: ``last.ckpt`` in ``dirpath`` with ``save_last``; else
+    ``last.ckpt`` in the run's own checkpoints folder, unless that is a folder the user named
+    (``given``): a named folder holds only what Lightning would write there."""
+    if save_last:
+        return os.path.join(dirpath, LAST)
+    folder = os.path.abspath(run_checkpoints(trainer))
+    return None if folder == given else os.path.join(folder, LAST)
 
 
-def weights_only(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The full state cut down to the model's weights and the loop counters."""
-    kept = {key: checkpoint[key] for key in WEIGHTS_ONLY_KEYS if key in checkpoint}
-    kept["weights_only"] = True
-    return kept
+def free_name(dirpath: str, name: str, kept: dict[str, float], replacing: str | None) -> str:
+    """``name``, or ``name-v1.ckpt``, ... if a ``kept`` checkpoint or a file on disk already has
+    it (Lightning's version counter): a save never overwrites a file that top-k still counts on,
+    nor one an earlier run left (a fixed filename, or a second fit to the same step, would).
+    The file this save pushes out of the top k (``replacing``) may be replaced in place."""
+    stem, n = name[: -len(".ckpt")], 0
+    while (path := os.path.join(dirpath, name)) != replacing and (path in kept or name == LAST or os.path.lexists(path)):
+        n += 1
+        name = f"{stem}-v{n}.ckpt"
+    return name
+
+
+def not_logged(monitor: str, logged: dict[str, Any]) -> str:
+    return (
+        f"ModelCheckpoint(monitor={monitor!r}) was never logged. Logged metrics: {sorted(logged) or 'none'}. "
+        f"Log it with self.log({monitor!r}, value) in validation_step (or training_step), or fix the name."
+    )
+
+
+def write_yaml(best_k: dict[str, float], path: str | os.PathLike) -> None:
+    """``{path: score}`` as YAML (JSON is YAML: no YAML package needed), as ``ModelCheckpoint.to_yaml`` writes it."""
+    with open(path, "w") as f:
+        json.dump({k: float(v) for k, v in best_k.items()}, f, indent=2)
 
 
 def write_files(checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, dropped: str | None, last: bool | str) -> None:
@@ -77,9 +103,15 @@ def _point_last(path: str, symbolic: bool, folder: bool) -> None:
     os.replace(tmp, last)
 
 
-def prepare_folder(trainer: Any, dirpath: str) -> None:
-    """At a fit's setup (every rank): the folder is writable, locked for this run (another live
-    run writing it is an error), and rid of the temp files of saves a killed run never finished."""
+def prepare_folder(trainer: Any, dirpath: str, save_weights_only: bool) -> None:
+    """At a fit's setup (every rank): a weights-only save cannot be sharded; the folder is
+    writable, locked for this run (another live run writing it is an error), and rid of the
+    temp files of saves a killed run never finished."""
+    if save_weights_only and trainer.strategy.sharded_checkpoints:
+        raise ValueError(
+            "ModelCheckpoint(save_weights_only=True) is not supported with a sharded checkpoint, whose folder "
+            "each rank writes. Use FSDPStrategy(checkpoint='full'), or save_weights_only=False."
+        )
     if trainer.is_global_zero:
         check_writable(dirpath)
     lock_checkpoint_folder(trainer, dirpath)  # before touching it: another live run may be writing it
@@ -145,5 +177,5 @@ def file_name(template: str, auto_insert_metric_name: bool, values: dict[str, An
 
 
 class _Missing(dict):
-    def __missing__(self, key: str) -> float:
-        return math.nan  # a metric not logged yet formats as "nan" rather than failing
+    def __missing__(self, key: str) -> int:
+        return 0  # a metric not logged yet formats as 0, as in Lightning, rather than failing

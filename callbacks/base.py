@@ -89,11 +89,20 @@ class Callback:
     def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
 
     # --- checkpoints -------------------------------------------------------------------
-    def on_save_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None: ...
+    def on_save_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
+        """Add to (or change) the checkpoint about to be written (global rank 0), after every
+        callback's ``state_dict()`` was taken and before the model's own hook."""
+
+    def on_load_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
+        """When fit resumes: read the loaded checkpoint, after the model's weights were loaded and
+        before any callback's ``load_state_dict``."""
+
     def state_dict(self) -> dict[str, Any]:
+        """What checkpoints keep of this callback, under ``state_key`` (none if empty)."""
         return {}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take back what ``state_dict`` returned, when fit resumes from a checkpoint."""
 
 
 HOOKS = tuple(

@@ -6,6 +6,8 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from trainer.core.checks import flag, one_of, positive_int, suggest
 
 from ._schedule import fit_validates
@@ -84,6 +86,10 @@ class EarlyStopping(Callback):
 
     @property
     def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)  # Lightning's key
+
+    @property
+    def legacy_state_key(self) -> str:  # the key of our files before Lightning's layout
         return f"EarlyStopping[monitor={self.monitor},mode={self.mode}]"
 
     # --- hooks -------------------------------------------------------------------------
@@ -167,12 +173,16 @@ class EarlyStopping(Callback):
 
     # --- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"wait_count": self.wait_count, "best_score": self.best_score, "stopped_epoch": self.stopped_epoch}
+        # Lightning's shape, which its EarlyStopping loads: a tensor score, epoch 0 for "not stopped".
+        return {
+            "wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch or 0,
+            "best_score": torch.tensor(self.best_score, dtype=torch.float64), "patience": self.patience,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.wait_count = int(state_dict.get("wait_count", 0))
         self.best_score = float(state_dict.get("best_score", self.best_score))
-        self.stopped_epoch = state_dict.get("stopped_epoch")
+        self.stopped_epoch = state_dict.get("stopped_epoch") or None
 
 
 def _threshold(name: str, value: Any) -> float | None:

@@ -1,4 +1,4 @@
-"""ModelCheckpoint: top-k by a monitored metric, plus an always-newest ``last.ckpt``."""
+"""ModelCheckpoint: top-k by a monitored metric, ``last.ckpt`` when asked, and a stop's resume point."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from trainer.checkpoint.background_save import BackgroundWriter, freeze
 from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.core.checks import flag, one_of, positive_int
 
-from ._checkpoint_files import (
-    LAST, file_name, prepare_folder, rotate, save_at_exception, weights_only, write_files,
-)
+from . import _checkpoint_files as files
+from ._checkpoint_files import LAST, file_name, free_name, not_logged, prepare_folder, resume_point, rotate, write_files, write_yaml
 from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
@@ -31,7 +30,8 @@ log = logging.getLogger("trainer")
 class ModelCheckpoint(Callback):
     """Save the training state when one trigger fires, keep the ``save_top_k`` best files by
     ``monitor`` (the most recent ones without a monitor; ``-1`` keeps all, ``0`` none), and
-    with ``save_last`` keep ``last.ckpt`` as the newest state saved.
+    with ``save_last`` keep ``last.ckpt`` as the newest state saved: Lightning's files. A stop
+    mid-epoch writes its resume point (``write_last``), which ``ckpt_path="last"`` finds.
 
     One trigger at most (Lightning's): ``every_n_epochs`` (1 when none is given) saves after
     each validation of every n-th epoch, mid-epoch ones too, or at epoch ends (as
@@ -55,7 +55,7 @@ class ModelCheckpoint(Callback):
         filename: str | None = None,
         monitor: str | None = None,
         *,
-        save_last: bool | str | None = True,
+        save_last: bool | str | None = None,
         save_top_k: int = 1,
         save_weights_only: bool = False,
         mode: str = "min",
@@ -82,7 +82,7 @@ class ModelCheckpoint(Callback):
         # Absolute, as in Lightning: best_model_path and friends stay right if the process changes folder.
         self.dirpath_given = None if dirpath is None else os.path.abspath(os.path.expanduser(os.fspath(dirpath)))
         self.dirpath: str | None = self.dirpath_given
-        self.filename = filename or ("{epoch}-{step}" if monitor is None else "{epoch}-{step}-{" + monitor + ":.4g}")
+        self.filename = filename or "{epoch}-{step}"  # Lightning's default, with a monitor too
         self.monitor = monitor
         self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"))
         self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1,
@@ -100,10 +100,10 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self._template()  # a bad filename fails now, not at the first save after an epoch of training
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
-        self.best_model_path = ""
-        self.last_model_path = ""
+        self.best_model_path = self.last_model_path = ""
+        self.current_score: float | None = None  # the monitored value at the latest save
         self._last_step_saved = -1  # the step of the latest save a trigger made (a ranked file, or last.ckpt)
-        self._newest_step = -1  # the step of the newest state on disk, write_last's included
+        self._newest_step, self._newest_path = -1, ""  # the newest state on disk (write_last's too): its step, its file
         self._step_seen = -1  # global_step at the previous batch end: did this batch step the optimizer?
         self._monitor_due = False  # validation (or, without it, an epoch end) has run: the monitor must exist
         self._warned_early = self._warned_group = False
@@ -127,7 +127,18 @@ class ModelCheckpoint(Callback):
 
     @property
     def best_model_score(self) -> float | None:
-        return self.best_k_models.get(self.best_model_path)
+        """The best file's monitored value (None without a monitor, as in Lightning)."""
+        return None if self.monitor is None else self.best_k_models.get(self.best_model_path)
+
+    @property
+    def kth_value(self) -> float:
+        """The worst kept file's monitored value: what a new save must beat once k are kept."""
+        worst = self.kth_best_model_path
+        return self.best_k_models[worst] if worst else (math.inf if self.mode == "min" else -math.inf)
+
+    def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
+        """Write ``best_k_models`` ({path: score}) as YAML, by default to ``<dirpath>/best_k_models.yaml``."""
+        write_yaml(self.best_k_models, filepath or os.path.join(self.dirpath, "best_k_models.yaml"))
 
     @property
     def kth_best_model_path(self) -> str:
@@ -140,18 +151,13 @@ class ModelCheckpoint(Callback):
         if stage != "fit":
             return
         if self.dirpath_given is None:
-            base = trainer.run_dir if trainer.run_dir is not None else os.getcwd()
-            self.dirpath = os.path.join(base, "checkpoints")
-        if self.save_weights_only and trainer.strategy.sharded_checkpoints:
-            raise ValueError(
-                "ModelCheckpoint(save_weights_only=True) is not supported with a sharded checkpoint, whose folder "
-                "each rank writes. Use FSDPStrategy(checkpoint='full'), or save_weights_only=False."
-            )
-        prepare_folder(trainer, self.dirpath)  # writable, ours alone (locked), no unfinished saves
+            self.dirpath = files.run_checkpoints(trainer)  # the run folder's
+        prepare_folder(trainer, self.dirpath, self.save_weights_only)  # writable, ours alone (locked), no unfinished saves
         self._monitor_due = self._waiting = self._after_epoch = False
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
-        self.best_k_models, self.best_model_path, self.last_model_path = {}, "", ""
+        self.best_k_models, self.best_model_path, self.last_model_path, self._newest_path = {}, "", "", ""
+        self.current_score = None
         self._last_step_saved = self._step_seen = self._newest_step = -1
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -228,7 +234,7 @@ class ModelCheckpoint(Callback):
         error = self._writer.error()  # let a write in flight finish: it is complete and resumable
         if error is not None:  # the run fails with its own error; say that this save failed too
             warnings.warn(f"The checkpoint being written when fit failed was not saved: {error}", stacklevel=2)
-        save_at_exception(self, trainer, exception)
+        files.save_at_exception(self, trainer, exception)
 
     def _wait_for_writer(self, trainer: Trainer) -> None:
         """Wait for the write in flight (rank 0). If it failed, every rank raises, together and
@@ -244,17 +250,18 @@ class ModelCheckpoint(Callback):
         if reason is not None:
             raise RuntimeError(f"Global rank 0 could not write a checkpoint, so every rank stops. {reason}")
 
-    def write_last(self, trainer: Trainer, module: TrainModule) -> str:
-        """Write only ``last.ckpt``, now and with the full state (when fit stops mid-epoch, or
-        ends after steps no trigger saved). Every rank must call. A save at this very step
-        already holds this state: its file is the answer, not a second write."""
+    def write_last(self, trainer: Trainer, module: TrainModule) -> str | None:
+        """Write the resume point of a stop mid-epoch (a signal, ``max_steps``, ``should_stop``),
+        now, with the full state, where ``resume_point`` says (never into a ``dirpath`` given
+        without ``save_last``). Every rank must call. A save at this very step is the answer."""
         self._wait_for_writer(trainer)
-        if trainer.global_step in (self._last_step_saved, self._newest_step) and self.last_model_path:
-            return self.last_model_path
-        path = os.path.join(self.dirpath, LAST)
-        self.last_model_path = path
-        self._newest_step = trainer.global_step  # a validation at this step may still rank a file
-        trainer.save_checkpoint(path)
+        if trainer.global_step == self._newest_step and self._newest_path:
+            return self._newest_path
+        path = resume_point(trainer, self.dirpath, self.dirpath_given, self.save_last)
+        if path is not None:
+            self.last_model_path = path if self.save_last else self.last_model_path
+            self._newest_step, self._newest_path = trainer.global_step, path  # a validation at this step may still rank a file
+            trainer.save_checkpoint(path)
         return path
 
     # --- saving ------------------------------------------------------------------------
@@ -263,24 +270,31 @@ class ModelCheckpoint(Callback):
         refuse_non_finite(trainer, f"a checkpoint into {self.dirpath!r}")  # NaN weights must not push the last good file out
         self._waiting = False
         score = self._score(trainer)
+        self.current_score = score if self.monitor is not None else None
         last = os.path.join(self.dirpath, LAST)
         if score is None or not self._keeps(score):  # no file to rank: only last.ckpt moves on
             if self.save_last:
                 self._last_step_saved = self._newest_step = trainer.global_step
-                self.last_model_path = last
+                self.last_model_path = self._newest_path = last
                 self._write(trainer, last)
             return
         self._last_step_saved = self._newest_step = trainer.global_step
-        path = os.path.join(self.dirpath, self._free_name(self._format(trainer)))
+        leaving = self.kth_best_model_path if self.save_top_k != -1 else None  # the file this save pushes out
+        path = os.path.join(self.dirpath, free_name(self.dirpath, self._format(trainer), self.best_k_models, leaving))
+        if trainer.world_size > 1:  # rank 0's disk decides the name (-v1, ...): every rank keeps the same list
+            path = trainer.strategy.broadcast_object(path)
         # Book-keeping first, so that the file records itself among the top k: a run resumed
         # from it still knows every file it kept, and deletes the right ones later.
         dropped = self._add_top_k(path, score)
         if self.verbose and trainer.is_global_zero:
             log.info("Step %d: %s=%s, saving %s (best %s).", trainer.global_step, self.monitor or "step", score, path, self.best_model_score)
-        self.last_model_path = last if self.save_last else path
+        if self.save_last:
+            self.last_model_path = last
+        self._newest_path = last if self.save_last else path
         # Only a file in our own folder is deleted: a state loaded from elsewhere (another
         # callback's, a moved run) must not delete its files.
         ours = dropped is not None and os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
+        ours = ours and os.path.abspath(dropped) != os.path.abspath(trainer.ckpt_path or "")  # nor the file fit resumed from
         self._write(trainer, path, dropped if ours and dropped != path else None, last=self.save_last)
 
     def _write(self, trainer: Trainer, path: str, dropped: str | None = None, last: bool | str = False) -> None:
@@ -290,27 +304,9 @@ class ModelCheckpoint(Callback):
             if trainer.is_global_zero:
                 rotate(path, dropped, last, folder=True)
             return
-        checkpoint = trainer.checkpoint_state()
+        checkpoint = trainer.checkpoint_state(weights_only=self.save_weights_only)
         if checkpoint is not None:
-            if self.save_weights_only:
-                checkpoint = weights_only(checkpoint)
             self._writer.submit(write_files, freeze(checkpoint), path, dropped, last)
-
-    def _free_name(self, name: str) -> str:
-        """``name``, or ``name-v1.ckpt``, ... if a kept checkpoint already has it: a save never
-        overwrites a file that top-k still counts on (a fixed filename would otherwise do so)."""
-        stem, n = name[: -len(".ckpt")], 0
-        while os.path.join(self.dirpath, name) in self.best_k_models or name == LAST:
-            n += 1
-            name = f"{stem}-v{n}.ckpt"
-        return name
-
-    def _not_logged(self, trainer: Trainer) -> str:
-        return (
-            f"ModelCheckpoint(monitor={self.monitor!r}) was never logged. Logged metrics: "
-            f"{sorted(trainer.callback_metrics) or 'none'}. Log it with self.log({self.monitor!r}, value) "
-            "in validation_step (or training_step), or fix the name."
-        )
 
     def _score(self, trainer: Trainer) -> float | None:
         """The monitored value; None while it may still be logged (before the fit's first
@@ -318,13 +314,14 @@ class ModelCheckpoint(Callback):
         if self.monitor is None:
             return float(trainer.global_step)
         value = self._current(trainer)
-        if value is not None:
-            return float(value)
+        if value is not None:  # NaN ranks last, as in Lightning: +inf with mode="min", -inf with "max"
+            value = float(value)
+            return (math.inf if self.mode == "min" else -math.inf) if math.isnan(value) else value
         if self._monitor_due:
-            raise ValueError(self._not_logged(trainer))
+            raise ValueError(not_logged(self.monitor, trainer.callback_metrics))
         if not self._warned_early:  # a checkpoint before the first validation
             self._warned_early = True
-            warnings.warn(f"{self._not_logged(trainer)} Until it is, checkpoints only update {LAST}.", stacklevel=2)
+            warnings.warn(f"{not_logged(self.monitor, trainer.callback_metrics)} Until it is, no file is ranked.", stacklevel=2)
         return None
 
     def _current(self, trainer: Trainer) -> Any:
@@ -332,7 +329,8 @@ class ModelCheckpoint(Callback):
         step: between two, this step's is published now (every rank takes this path alike)."""
         if self.monitor not in trainer.callback_metrics:
             trainer.publish_step_metrics()
-        return trainer.callback_metrics.get(self.monitor)
+        counters = {"epoch": trainer.current_epoch, "step": trainer.global_step}  # Lightning's candidates too
+        return trainer.callback_metrics.get(self.monitor, counters.get(self.monitor))
 
     def _better(self, a: float, b: float) -> bool:
         if math.isnan(a):
@@ -385,7 +383,9 @@ class ModelCheckpoint(Callback):
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
             "best_model_score": self.best_model_score,
+            "current_score": self.current_score,
             "kth_best_model_path": self.kth_best_model_path,
+            "kth_value": self.kth_value,
             "last_model_path": self.last_model_path,
             "last_step_saved": self._last_step_saved,
         }

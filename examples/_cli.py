@@ -11,6 +11,8 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from callbacks import ModelCheckpoint
+
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Appends each option's default to its help, and prints the epilog's commands as written."""
@@ -74,5 +76,7 @@ def trainer_options(args: argparse.Namespace, **overrides: Any) -> dict[str, Any
     options = {
         "strategy": args.strategy, "devices": args.devices, "precision": args.precision, "max_epochs": args.max_epochs,
         "max_steps": args.max_steps, "log_dir": args.log_dir, "seed": args.seed,
+        # last.ckpt: the state the run ended with, whether at an epoch's end or at max_steps
+        "callbacks": [ModelCheckpoint(save_last=True)],
     }
     return {**options, **overrides}

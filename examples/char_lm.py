@@ -280,11 +280,12 @@ def main(argv: list[str] | None = None) -> None:
         f"in {took:.0f} s"
     )
     print(f"TensorBoard logs: {trainer.run_dir}  (tensorboard --logdir {args.log_dir})")
-    # The checkpoint contract: plain tensors under "model", the constructor's arguments under "hparams".
+    # The checkpoint is Lightning's: plain tensors under "state_dict", the constructor's arguments
+    # under "hyper_parameters"; plain torch reads it.
     path = trainer.checkpoint_callback.last_model_path
     ckpt = torch.load(path, weights_only=True)
-    reloaded = CharLM(**ckpt["hparams"])
-    reloaded.load_state_dict(ckpt["model"])
+    reloaded = CharLM(**ckpt["hyper_parameters"])
+    reloaded.load_state_dict(ckpt["state_dict"])
     print(f"checkpoint: {path}")
     print(f"\n--- sample from the checkpoint (temperature 0.8) ---\n{reloaded.generate('def ', args.sample_chars, seed=args.seed)}")
 

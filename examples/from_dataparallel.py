@@ -69,7 +69,7 @@ accuracy in 3 epochs (well under a minute).
 #     and epoch means; self.log in validation_step gives val_loss/val_acc at each validation.
 # (7) torch.save(net.module.state_dict(), "net.pth")  ->  the checkpoint contract: the
 #     Trainer writes <log_dir>/default/version_<n>/checkpoints/last.ckpt, and
-#         Net().load_state_dict(torch.load(path, weights_only=True)["model"])
+#         Net().load_state_dict(torch.load(path, weights_only=True)["state_dict"])
 #     loads it into the bare model: no "module." prefixes, no pickled code. The same file
 #     resumes training with trainer.fit(..., ckpt_path="last").
 #
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     # (7) The checkpoint loads into a bare Net: no wrapper, no "module." prefix, no pickled code.
     path = trainer.checkpoint_callback.last_model_path
     bare = Net()
-    bare.load_state_dict(torch.load(path, weights_only=True)["model"])
+    bare.load_state_dict(torch.load(path, weights_only=True)["state_dict"])
     bare.eval()
     with torch.no_grad():
         images, labels = val_set.tensors

@@ -224,9 +224,10 @@ class Strategy:
         """The user's module's state dict, with no wrapper prefixes (``module.``, ``_orig_mod.``)."""
         return plain_state_dict(self.module.state_dict())
 
-    def load_module_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Load a full state dict with the bare model's keys (every rank holds all of it)."""
-        load_plain_state_dict(self.module, state)
+    def load_module_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> None:
+        """Load a full state dict with the bare model's keys (every rank holds all of it);
+        ``strict=False`` (the model's ``strict_loading``) loads the keys that match."""
+        load_plain_state_dict(self.module, state, strict=strict)
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's state as the checkpoint holds it: torch's own form, keyed by position."""

@@ -231,8 +231,8 @@ class FSDPStrategy(DDPStrategy):
     def module_state_dict(self) -> dict[str, torch.Tensor]:
         return plain_state_dict(get_model_state_dict(self.module, options=_FULL))
 
-    def load_module_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        set_model_state_dict(self.module, plain_state_dict(state), options=StateDictOptions(full_state_dict=True))
+    def load_module_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> None:
+        set_model_state_dict(self.module, plain_state_dict(state), options=StateDictOptions(full_state_dict=True, strict=strict))
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         if _stateless(optimizer):  # see _stateless: torch's call would first take a step

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
@@ -235,6 +236,33 @@ class TrainerProperties:
         step); returns them. Every rank must call it alike. Outside fit: ``{}``."""
         publish = self._run.publish_step_metrics
         return {} if publish is None else publish()
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last ``fit`` resumed from, or ``validate``/``test``/``predict``
+        evaluated ("last" and "best" resolved to the file); None if none. Set it to have the next
+        calls load that file without passing ``ckpt_path=`` (Lightning's stateful use; set it
+        back to None when done): a ``ckpt_path`` passed to a call wins, with a warning."""
+        return self._run.ckpt_path
+
+    @ckpt_path.setter
+    def ckpt_path(self, path: str | os.PathLike | None) -> None:
+        self._run.ckpt_path = None if path is None else os.fspath(path)
+        self._run.ckpt_user_managed = bool(path)
+
+    def _select_ckpt_path(self, given: Any) -> Any:
+        """The ``ckpt_path`` a call uses: the one given, else the one set on ``trainer.ckpt_path``."""
+        run = self._run
+        if not run.ckpt_user_managed:
+            return given
+        if given is None:
+            return run.ckpt_path
+        warnings.warn(
+            f"`trainer.ckpt_path = {run.ckpt_path!r}` was called but then you passed `ckpt_path={given!r}`. "
+            "The latter will be loaded.", stacklevel=3,
+        )
+        run.ckpt_path, run.ckpt_user_managed = None, False
+        return given
 
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:

@@ -27,6 +27,7 @@ from strategies.precision import check_precision_available
 
 from trainer.properties import LoggerAccess, TrainerProperties, forward
 from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint import layout
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import check_ckpt_path
 from trainer.checkpoint.integrity import refuse_non_finite
@@ -175,6 +176,7 @@ class Trainer(TrainerProperties, LoggerAccess):
             check_train_loader(train_dataloaders)
         check_loaders("val_dataloaders", val_dataloaders)
         default_max_epochs(self)  # neither max_epochs nor max_steps: 1000 epochs, with Lightning's warning
+        ckpt_path = self._select_ckpt_path(ckpt_path)
         check_ckpt_path(ckpt_path)
         check_weights_only(weights_only)
         self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model
@@ -231,6 +233,7 @@ class Trainer(TrainerProperties, LoggerAccess):
             dataloaders, datamodule = None, dataloaders
         check_sources(stage, model, {"dataloaders": dataloaders}, datamodule)
         check_loaders("dataloaders", dataloaders)
+        ckpt_path = self._select_ckpt_path(ckpt_path)
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.checkpoint_callback)
@@ -280,7 +283,7 @@ class Trainer(TrainerProperties, LoggerAccess):
                 f"trainer.save_checkpoint({os.fspath(path)!r}) needs a fit's full state (optimizer, RNG, "
                 + ("loop), which stayed in the worker processes of strategy='ddp' and ended with them; only "
                    "the weights came back. Save those with torch.save(model.state_dict(), path), use the "
-                   "checkpoint the run wrote (trainer.checkpoint_callback.last_model_path), or call "
+                   "checkpoint the run wrote (trainer.checkpoint_callback.best_model_path), or call "
                    "save_checkpoint inside fit, from a callback." if after_spawn else
                    "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
             )
@@ -288,30 +291,40 @@ class Trainer(TrainerProperties, LoggerAccess):
         if self._strategy.sharded_checkpoints:  # one folder, each rank writing its shards, now
             meta = capture(self, run, tensors=False)
             if self.is_global_zero:
-                for cb in run.hooks.on_save_checkpoint:
-                    cb(self, run.module, meta)
+                meta = self._with_save_hooks(run, layout.to_file(meta), weights_only=False)
             self._strategy.save_sharded_checkpoint(meta if self.is_global_zero else None, os.fspath(path), run.opt.optimizers)
             return
         # CPU copies: a file written on a GPU loads with plain torch.load on a machine without one.
-        checkpoint = self.checkpoint_state(copy=True)
-        if checkpoint is not None and weights_only:
-            checkpoint = {k: v for k, v in checkpoint.items() if k in _WEIGHTS_ONLY_KEYS}
+        checkpoint = self.checkpoint_state(copy=True, weights_only=weights_only)
         if checkpoint is not None:
             ckpt_io.save_atomic(checkpoint, path)
         self._strategy.barrier()
 
-    def checkpoint_state(self, copy: bool = False) -> dict[str, Any] | None:
-        """What ``save_checkpoint`` writes, after the ``on_save_checkpoint`` hooks, on global
-        rank 0; None on the other ranks. Every rank must call it. Its tensors are the live
-        model's and optimizer's, or with ``copy=True`` copies on the CPU (what the hooks
-        added too), safe to write while training goes on."""
+    def checkpoint_state(self, copy: bool = False, weights_only: bool = False) -> dict[str, Any] | None:
+        """What ``save_checkpoint`` writes (Lightning's layout, ``trainer/checkpoint/layout.py``),
+        after the ``on_save_checkpoint`` hooks, on global rank 0; None on the other ranks. Every
+        rank must call it. Its tensors are the live model's and optimizer's, or with
+        ``copy=True`` copies on the CPU (what the hooks added too), safe to write while training
+        goes on. ``weights_only`` leaves out the optimizers, schedulers, callbacks and RNG."""
         run = self._run
         checkpoint = capture(self, run)
         if not self.is_global_zero:
             return None
-        for cb in run.hooks.on_save_checkpoint:
-            cb(self, run.module, checkpoint)
+        checkpoint = self._with_save_hooks(run, layout.to_file(checkpoint), weights_only)
         return snapshot(checkpoint) if copy else checkpoint
+
+    def _with_save_hooks(self, run: Run, checkpoint: dict[str, Any], weights_only: bool) -> dict[str, Any]:
+        """Lightning's order: every callback's ``on_save_checkpoint`` (none for a weights-only
+        file), then the model's; numpy numbers become Python's (weights_only loads refuse them)."""
+        own = run.hooks.module_hooks.get("on_save_checkpoint")
+        if not weights_only:
+            for fn in run.hooks.on_save_checkpoint:
+                if fn is not own:
+                    fn(self, run.module, checkpoint)
+        if own is not None:
+            own(self, run.module, checkpoint)
+        checkpoint = layout.python_numbers(checkpoint)
+        return layout.weights_only(checkpoint) if weights_only else checkpoint
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()  # the run leaves out its model, data and predictions (Run.__getstate__)
@@ -332,8 +345,3 @@ class Trainer(TrainerProperties, LoggerAccess):
 
 for _field in dataclasses.fields(Options):  # trainer.max_epochs reads (and sets) trainer._options.max_epochs
     setattr(Trainer, _field.name, forward("_options", _field.name))
-
-
-# What save_checkpoint(weights_only=True) keeps: no "loop", so that fit refuses to resume from it.
-_WEIGHTS_ONLY_KEYS = ("format", "version", "model", "hparams", "trainer", "strategy", "metrics")
-

@@ -214,7 +214,7 @@ def test_two_stateful_callbacks_with_one_state_key_are_warned_about_and_generate
     from callbacks import EarlyStopping
     from trainer import Trainer
 
-    with pytest.warns(UserWarning, match=r"state_key 'EarlyStopping\[monitor=val_loss,mode=min\]'"):
+    with pytest.warns(UserWarning, match=r"state_key \"EarlyStopping\{'monitor': 'val_loss', 'mode': 'min'\}\""):
         Trainer(callbacks=[EarlyStopping("val_loss"), EarlyStopping("val_loss", patience=5)])
 
     class Counter(EarlyStopping):
@@ -223,3 +223,53 @@ def test_two_stateful_callbacks_with_one_state_key_are_warned_about_and_generate
             return self._generate_state_key(monitor=self.monitor, patience=self.patience)
 
     assert Counter("a", patience=2).state_key.endswith("Counter{'monitor': 'a', 'patience': 2}")  # the class's __qualname__
+
+
+class Order(Callback):
+    """Records the checkpoint hooks, with the module's own, in the order they run."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(name=self.name)
+
+    def state_dict(self):
+        self.log.append(f"{self.name}.state_dict")
+        return {"name": self.name}
+
+    def load_state_dict(self, state_dict):
+        self.log.append(f"{self.name}.load_state_dict")
+
+    def on_save_checkpoint(self, trainer, module, checkpoint):
+        self.log.append(f"{self.name}.on_save_checkpoint")
+        assert checkpoint["callbacks"][self.state_key] == {"name": self.name}  # every state_dict() is taken first
+
+    def on_load_checkpoint(self, trainer, module, checkpoint):
+        self.log.append(f"{self.name}.on_load_checkpoint")
+        assert torch.equal(module.net[0].weight, checkpoint["state_dict"]["net.0.weight"])  # the weights are back
+
+
+def test_checkpoint_hooks_run_in_lightnings_order():
+    log: list[str] = []
+
+    class Model(Classifier):
+        def on_save_checkpoint(self, checkpoint):
+            log.append("module.on_save_checkpoint")
+
+        def on_load_checkpoint(self, checkpoint):
+            log.append("module.on_load_checkpoint")
+
+    trainer = Trainer(**quiet(max_steps=2, callbacks=[Order("a", log), Order("b", log)]))
+    trainer.fit(Model(), loader(32))
+    log.clear()
+    trainer.save_checkpoint("state.ckpt")
+    assert log == [
+        "a.state_dict", "b.state_dict", "a.on_save_checkpoint", "b.on_save_checkpoint", "module.on_save_checkpoint",
+    ]
+    log.clear()
+    Trainer(**quiet(max_steps=4, callbacks=[Order("a", log), Order("b", log)])).fit(Model(), loader(32), ckpt_path="state.ckpt")
+    assert log[:5] == [
+        "module.on_load_checkpoint", "a.on_load_checkpoint", "b.on_load_checkpoint", "a.load_state_dict", "b.load_state_dict",
+    ]

@@ -57,7 +57,7 @@ class PerRank(Callback):
         bar = next(cb for cb in trainer.callbacks if isinstance(cb, ProgressBar))
         weights = torch.cat([p.detach().flatten() for p in module.parameters()])
         self._write(trainer, {
-            "epoch": trainer.current_epoch, "step": trainer.global_step, "stopper": stopper.state_dict(),
+            "epoch": trainer.current_epoch, "step": trainer.global_step, "stopper": {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in stopper.state_dict().items()},
             "skipped": guard.skipped_steps, "bar_active": bar._active,
             "finite": bool(torch.isfinite(weights).all()), "weights": weights.tolist(),
         })
@@ -96,7 +96,7 @@ def test_ranks_stop_skip_draw_and_log_as_one(tmp_path, capfd):
     # EarlyStopping: the reduced score decides, identically on both ranks, where one process stops.
     assert (trainer.current_epoch, trainer.global_step) == (reference.current_epoch, reference.global_step)
     assert zero["epoch"] == one["epoch"] == 4 and zero["step"] == one["step"] == 16
-    assert zero["stopper"] == one["stopper"] == {"wait_count": 2, "best_score": pytest.approx(0.8), "stopped_epoch": 3}
+    assert zero["stopper"] == one["stopper"] == {"wait_count": 2, "best_score": pytest.approx(0.8), "stopped_epoch": 3, "patience": 2}
     assert stopper.stopped_epoch == 3  # rank 0's state came back to the caller
 
     # NaNGuard(skip): both ranks skipped step 6, so the weights stayed finite and equal.

@@ -103,8 +103,10 @@ def test_its_state_rides_in_checkpoints_and_a_resumed_run_keeps_its_patience():
     script = [1.0, 0.8, 0.9, 0.85, 0.1, 0.1]
     first = Trainer(**quiet(callbacks=[EarlyStopping("score", patience=2)], max_epochs=3, enable_checkpointing=True))
     first.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8))
-    ckpt = torch.load(first.checkpoint_callback.last_model_path, weights_only=False)
-    assert ckpt["callbacks"]["EarlyStopping[monitor=score,mode=min]"] == {"wait_count": 1, "best_score": 0.8, "stopped_epoch": None}
+    ckpt = torch.load(first.checkpoint_callback.best_model_path, weights_only=True)
+    state = ckpt["callbacks"]["EarlyStopping{'monitor': 'score', 'mode': 'min'}"]  # Lightning's key and shape
+    assert state == {"wait_count": 1, "best_score": pytest.approx(0.8), "stopped_epoch": 0, "patience": 2}
+    assert isinstance(state["best_score"], torch.Tensor)  # Lightning's EarlyStopping compares it as one
     # Resumed at epoch 3 with one check of patience used: epoch 3 exhausts it.
     stopper = EarlyStopping("score", patience=2)
     resumed = Trainer(**quiet(callbacks=[stopper], max_epochs=6, enable_checkpointing=True))
@@ -194,6 +196,7 @@ def test_two_stoppers_are_told_apart_by_state_key_in_checkpoints():
     first.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8))
     again = EarlyStopping("score", patience=5), EarlyStopping("train_score", mode="max", patience=5)
     resumed = Trainer(**quiet(callbacks=list(again), max_epochs=3, enable_checkpointing=True))
-    resumed.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8), ckpt_path=first.checkpoint_callback.last_model_path)
-    assert again[0].state_dict() == by_score.state_dict() == {"wait_count": 1, "best_score": 0.8, "stopped_epoch": None}
-    assert again[1].state_dict() == by_train.state_dict() == {"wait_count": 2, "best_score": 1.0, "stopped_epoch": None}
+    resumed.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8), ckpt_path=first.checkpoint_callback.best_model_path)
+    assert again[0].state_dict() == by_score.state_dict() == {"wait_count": 1, "best_score": pytest.approx(0.8), "stopped_epoch": 0, "patience": 5}
+    assert again[1].state_dict() == by_train.state_dict() == {"wait_count": 2, "best_score": 1.0, "stopped_epoch": 0, "patience": 5}
+    assert again[0].stopped_epoch is None  # not stopped

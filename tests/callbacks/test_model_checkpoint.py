@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import math
 import os
 import threading
 import warnings
@@ -44,7 +46,7 @@ def files(folder: str = "checkpoints") -> list[str]:
 
 
 def step_of(path: str) -> int:
-    return torch.load(path, weights_only=True)["loop"]["global_step"]
+    return torch.load(path, weights_only=True)["global_step"]
 
 
 # --- top-k -----------------------------------------------------------------------------------
@@ -56,11 +58,11 @@ SCORES = [3.0, 1.0, 2.0, 0.5, 4.0]
     [("min", [1, 3], 3), ("max", [0, 4], 4)],
 )
 def test_top_k_keeps_the_best_files_by_the_monitored_metric(mode, kept_epochs, best_epoch):
-    cb = ModelCheckpoint(monitor="val_metric", mode=mode, save_top_k=2)
+    cb = ModelCheckpoint(monitor="val_metric", mode=mode, save_top_k=2, save_last=True)
     fit(Scored(SCORES), epochs=5, callbacks=[cb])
 
     def name(epoch: int) -> str:
-        return f"epoch={epoch}-step={(epoch + 1) * STEPS_PER_EPOCH}-val_metric={SCORES[epoch]:.4g}.ckpt"
+        return f"epoch={epoch}-step={(epoch + 1) * STEPS_PER_EPOCH}.ckpt"
 
     assert files() == sorted([name(e) for e in kept_epochs] + ["last.ckpt"])
     assert cb.best_model_path == os.path.join(os.getcwd(), "checkpoints", name(best_epoch))
@@ -69,8 +71,8 @@ def test_top_k_keeps_the_best_files_by_the_monitored_metric(mode, kept_epochs, b
 
 
 def test_save_top_k_minus_one_keeps_every_file_and_zero_keeps_only_last(tmp_path):
-    fit(Classifier(), epochs=3, callbacks=[ModelCheckpoint(dirpath="all", save_top_k=-1)])
-    fit(Classifier(), epochs=3, callbacks=[ModelCheckpoint(dirpath="none", save_top_k=0)])
+    fit(Classifier(), epochs=3, callbacks=[ModelCheckpoint(dirpath="all", save_top_k=-1, save_last=True)])
+    fit(Classifier(), epochs=3, callbacks=[ModelCheckpoint(dirpath="none", save_top_k=0, save_last=True)])
 
     assert files("all") == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt", "last.ckpt"]
     assert files("none") == ["last.ckpt"]
@@ -78,7 +80,7 @@ def test_save_top_k_minus_one_keeps_every_file_and_zero_keeps_only_last(tmp_path
 
 
 def test_last_ckpt_is_a_hard_link_to_the_newest_file():
-    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=1)])
+    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=1, save_last=True)])
 
     assert files() == ["epoch=1-step=4.ckpt", "last.ckpt"]
     assert os.path.samefile("checkpoints/last.ckpt", "checkpoints/epoch=1-step=4.ckpt")
@@ -89,7 +91,7 @@ def test_last_ckpt_is_copied_where_hard_links_are_not_supported(monkeypatch):
         raise OSError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "link", no_links)  # e.g. some network and FUSE filesystems
-    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint()])
+    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(save_last=True)])
 
     assert not os.path.samefile("checkpoints/last.ckpt", "checkpoints/epoch=1-step=4.ckpt")
     with open("checkpoints/last.ckpt", "rb") as a, open("checkpoints/epoch=1-step=4.ckpt", "rb") as b:
@@ -101,17 +103,17 @@ def test_file_names_say_what_the_numbers_are():
     fit(Scored(SCORES), epochs=2, callbacks=[cb], log_dir="logs", name="exp")
 
     folder = os.path.join("logs", "exp", "version_0", "checkpoints")  # dirpath defaults into the run folder
-    assert files(folder) == ["epoch=0-val_metric=3.00.ckpt", "epoch=1-val_metric=1.00.ckpt", "last.ckpt"]
+    assert files(folder) == ["epoch=0-val_metric=3.00.ckpt", "epoch=1-val_metric=1.00.ckpt"]
 
 
-def test_a_resumed_run_still_deletes_the_files_it_no_longer_keeps():
+def test_a_resumed_run_deletes_the_files_it_no_longer_keeps_but_the_one_it_resumed_from():
     fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(save_top_k=1)])
-    assert files() == ["epoch=1-step=4.ckpt", "last.ckpt"]
+    assert files() == ["epoch=1-step=4.ckpt"]
 
     fit(Classifier(), epochs=4, callbacks=[ModelCheckpoint(save_top_k=1)], ckpt_path="last")
 
-    # The file it resumed from knew it was in the top k, so it was replaced, not orphaned.
-    assert files() == ["epoch=3-step=8.ckpt", "last.ckpt"]
+    # The file it resumed from is kept, as Lightning keeps it; the resumed run's own are rotated.
+    assert files() == ["epoch=1-step=4.ckpt", "epoch=3-step=8.ckpt"]
 
 
 # --- monitor ---------------------------------------------------------------------------------
@@ -133,7 +135,7 @@ def test_step_checkpoints_whose_monitor_is_not_logged_yet_wait_for_the_next_vali
 
     # Step 1 came before any validation, and step 2 right before epoch 0's: both wait for it,
     # which saves step 2 with the value it measured. Step 4 likewise waits for epoch 1's.
-    assert [f.split("-val_loss")[0] for f in files()] == ["epoch=0-step=2", "epoch=1-step=3", "epoch=1-step=4", "last.ckpt"]
+    assert files() == ["epoch=0-step=2.ckpt", "epoch=1-step=3.ckpt", "epoch=1-step=4.ckpt"]
     assert cb.best_k_models[os.path.abspath(f"checkpoints/{files()[2]}")] == trainer.callback_metrics["val_loss"]
 
 
@@ -141,15 +143,15 @@ def test_a_validation_metric_is_monitored_from_the_first_validation_on():
     # Validation runs after epochs 1 and 3 only: epoch saves follow the validations.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        fit(Scored(SCORES), epochs=1, callbacks=[ModelCheckpoint(dirpath="one", monitor="val_metric")], check_val_every_n_epoch=2)
+        fit(Scored(SCORES), epochs=1, callbacks=[ModelCheckpoint(dirpath="one", monitor="val_metric", save_last=True)], check_val_every_n_epoch=2)
     assert files("one") == ["last.ckpt"]  # nothing ranked without a validation; last.ckpt: where fit ended
     assert step_of("one/last.ckpt") == 2
 
-    cb = ModelCheckpoint(dirpath="four", monitor="val_metric")
+    cb = ModelCheckpoint(dirpath="four", monitor="val_metric", save_last=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fit(Scored(SCORES), epochs=4, callbacks=[cb], check_val_every_n_epoch=2)
-    assert files("four") == ["epoch=3-step=8-val_metric=0.5.ckpt", "last.ckpt"]
+    assert files("four") == ["epoch=3-step=8.ckpt", "last.ckpt"]
     assert cb.best_model_score == 0.5 and step_of("four/last.ckpt") == 8
 
 
@@ -174,7 +176,7 @@ def test_step_checkpoints_are_only_taken_at_optimizer_step_boundaries():
 
     names = [f for f in files() if f != "last.ckpt"]
     assert names == ["epoch=0-step=1.ckpt"]  # global_step is 0 after batch 0, but nothing is complete then
-    assert torch.load("checkpoints/epoch=0-step=1.ckpt", weights_only=True)["loop"]["batch_in_epoch"] == 2
+    assert torch.load("checkpoints/epoch=0-step=1.ckpt", weights_only=True)["steadytrainer"]["loop"]["batch_in_epoch"] == 2
 
 
 def test_a_default_model_checkpoint_is_added_unless_one_is_given():
@@ -192,7 +194,7 @@ def test_temp_files_of_a_killed_save_are_removed_at_the_next_fit():
 
     fit(Classifier(), epochs=1, callbacks=[ModelCheckpoint()])
 
-    assert files() == ["epoch=0-step=2.ckpt", "last.ckpt"]
+    assert files() == ["epoch=0-step=2.ckpt"]
 
 
 def test_checkpoint_state_survives_a_resume():
@@ -205,7 +207,7 @@ def test_checkpoint_state_survives_a_resume():
 
     assert resumed.best_model_score == 0.5
     assert len(resumed.best_k_models) == 2 and sorted(resumed.best_k_models.values()) == [0.5, 1.0]
-    assert len(files()) == 3  # two best files and last.ckpt
+    assert len(files()) == 3  # the two best files, and the one fit resumed from (kept, as Lightning keeps it)
 
 
 @pytest.mark.parametrize(
@@ -257,7 +259,7 @@ def test_a_step_checkpoint_is_written_while_training_goes_on_and_holds_the_weigh
     def slow_disk(obj, path):  # the write cannot finish until training has moved two steps on
         # A small checkpoint comes serialized when it was taken.
         state = torch.load(io.BytesIO(obj.data), weights_only=True) if isinstance(obj, checkpoint.Encoded) else obj
-        started.append(state["loop"]["global_step"])
+        started.append(state["global_step"])
         assert release.wait(timeout=30), "the loop waited for the write"
         real_save_atomic(obj, path)
 
@@ -267,9 +269,9 @@ def test_a_step_checkpoint_is_written_while_training_goes_on_and_holds_the_weigh
     trainer = Trainer(**quiet(max_steps=6, callbacks=[watcher, ckpt]))
     trainer.fit(Classifier(), loader(64, 4))
     assert started == [3, 6]
-    saved = checkpoint.load(tmp_path / "epoch=0-step=3.ckpt")["model"]
+    saved = checkpoint.load(tmp_path / "epoch=0-step=3.ckpt")["state_dict"]
     assert all(torch.equal(saved[k], watcher.weights[k]) for k in saved)  # not the later steps' weights
-    assert checkpoint.load(tmp_path / "last.ckpt")["loop"]["global_step"] == 6  # fit waited for the last write
+    assert checkpoint.load(tmp_path / "epoch=0-step=6.ckpt")["global_step"] == 6  # fit waited for the last write
 
 
 def test_a_snapshot_is_a_copy_that_keeps_tied_tensors_tied():
@@ -346,14 +348,14 @@ def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, m
                 pass  # only one save at this moment
 
     monkeypatch.setattr(os, "link", link_together)
-    by_loss = ModelCheckpoint(dirpath="shared", monitor="val_loss", filename="loss-{epoch}", save_top_k=-1)
-    by_step = ModelCheckpoint(dirpath="shared", filename="step-{epoch}", save_top_k=-1)
+    by_loss = ModelCheckpoint(dirpath="shared", monitor="val_loss", filename="loss-{epoch}", save_top_k=-1, save_last=True)
+    by_step = ModelCheckpoint(dirpath="shared", filename="step-{epoch}", save_top_k=-1, save_last=True)
     fit(Classifier(), epochs=1, callbacks=[by_loss, by_step])
 
     assert files("shared") == ["last.ckpt", "loss-epoch=0.ckpt", "step-epoch=0.ckpt"]
     for name in files("shared"):
         saved = checkpoint.load(os.path.join("shared", name))
-        assert saved["loop"]["global_step"] == STEPS_PER_EPOCH
+        assert saved["global_step"] == STEPS_PER_EPOCH
     # Each file holds the state its own callback saved (by_loss saved first, before by_step ranked its file).
     keys = checkpoint.load("shared/loss-epoch=0.ckpt")["callbacks"]
     loss_file = keys["ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, 'train_time_interval': None}"]
@@ -369,5 +371,84 @@ def test_a_second_fit_saves_its_own_checkpoints_and_best_path():
     trainer.fit(Classifier(), loader(), loader(32))
     first = checkpoint.best_model_path
     trainer.fit(Classifier(lr=0.01), loader(), loader(32))  # ends at the same step, 8
-    assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path)
-    assert torch.load(checkpoint.best_model_path, weights_only=True)["loop"]["global_step"] == 8
+    assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path) and os.path.exists(first)
+    assert os.path.basename(checkpoint.best_model_path) == "epoch=0-step=8-v1.ckpt"  # Lightning's version counter
+    assert torch.load(checkpoint.best_model_path, weights_only=True)["global_step"] == 8
+
+
+# --- the files Lightning writes, and a stop's resume point -----------------------------------------
+def test_it_writes_the_files_lightning_writes_and_no_last_ckpt_unless_asked():
+    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(dirpath="named", save_top_k=10)])
+    fit(Classifier(), epochs=2, log_dir="runs")  # the default ModelCheckpoint, in the run folder
+
+    assert files("named") == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"]
+    assert files("runs/lightning_logs/version_0/checkpoints") == ["epoch=1-step=4.ckpt"]
+
+
+class StopAt(Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        trainer.should_stop = trainer.global_step == self.step
+
+
+def test_a_stop_mid_epoch_puts_its_resume_point_in_the_run_folder_and_never_in_a_named_one():
+    # 2 steps an epoch; the stop comes 1 step into epoch 1. Without save_last, the named folder
+    # holds the epoch files only; the state at the stop goes to the run's own checkpoints folder.
+    named = ModelCheckpoint(dirpath="named", save_top_k=-1)
+    stopped = fit(Classifier(), epochs=3, callbacks=[named, StopAt(3)], log_dir="runs")
+    assert stopped.global_step == 3 and files("named") == ["epoch=0-step=2.ckpt"]
+    assert files("runs/lightning_logs/version_0/checkpoints") == ["last.ckpt"] and named.last_model_path == ""
+    assert step_of("runs/lightning_logs/version_0/checkpoints/last.ckpt") == 3
+
+    again = ModelCheckpoint(dirpath="named", save_top_k=-1)
+    resumed = fit(Classifier(), epochs=3, callbacks=[again], log_dir="runs", ckpt_path="last")
+    assert resumed.ckpt_path == os.path.abspath("runs/lightning_logs/version_0/checkpoints/last.ckpt")  # the newest of both
+    assert files("named") == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt"]
+
+    # With save_last, the resume point is that folder's last.ckpt, as the user asked.
+    asked = ModelCheckpoint(dirpath="asked", save_top_k=-1, save_last=True)
+    fit(Classifier(), epochs=3, callbacks=[asked, StopAt(3)])
+    assert files("asked") == ["epoch=0-step=2.ckpt", "last.ckpt"] and step_of("asked/last.ckpt") == 3
+
+
+# --- what Lightning's ModelCheckpoint exposes -------------------------------------------------------
+def test_current_score_kth_value_and_to_yaml_as_in_lightning():
+    cb = ModelCheckpoint(monitor="val_metric", save_top_k=2)
+    fit(Scored(SCORES), epochs=5, callbacks=[cb])
+    assert cb.current_score == SCORES[4] and cb.kth_value == 1.0  # the last save's value; the worse of the two kept
+    state = torch.load(cb.best_model_path, weights_only=True)["callbacks"][cb.state_key]
+    assert {"current_score", "kth_value"} <= set(state)
+    cb.to_yaml("best.yaml")
+    assert json.load(open("best.yaml")) == cb.best_k_models  # YAML too: JSON is YAML
+    plain = ModelCheckpoint(dirpath="plain")
+    fit(Classifier(), epochs=1, callbacks=[plain])
+    assert plain.best_model_score is None and plain.current_score is None  # no monitor: no score, as in Lightning
+
+
+class NaNScore(Classifier):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_metric", float("nan"))
+
+
+@pytest.mark.parametrize("mode, worst", [("min", math.inf), ("max", -math.inf)])
+def test_a_nan_monitor_ranks_last_as_the_worst_value(mode, worst):
+    cb = ModelCheckpoint(monitor="val_metric", mode=mode)
+    fit(NaNScore(), epochs=1, callbacks=[cb])
+    assert cb.best_model_score == worst and cb.current_score == worst and len(files()) == 1
+
+
+def test_epoch_and_step_are_monitored_without_being_logged():
+    cb = ModelCheckpoint(monitor="step", mode="max", save_top_k=2, every_n_train_steps=1)
+    fit(Classifier(), epochs=2, callbacks=[cb], val=False)
+    assert files() == ["epoch=1-step=3.ckpt", "epoch=1-step=4.ckpt"] and cb.best_model_score == 4
+
+
+def test_a_fixed_name_is_reused_by_the_save_that_pushes_its_file_out_and_never_taken_from_a_file_kept():
+    cb = ModelCheckpoint(filename="model", save_top_k=1)
+    fit(Classifier(), epochs=3, callbacks=[cb])
+    assert files() == ["model.ckpt"] and step_of("checkpoints/model.ckpt") == 6  # replaced in place, as in Lightning
+    every = ModelCheckpoint(dirpath="all", filename="model", save_top_k=-1)
+    fit(Classifier(), epochs=3, callbacks=[every])
+    assert files("all") == ["model-v1.ckpt", "model-v2.ckpt", "model.ckpt"]  # all kept: none overwritten

@@ -21,12 +21,12 @@ from trainer.checkpoint import files as checkpoint
 
 
 def _trainer(dirpath, **options) -> Trainer:
-    options.setdefault("callbacks", [ModelCheckpoint(dirpath=dirpath, every_n_train_steps=1, save_top_k=1)])
+    options.setdefault("callbacks", [ModelCheckpoint(dirpath=dirpath, every_n_train_steps=1, save_top_k=1, save_last=True)])
     return Trainer(enable_progress_bar=False, log_dir=None, **options)
 
 
 def _step_of(path) -> int:
-    return checkpoint.load(path)["loop"]["global_step"]
+    return checkpoint.load(path)["global_step"]
 
 
 def _ckpt_names(folder) -> list[str]:
@@ -65,14 +65,14 @@ KILL_SCRIPT = textwrap.dedent(
 
     def save_then_hold(obj, path):  # the new file is complete; the one it replaces is not deleted yet
         real_save_atomic(obj, path)
-        if torch.load(path, weights_only=True)["loop"]["global_step"] >= 3:
+        if torch.load(path, weights_only=True)["global_step"] >= 3:
             hold("written, old one not yet deleted")
 
     if phase == "mid-write":
         os.fsync = half_written
     else:
         checkpoint.save_atomic = save_then_hold
-    checkpoints = ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=1)
+    checkpoints = ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=1, save_last=True)
     trainer = Trainer(max_steps=50, enable_progress_bar=False, log_dir=None, callbacks=[checkpoints])
     trainer.fit(Classifier(), loader(256, 4))
     """
@@ -174,12 +174,13 @@ def test_a_fixed_filename_never_overwrites_a_kept_checkpoint(tmp_path):
     """With save_top_k=2 and filename='best', the second save must not replace the first."""
     callback = ModelCheckpoint(dirpath=tmp_path, filename="best", every_n_train_steps=1, save_top_k=2)
     Trainer(max_steps=3, enable_progress_bar=False, log_dir=None, callbacks=[callback]).fit(Classifier(), loader())
-    assert _ckpt_names(tmp_path) == ["best-v1.ckpt", "best-v2.ckpt", "last.ckpt"]
-    assert {_step_of(tmp_path / n) for n in ("best-v1.ckpt", "best-v2.ckpt")} == {2, 3}  # the two newest
+    # Step 3's save pushes step 1's file out of the top 2: it takes its name, swapped in whole (Lightning's).
+    assert _ckpt_names(tmp_path) == ["best-v1.ckpt", "best.ckpt"]
+    assert (_step_of(tmp_path / "best-v1.ckpt"), _step_of(tmp_path / "best.ckpt")) == (2, 3)  # the two newest
     # 'last' as a filename does not clobber last.ckpt either.
-    callback = ModelCheckpoint(dirpath=tmp_path / "b", filename="last", every_n_train_steps=1, save_top_k=1)
+    callback = ModelCheckpoint(dirpath=tmp_path / "b", filename="last", every_n_train_steps=1, save_top_k=1, save_last=True)
     Trainer(max_steps=2, enable_progress_bar=False, log_dir=None, callbacks=[callback]).fit(Classifier(), loader())
-    assert _ckpt_names(tmp_path / "b") == ["last-v2.ckpt", "last.ckpt"]
+    assert _ckpt_names(tmp_path / "b") == ["last-v1.ckpt", "last.ckpt"]
 
 
 def test_resuming_into_another_folder_never_deletes_the_old_folders_checkpoints(tmp_path):
@@ -193,9 +194,9 @@ def test_resuming_into_another_folder_never_deletes_the_old_folders_checkpoints(
     _trainer(old, max_steps=3, callbacks=[top2(old)]).fit(Classifier(), loader())
     before = {name: (old / name).read_bytes() for name in _ckpt_names(old)}
     resumed = _trainer(new, max_steps=6, callbacks=[top2(new)])
-    resumed.fit(Classifier(), loader(), ckpt_path=old / "last.ckpt")
+    resumed.fit(Classifier(), loader(), ckpt_path=old / "epoch=0-step=3.ckpt")
     assert {name: (old / name).read_bytes() for name in _ckpt_names(old)} == before
-    assert _ckpt_names(new) == ["epoch=0-step=5.ckpt", "epoch=0-step=6.ckpt", "last.ckpt"]
+    assert _ckpt_names(new) == ["epoch=0-step=5.ckpt", "epoch=0-step=6.ckpt"]
 
 
 def test_a_user_checkpoint_callback_replaces_the_built_in_one(tmp_path):
@@ -204,7 +205,7 @@ def test_a_user_checkpoint_callback_replaces_the_built_in_one(tmp_path):
     trainer = Trainer(max_steps=2, enable_progress_bar=False, log_dir=tmp_path / "runs", callbacks=[mine])
     assert [cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)] == [mine]
     trainer.fit(Classifier(), loader(32, 16))
-    assert _ckpt_names(tmp_path / "mine") == ["epoch=0-step=2.ckpt", "last.ckpt"]
+    assert _ckpt_names(tmp_path / "mine") == ["epoch=0-step=2.ckpt"]
     assert not list((tmp_path / "runs").glob("*/*/checkpoints"))
 
 

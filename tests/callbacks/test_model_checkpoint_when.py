@@ -48,14 +48,14 @@ def names(folder: str = "ck") -> list[str]:
 
 
 def step_of(path: str) -> int:
-    return checkpoint.load(path)["loop"]["global_step"]
+    return checkpoint.load(path)["global_step"]
 
 
 SCORES = {2: 3.0, 4: 1.0, 6: 2.0, 8: 0.5}
 
 
 def file(step: int) -> str:
-    return f"epoch={(step - 1) // 4}-step={step}-val_metric={SCORES[step]:.4g}.ckpt"
+    return f"epoch={(step - 1) // 4}-step={step}.ckpt"
 
 
 # --- after every validation ------------------------------------------------------------------
@@ -66,14 +66,14 @@ def test_a_monitored_checkpoint_saves_after_every_mid_epoch_validation(interval)
     fit(model, [cb], val_check_interval=interval)
 
     assert model.validated_at == [2, 4, 6, 8]
-    assert names() == sorted([file(s) for s in (2, 4, 6, 8)] + ["last.ckpt"])
+    assert names() == sorted([file(s) for s in (2, 4, 6, 8)])
     for step in (2, 4, 6, 8):  # each file holds the state its validation measured
         assert step_of(f"ck/{file(step)}") == step
     assert cb.best_model_path == os.path.abspath(f"ck/{file(8)}") and cb.best_model_score == 0.5
 
 
 def test_top_k_with_several_validations_an_epoch_keeps_the_best_files_and_their_steps():
-    cb = ModelCheckpoint(dirpath="ck", monitor="val_metric", save_top_k=2)
+    cb = ModelCheckpoint(dirpath="ck", monitor="val_metric", save_top_k=2, save_last=True)
     fit(ScoredByStep(SCORES), [cb], val_check_interval=2)
 
     assert names() == sorted([file(4), file(8), "last.ckpt"])  # scores 1.0 and 0.5; 3.0 and 2.0 left
@@ -86,7 +86,7 @@ def test_a_fixed_filename_never_overwrites_a_kept_file_of_the_same_epoch():
     cb = ModelCheckpoint(dirpath="ck", filename="{epoch}", monitor="val_metric", save_top_k=-1)
     fit(ScoredByStep(SCORES), [cb], val_check_interval=2, max_epochs=1)
 
-    assert names() == ["epoch=0-v1.ckpt", "epoch=0.ckpt", "last.ckpt"]
+    assert names() == ["epoch=0-v1.ckpt", "epoch=0.ckpt"]
     assert (step_of("ck/epoch=0.ckpt"), step_of("ck/epoch=0-v1.ckpt")) == (2, 4)
 
 
@@ -109,14 +109,14 @@ def test_an_endless_stream_keeps_the_best_two_and_tests_the_best(trainer_log):
     trainer.fit(model, DataLoader(Endless(), batch_size=16), loader(32))
 
     assert model.validated_at == [20, 40, 60]  # once at step 60, not again when max_steps stops the run
-    assert names() == ["epoch=0-step=40-val_metric=1.ckpt", "epoch=0-step=60-val_metric=2.ckpt", "last.ckpt"]
-    best = os.path.abspath("ck/epoch=0-step=40-val_metric=1.ckpt")
+    assert names() == ["epoch=0-step=40.ckpt", "epoch=0-step=60.ckpt"]
+    best = os.path.abspath("ck/epoch=0-step=40.ckpt")
     assert cb.best_model_path == best and cb.best_model_score == 1.0
 
     evaluated = ScoredByStep(scores)
     trainer.test(evaluated, loader(32), ckpt_path="best")
     assert f"Evaluating {best} (step 40, epoch 0)." in trainer_log
-    saved = checkpoint.load(best)["model"]
+    saved = checkpoint.load(best)["state_dict"]
     assert all(torch.equal(v, saved[k]) for k, v in evaluated.state_dict().items())
 
 
@@ -126,7 +126,7 @@ def test_without_an_epoch_end_validation_the_last_batch_validates_and_saves():
     fit(model, [cb], val_check_interval=2, check_val_every_n_epoch=None)  # a sized loader, counted in batches
 
     assert model.validated_at == [2, 4, 6, 8]
-    assert names() == sorted([file(s) for s in (2, 4, 6, 8)] + ["last.ckpt"])
+    assert names() == sorted([file(s) for s in (2, 4, 6, 8)])
 
 
 # --- triggers --------------------------------------------------------------------------------
@@ -193,14 +193,14 @@ def test_a_zero_trigger_is_off_as_in_lightning():
 def test_save_on_train_epoch_end_true_saves_at_epoch_ends_only():
     cb = ModelCheckpoint(dirpath="ck", monitor="val_metric", save_top_k=-1, save_on_train_epoch_end=True)
     fit(ScoredByStep(SCORES), [cb], val_check_interval=2)
-    assert names() == sorted([file(4), file(8), "last.ckpt"])
+    assert names() == sorted([file(4), file(8)])
 
 
 def test_save_on_train_epoch_end_false_saves_only_after_validations():
     cb = ModelCheckpoint(dirpath="ck", save_top_k=-1, save_on_train_epoch_end=False)
     trainer = Trainer(**quiet(max_epochs=2, callbacks=[cb]))
     trainer.fit(Classifier(), loader(64))  # no validation loader: no validation, no ranked file
-    assert names() == ["last.ckpt"] and step_of("ck/last.ckpt") == 8
+    assert names() == []
 
 
 # --- what is written -------------------------------------------------------------------------
@@ -210,8 +210,9 @@ def test_save_weights_only_files_evaluate_but_do_not_resume():
     trainer = fit(model, [cb], val_check_interval=2)
 
     saved = checkpoint.load(cb.best_model_path)
-    assert "optimizer_states" not in saved and "rng" not in saved and saved["weights_only"] is True
-    assert saved["loop"]["global_step"] == 8 and saved["model"].keys() == model.state_dict().keys()
+    ours = saved["steadytrainer"]
+    assert "optimizer_states" not in saved and "callbacks" not in saved and "rng" not in ours and ours["weights_only"] is True
+    assert saved["global_step"] == 8 and saved["state_dict"].keys() == model.state_dict().keys()
     trainer.test(ScoredByStep(SCORES), loader(32), ckpt_path="best")
     with pytest.raises(ValueError, match="holds the model's weights only"):
         Trainer(**quiet(max_epochs=3)).fit(ScoredByStep(SCORES), loader(64), ckpt_path=cb.best_model_path)
@@ -240,7 +241,7 @@ def test_save_last_link_writes_the_state_when_the_newest_save_is_not_kept():
     fit(ScoredByStep({2: 1.0, 4: 2.0, 6: 3.0, 8: 4.0}), [cb], val_check_interval=2)
 
     assert not os.path.islink("ck/last.ckpt") and step_of("ck/last.ckpt") == 8  # the newest state, a file
-    assert names() == ["epoch=0-step=2-val_metric=1.ckpt", "last.ckpt"]
+    assert names() == ["epoch=0-step=2.ckpt", "last.ckpt"]
 
 
 # --- bad input -------------------------------------------------------------------------------
@@ -320,8 +321,9 @@ def test_the_validation_after_max_steps_stops_mid_stream_ranks_a_file_too():
     trainer.fit(model, DataLoader(Endless(), batch_size=16), loader(32))
 
     assert model.validated_at == [20, 40, 50]  # the last one reports where max_steps ended the run
-    assert names() == [f"epoch=0-step={s}-val_metric={v}.ckpt" for s, v in ((20, 3), (40, 2), (50, 1))] + ["last.ckpt"]
-    assert cb.best_model_score == 1.0 and step_of("ck/last.ckpt") == 50
+    assert names() == [f"epoch=0-step={s}.ckpt" for s in (20, 40, 50)]
+    # The stop's resume point, in the run's own folder: "ck" was named without save_last
+    assert cb.best_model_score == 1.0 and step_of("checkpoints/last.ckpt") == 50
 
 
 def test_a_save_inside_an_accumulation_group_warns_that_it_does_not_resume_exactly():

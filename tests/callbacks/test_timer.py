@@ -50,7 +50,7 @@ def test_a_generous_budget_does_not_stop_fit():
 def test_a_resumed_run_spends_what_is_left_of_the_budget():
     first = Trainer(**quiet(callbacks=[Timer(3600)], max_epochs=2, enable_checkpointing=True))
     first.fit(Slow(), loader(32, batch_size=8))
-    used = torch.load(first.checkpoint_callback.last_model_path, weights_only=False)["callbacks"]["Timer"]["time_elapsed"]["train"]
+    used = torch.load(first.checkpoint_callback.best_model_path, weights_only=True)["callbacks"]["Timer"]["time_elapsed"]["train"]
     assert used >= 8 * 0.02
     # A budget that the first run already used up: the resumed run stops after one step.
     timer = Timer(used * 0.9)

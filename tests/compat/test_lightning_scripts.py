@@ -40,7 +40,8 @@ def test_readme_autoencoder():
     assert trainer.global_step == 8 and trainer.current_epoch == 2
     assert not torch.equal(before["encoder.0.weight"], autoencoder.encoder[0].weight)
     assert len(_scalars("logs")["train_loss"]) == 8  # one point per step
-    assert os.path.isfile(trainer.checkpoint_callback.last_model_path)
+    assert os.path.isfile(trainer.checkpoint_callback.best_model_path)
+    assert trainer.checkpoint_callback.last_model_path == ""  # as in Lightning: no last.ckpt unless save_last
     embedding = autoencoder(torch.rand(4, 64))
     assert embedding.shape == (4, 3)
 
@@ -141,7 +142,7 @@ def test_checkpoint_workflow_best_model_path_load_from_checkpoint_and_test():
     assert loaded.hparams.hidden_dim == 12 and loaded.l1.out_features == 12 and not loaded.training
     saved = torch.load(best, weights_only=True)
     for name, tensor in loaded.state_dict().items():
-        assert torch.equal(tensor, saved["model"][name]), name
+        assert torch.equal(tensor, saved["state_dict"][name]), name  # where Lightning keeps the weights
     result = trainer.test(model, datamodule=dm, ckpt_path="best")
     result = result[0] if isinstance(result, list) else result
     direct = L.Trainer(log_dir=None, enable_progress_bar=False).test(loaded, datamodule=dm)
@@ -158,6 +159,7 @@ def test_boring_model_under_ddp_with_two_processes():
     )
     trainer.fit(model, DataLoader(RandomDataset(32, 64), batch_size=2), DataLoader(RandomDataset(32, 64), batch_size=2))
     assert trainer.global_step == 8 and {"train_loss", "valid_loss"} <= set(trainer.callback_metrics)
-    assert os.path.isfile(trainer.checkpoint_callback.last_model_path)
+    assert os.path.isfile(trainer.checkpoint_callback.best_model_path)
+    assert trainer.checkpoint_callback.last_model_path == ""  # as in Lightning: no last.ckpt unless save_last
     scalars = _scalars("logs")  # 4 steps an epoch, under log_every_n_steps=50: epoch values only
     assert len(scalars["train_loss_epoch"]) == len(scalars["valid_loss"]) == 2

@@ -44,18 +44,18 @@ def test_trains_logs_checkpoints_and_prints_a_sample(script_env):
     bpc = [value for _, value in scalars["val_bpc"]]
     assert all(0 < v < 8 for v in bpc) and bpc[-1] < bpc[0]  # bits per character, falling
 
-    # The checkpoint contract: hparams rebuild the bare model, and "model" loads into it.
+    # The checkpoint contract: "hyper_parameters" rebuild the bare model, and "state_dict" loads into it.
     ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)
-    model = char_lm.CharLM(**ckpt["hparams"])
-    model.load_state_dict(ckpt["model"])
-    assert ckpt["hparams"]["d_model"] == 16 and ckpt["loop"]["global_step"] == 2 * steps
+    model = char_lm.CharLM(**ckpt["hyper_parameters"])
+    model.load_state_dict(ckpt["state_dict"])
+    assert ckpt["hyper_parameters"]["d_model"] == 16 and ckpt["global_step"] == 2 * steps
 
 
 def test_ddp_on_two_processes(script_env):
     output = run_example("char_lm", *TINY, "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--log-dir", "tb", env=script_env)
     assert "world size 2" in output
     assert "--- sample from the checkpoint" in output
-    assert torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)["loop"]["world_size"] == 2
+    assert torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)["steadytrainer"]["loop"]["world_size"] == 2
 
 
 @requires_cuda(1)
@@ -65,8 +65,8 @@ def test_on_a_gpu_in_mixed_precision(precision, script_env):
     assert "Training with single on cuda:0" in output
     assert "--- sample from the checkpoint" in output
     ckpt = torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)
-    assert ckpt["loop"]["global_step"] == 20
-    assert all(v.device.type == "cpu" and v.dtype != torch.float16 for v in ckpt["model"].values())  # portable
+    assert ckpt["global_step"] == 20
+    assert all(v.device.type == "cpu" and v.dtype != torch.float16 for v in ckpt["state_dict"].values())  # portable
 
 
 def test_fsdp_on_two_processes(script_env):
@@ -74,4 +74,4 @@ def test_fsdp_on_two_processes(script_env):
     assert "Training with fsdp (gloo) on cpu" in output and "world size 2" in output
     assert "--- sample from the checkpoint" in output  # the checkpoint loads into the bare model
     ckpt = torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)
-    assert ckpt["loop"]["world_size"] == 2 and ckpt["strategy"] == "fsdp"
+    assert ckpt["steadytrainer"]["loop"]["world_size"] == 2 and ckpt["steadytrainer"]["strategy"] == "fsdp"

@@ -30,8 +30,8 @@ def test_fit_from_the_yaml_saves_the_config_and_test_reads_it_back(script_env, t
     assert (saved["seed_everything"], saved["trainer"]["max_epochs"], saved["model"]["hidden"]) == (42, 2, 16)
     assert "classes" not in saved["model"] and saved["data"]["classes"] == 3  # linked: set from the data
     assert saved["trainer"]["callbacks"][0]["class_path"] == "callbacks.EarlyStopping"
-    last = tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"
-    assert torch.load(last, weights_only=False)["hparams"] == {"features": 8, "hidden": 16, "classes": 3, "lr": 0.01}
+    (last,) = glob.glob(str(tmp_path / "lightning_logs/version_0/checkpoints/*.ckpt"))  # the newest epoch's
+    assert torch.load(last, weights_only=False)["hyper_parameters"] == {"features": 8, "hidden": 16, "classes": 3, "lr": 0.01}
     again = cli("test", "--config", str(tmp_path / "lightning_logs/version_0/config.yaml"), f"--ckpt_path={last}", env=script_env)
     assert again.returncode == 0, again.stderr
 
@@ -55,8 +55,8 @@ def test_bad_input_exits_2_and_writes_nothing(script_env, tmp_path):
 def test_fit_with_ddp_from_the_command_line_trains_with_two_processes(script_env, tmp_path):
     done = cli("fit", "--config", CONFIG, "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_epochs=1", env=script_env, timeout=300)
     assert done.returncode == 0, done.stderr
-    (last,) = glob.glob(str(tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt"))
-    assert torch.load(last, weights_only=False)["loop"]["world_size"] == 2
+    (last,) = glob.glob(str(tmp_path / "lightning_logs/version_0/checkpoints/*.ckpt"))
+    assert torch.load(last, weights_only=False)["steadytrainer"]["loop"]["world_size"] == 2
 
 
 LIGHTNING_MAIN = '''\
@@ -80,5 +80,6 @@ def test_lightnings_one_file_main_with_the_import_renamed_runs_in_subclass_mode(
     assert done.returncode == 0, done.stderr
     saved = yaml.safe_load(open(tmp_path / "lightning_logs/version_0/config.yaml"))
     assert saved["model"]["class_path"] == "config_cli.MLP" and saved["model"]["init_args"]["hidden"] == 12
-    ckpt = torch.load(tmp_path / "lightning_logs/version_0/checkpoints/last.ckpt", weights_only=False)
-    assert ckpt["hparams"]["hidden"] == 12 and ckpt["loop"]["epoch"] == 2
+    (last,) = glob.glob(str(tmp_path / "lightning_logs/version_0/checkpoints/*.ckpt"))
+    ckpt = torch.load(last, weights_only=False)
+    assert ckpt["hyper_parameters"]["hidden"] == 12 and ckpt["epoch"] == 1  # saved at epoch 1's end

@@ -23,5 +23,5 @@ def test_bf16_ddp_runs_on_two_processes_and_halves_the_bytes(script_env):
     # 4 batches per process: validation at the epoch's half (val_check_interval=0.5) and end
     assert [step for step, _ in scalar_tags(run_dir)["val_loss"]] == [2, 4]
     ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)
-    assert ckpt["strategy"] == "ddp_bf16" and ckpt["loop"]["world_size"] == 2 and ckpt["loop"]["global_step"] == 4
-    load_example("custom_strategy").Student(**ckpt["hparams"]).load_state_dict(ckpt["model"])
+    assert ckpt["steadytrainer"]["strategy"] == "ddp_bf16" and ckpt["steadytrainer"]["loop"]["world_size"] == 2 and ckpt["global_step"] == 4
+    load_example("custom_strategy").Student(**ckpt["hyper_parameters"]).load_state_dict(ckpt["state_dict"])

@@ -28,7 +28,7 @@ def test_dp_run_writes_logs_and_a_checkpoint_the_bare_net_loads(script_env):
     # val_check_interval=0.25 of 3 batches: after batches 1 and 2, and at the epoch's end
     assert [step for step, _ in scalars["val_acc"]] == [1, 2, 3]
 
-    state = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)["model"]
+    state = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)["state_dict"]
     assert not any(key.startswith("module.") for key in state)
     net = load_example("from_dataparallel").Net()
     net.load_state_dict(state)  # strict: every key of the bare model, and nothing else

@@ -22,12 +22,12 @@ def test_trains_both_networks_and_reports_its_coverage(strategy, script_env):
 
     run_dir = only_run_dir("tb")
     ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)
-    assert ckpt["loop"]["global_step"] == 10 and ckpt["loop"]["world_size"] == int(devices)
+    assert ckpt["global_step"] == 10 and ckpt["steadytrainer"]["loop"]["world_size"] == int(devices)
     assert len(ckpt["optimizer_states"]) == 2  # the generator's and the discriminator's Adam
     assert all(len(state["state"]) == 6 for state in ckpt["optimizer_states"])  # 3 layers x (weight, bias) each
     gan = load_example("gan")
-    model = gan.RingGAN(**ckpt["hparams"])
-    model.load_state_dict(ckpt["model"])  # the bare model's keys: no wrapper prefix
+    model = gan.RingGAN(**ckpt["hyper_parameters"])
+    model.load_state_dict(ckpt["state_dict"])  # the bare model's keys: no wrapper prefix
     scalars = scalar_tags(run_dir)
     assert {"d_loss", "g_loss", "val_mode_dist", "lr/optimizer0", "lr/optimizer1"} <= set(scalars)
 

@@ -47,6 +47,6 @@ def test_rank_zero_writes_and_the_other_rank_gets_a_logger_that_does_nothing():
     assert zero[1:] == one[1:] == [folder, folder]  # every rank names rank 0's folder
     # The caller's loggers know the folders the workers used, and checkpoints are there.
     assert tb.log_dir == trainer.log_dir == folder and csv_logger.version == 0
-    assert glob.glob(os.path.join(folder, "checkpoints", "last.ckpt"))
+    assert glob.glob(os.path.join(folder, "checkpoints", "*.ckpt"))
     with open(os.path.join("csv", "lightning_logs", "version_0", "metrics.csv"), newline="") as f:
         assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]

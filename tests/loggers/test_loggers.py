@@ -69,7 +69,7 @@ def test_several_loggers_get_everything_and_the_first_names_the_folders():
     assert trainer.logger is tb and trainer.loggers == [tb, csv_logger]
     assert model.logger is tb and model.loggers == [tb, csv_logger]
     assert trainer.log_dir == os.path.join("tb", "run", "version_0")
-    assert glob.glob(os.path.join("tb", "run", "version_0", "checkpoints", "last.ckpt"))
+    assert glob.glob(os.path.join("tb", "run", "version_0", "checkpoints", "*.ckpt"))
     acc = EventAccumulator(tb.log_dir)
     acc.Reload()
     assert [e.step for e in acc.Scalars("train_loss")] == [1, 2, 4, 6, 8]  # step 1, then every 2
@@ -113,7 +113,7 @@ def test_logger_false_writes_no_logs_and_checkpoints_go_under_log_dir():
     trainer = _fit(False, model=model)
     assert trainer.logger is None and trainer.loggers == [] and model.logger is None
     assert not glob.glob("**/events.out.tfevents.*", recursive=True)
-    assert glob.glob(os.path.join("checkpoints", "last.ckpt"))  # Lightning's <default_root_dir>/checkpoints
+    assert glob.glob(os.path.join("checkpoints", "*.ckpt"))  # Lightning's <default_root_dir>/checkpoints
     assert trainer.log_dir == os.getcwd()  # default_root_dir: the working directory
 
 
@@ -151,7 +151,7 @@ def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
     assert steps[0][0] == 1 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])  # the curves start at step 1
     assert (4, ["val_acc", "val_loss"]) in steps and (4, ["train_loss_epoch"]) in steps
     # Checkpoints: <log_dir>/<name>/<version>/checkpoints, as Lightning puts them for any logger.
-    assert glob.glob(os.path.join("recording", "run-1", "checkpoints", "last.ckpt"))
+    assert glob.glob(os.path.join("recording", "run-1", "checkpoints", "*.ckpt"))
     assert isinstance(logger.experiment, DummyExperiment) and trainer.log_dir == os.getcwd()  # no folder of its own
 
     class Boom(Classifier):
@@ -197,7 +197,7 @@ def test_tensorboard_logger_options_name_its_folder_and_tags():
     acc = EventAccumulator(logger.log_dir)
     acc.Reload()
     assert "p-train_loss" in acc.Tags()["scalars"] and "train_loss" not in acc.Tags()["scalars"]
-    assert glob.glob(os.path.join("tb", "final", "checkpoints", "last.ckpt"))  # sub_dir is for the events only
+    assert glob.glob(os.path.join("tb", "final", "checkpoints", "*.ckpt"))  # sub_dir is for the events only
     assert trainer.log_dir == logger.log_dir
     assert TensorBoardLogger("tb").version == 0 and TensorBoardLogger("tb").version == 1  # each claims its folder
 

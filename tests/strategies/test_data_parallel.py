@@ -232,8 +232,8 @@ def test_dp_without_two_gpus_warns_once_trains_like_one_device_and_saves_plain_c
         assert torch.allclose(a, b, atol=1e-6), name
 
     assert not any(k.startswith("module.") for k in model.state_dict())
-    (last,) = glob.glob("checkpoints/last.ckpt")
-    saved = torch.load(last, weights_only=True)["model"]
+    (last,) = glob.glob("checkpoints/*.ckpt")
+    saved = torch.load(last, weights_only=True)["state_dict"]
     assert not any(k.startswith("module.") for k in saved)
     bare = Classifier()
     bare.load_state_dict(saved)  # strict: same keys, no wrapper prefix
@@ -350,5 +350,5 @@ def test_dp_fit_on_two_gpus_matches_one_gpu_and_logs_the_global_batch(caplog):
         "Training with dp on cuda:0, cuda:1; 2 device(s), world size 1; "
         "global batch 16 = 8 per device x 2 device(s) x 1 accumulation."
     ]
-    saved = torch.load("checkpoints/last.ckpt", weights_only=True)["model"]
+    saved = torch.load(trainer.checkpoint_callback.best_model_path, weights_only=True)["state_dict"]
     assert set(saved) == set(Classifier().state_dict())

@@ -205,8 +205,8 @@ def test_spawned_ddp_with_accumulation_equals_one_device_with_the_doubled_batch(
     assert sync.same_on_all_ranks == [False, True] * 8  # 8 micro-batches per epoch per rank
 
     # Only rank 0 wrote checkpoints, with the user's keys.
-    assert sorted(os.listdir("checkpoints")) == ["epoch=1-step=8.ckpt", "last.ckpt"]
-    saved = torch.load("checkpoints/last.ckpt", weights_only=True)["model"]
+    assert sorted(os.listdir("checkpoints")) == ["epoch=1-step=8.ckpt"]
+    saved = torch.load("checkpoints/epoch=1-step=8.ckpt", weights_only=True)["state_dict"]
     assert not any(key.startswith("module.") for key in saved)
     _assert_same_weights(saved, model)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from callbacks import ModelCheckpoint
 from strategies import FSDPStrategy
 from tests._models import Classifier, TinyGAN, gan_loader, loader, quiet
 from tests.conftest import requires_cuda
@@ -41,11 +42,11 @@ def test_its_checkpoint_is_the_bare_models_and_resumes_under_single_and_fsdp(tmp
     sharded, single = _pair(optimizer="adam", lr=0.01)
     first = Trainer(strategy="fsdp", devices=2, max_epochs=1, log_dir=tmp_path / "fsdp", enable_progress_bar=False)
     first.fit(sharded, loader(n=64, batch_size=8))
-    path = first.checkpoint_callback.last_model_path
+    path = first.checkpoint_callback.best_model_path
     ckpt = torch.load(path, weights_only=True)
     bare = Classifier()
-    bare.load_state_dict(ckpt["model"])  # plain keys, full tensors, on the CPU
-    assert all(v.device.type == "cpu" for v in ckpt["model"].values())
+    bare.load_state_dict(ckpt["state_dict"])  # plain keys, full tensors, on the CPU
+    assert all(v.device.type == "cpu" for v in ckpt["state_dict"].values())
     (adam,) = ckpt["optimizer_states"]
     assert set(adam["state"]) == {n for n, _ in bare.named_parameters()}  # by name: any world size
 
@@ -60,7 +61,7 @@ def test_its_checkpoint_is_the_bare_models_and_resumes_under_single_and_fsdp(tmp
     first_on_single.fit(single, loader(n=64, batch_size=16))
     on_fsdp = adam()
     Trainer(strategy="fsdp", devices=2, max_epochs=2, **quiet()).fit(
-        on_fsdp, loader(n=64, batch_size=8), ckpt_path=first_on_single.checkpoint_callback.last_model_path
+        on_fsdp, loader(n=64, batch_size=8), ckpt_path=first_on_single.checkpoint_callback.best_model_path
     )
     straight = adam()
     straight.load_state_dict(_pair()[0].state_dict())
@@ -75,7 +76,8 @@ def test_sharded_checkpoints_are_whole_folders_and_resume_bit_exact(tmp_path):
 
     def trainer(folder, epochs):
         return Trainer(
-            strategy=sharded(), devices=2, max_epochs=epochs, seed=7, log_dir=tmp_path / folder, enable_progress_bar=False
+            strategy=sharded(), devices=2, max_epochs=epochs, seed=7, log_dir=tmp_path / folder, enable_progress_bar=False,
+            callbacks=[ModelCheckpoint(save_last=True)],
         )
 
     straight, stopped = _pair(dropout=0.2)

@@ -201,8 +201,8 @@ def checkpoint_files(tmp_path):
         (dict(ckpt="notes.txt"), CheckpointError, ["ckpt_path='notes.txt' is not a checkpoint", "zip archive"]),
         (dict(ckpt="empty.ckpt"), CheckpointError, ["ckpt_path='empty.ckpt' is not a checkpoint"]),
         (dict(ckpt="cut.ckpt"), CheckpointError, ["ckpt_path='cut.ckpt' is not a checkpoint", "cut off"]),
-        (dict(ckpt="tensor.pt"), CheckpointError, ["'tensor.pt' is not a trainer checkpoint", "'model'"]),
-        (dict(ckpt="good.ckpt"), CheckpointError, ["'good.ckpt' holds model weights but no training state", "load_state_dict"]),
+        (dict(ckpt="tensor.pt"), CheckpointError, ["'tensor.pt' is not a trainer checkpoint", "'state_dict'"]),
+        (dict(ckpt="good.ckpt"), CheckpointError, ["'good.ckpt' holds the model's weights only", "test(ckpt_path=...)"]),
         (dict(ckpt=3), TypeError, ["ckpt_path=3", "'last'"]),
         # float16 autocast needs CUDA: refused (not silently changed), with the CPU alternative
         pytest.param(dict(options=dict(precision="16-mixed")), ValueError, ["precision='16-mixed' needs a CUDA device", "bf16-mixed"], marks=pytest.mark.skipif(not NO_CUDA, reason="has CUDA")),

@@ -106,7 +106,7 @@ def test_optimizer_and_scheduler_from_the_command_line_are_in_the_checkpoint():
     ])
     assert isinstance(cli.trainer.optimizer, torch.optim.AdamW)
     assert cli.trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.0025)  # two epochs of gamma 0.5
-    ckpt = torch.load(cli.trainer.checkpoint_callback.last_model_path, weights_only=False)
+    ckpt = torch.load(cli.trainer.checkpoint_callback.best_model_path, weights_only=False)
     (scheduler,) = ckpt["lr_schedulers"]
     assert scheduler["step_size"] == 1 and scheduler["gamma"] == 0.5 and scheduler["last_epoch"] == 2
     assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0025)

@@ -45,8 +45,8 @@ def test_compile_trains_as_eager_and_writes_the_plain_models_keys(tmp_path):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # it did compile
     Trainer(max_epochs=2, seed=3, **quiet()).fit(plain, loader())
     _same(compiled.state_dict(), plain.state_dict())
-    ckpt = torch.load(trainer.checkpoint_callback.last_model_path, weights_only=True)
-    _same(ckpt["model"], plain.state_dict())  # loads into the uncompiled model as it is
+    ckpt = torch.load(trainer.checkpoint_callback.best_model_path, weights_only=True)
+    _same(ckpt["state_dict"], plain.state_dict())  # loads into the uncompiled model as it is
     assert getattr(compiled, "_compiled_call_impl", None) is None  # handed back uncompiled
 
 
@@ -56,20 +56,20 @@ def test_a_compiled_submodule_saves_plain_keys_and_its_checkpoint_resumes_a_plai
     assert any("_orig_mod." in k for k in model.state_dict())
     first = Trainer(max_epochs=1, log_dir=tmp_path / "a", enable_progress_bar=False)
     first.fit(model, loader())
-    path = first.checkpoint_callback.last_model_path
+    path = first.checkpoint_callback.best_model_path
     ckpt = torch.load(path, weights_only=True)
-    assert not any("_orig_mod" in k for k in ckpt["model"]) and set(ckpt["model"]) == set(Classifier().state_dict())
+    assert not any("_orig_mod" in k for k in ckpt["state_dict"]) and set(ckpt["state_dict"]) == set(Classifier().state_dict())
 
     reloaded = CompiledInside.load_from_checkpoint(path)  # into the compiled submodule again
     plain_again = Classifier.load_from_checkpoint(path)
-    _same(ckpt["model"], plain_again.state_dict())
+    _same(ckpt["state_dict"], plain_again.state_dict())
     for x, _ in loader(n=16):
         assert torch.equal(reloaded(x), plain_again(x))
 
     # Resume the other way: the compiled run's checkpoint continues an uncompiled model, and an
     # uncompiled run's checkpoint continues a compiled one; both match training straight through.
     straight = Classifier()
-    straight.load_state_dict(ckpt["model"])
+    straight.load_state_dict(ckpt["state_dict"])
     Trainer(max_epochs=2, **quiet()).fit(straight, loader(), ckpt_path=path)
     compiled_again = Classifier()
     Trainer(max_epochs=2, compile=EAGER, **quiet()).fit(compiled_again, loader(), ckpt_path=path)
@@ -89,8 +89,8 @@ def test_compile_under_ddp_trains_and_hands_back_plain_weights(tmp_path):
     Trainer(max_epochs=1, **quiet()).fit(single, loader(batch_size=16))
     for (k, a), b in zip(spread.state_dict().items(), single.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=k)
-    ckpt = torch.load(trainer.checkpoint_callback.last_model_path, weights_only=True)
-    assert list(ckpt["model"]) == list(Classifier().state_dict())
+    ckpt = torch.load(trainer.checkpoint_callback.best_model_path, weights_only=True)
+    assert list(ckpt["state_dict"]) == list(Classifier().state_dict())
 
 
 def test_a_model_compiled_by_torch_compile_is_refused_with_the_option_to_use():

@@ -27,10 +27,8 @@ def test_default_root_dir_holds_the_run_folder_with_its_logs_and_checkpoints(tmp
     assert trainer.default_root_dir == str(tmp_path / "out")
     assert trainer.run_dir == str(tmp_path / "out" / "lightning_logs" / "version_0")
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(trainer.run_dir))
-    assert os.listdir(os.path.join(trainer.run_dir, "checkpoints")) == ["last.ckpt"] or "last.ckpt" in os.listdir(
-        os.path.join(trainer.run_dir, "checkpoints")
-    )
-    assert trainer.checkpoint_callback.last_model_path.startswith(str(tmp_path / "out"))
+    assert os.listdir(os.path.join(trainer.run_dir, "checkpoints")) == ["epoch=0-step=2.ckpt"]  # as Lightning names it
+    assert trainer.checkpoint_callback.best_model_path.startswith(str(tmp_path / "out"))
 
 
 def test_log_dir_is_an_alias_and_giving_both_is_an_error(tmp_path):

@@ -153,13 +153,15 @@ def test_save_checkpoint_weights_only_keeps_the_weights_and_no_training_state(tm
     trainer.save_checkpoint(tmp_path / "weights.ckpt", weights_only=True)
     full = torch.load(tmp_path / "full.ckpt", weights_only=True)
     light = torch.load(tmp_path / "weights.ckpt", weights_only=True)
-    assert {"optimizer_states", "loop", "rng"} <= set(full) and not {"optimizer_states", "loop", "rng", "callbacks"} & set(light)
-    assert all(torch.equal(light["model"][k], v) for k, v in model.state_dict().items())
+    assert {"optimizer_states", "lr_schedulers", "callbacks"} <= set(full) and "rng" in full["steadytrainer"]
+    assert not {"optimizer_states", "lr_schedulers", "callbacks"} & set(light) and "rng" not in light["steadytrainer"]
+    assert light["global_step"] == 3 and "loops" in light  # Lightning's weights-only file keeps the loops
+    assert all(torch.equal(light["state_dict"][k], v) for k, v in model.state_dict().items())
     restored = Classifier.load_from_checkpoint(tmp_path / "weights.ckpt")
     assert restored.net[0].out_features == 5 and torch.equal(restored.net[0].weight, model.net[0].weight)
     [result] = Trainer(**quiet()).validate(Classifier(hidden=5), loader(32), ckpt_path=tmp_path / "weights.ckpt", verbose=False)
     assert result == trainer.validate(model, loader(32), verbose=False)[0]
-    with pytest.raises(CheckpointError, match="no training state"):
+    with pytest.raises(CheckpointError, match="weights only.*fit cannot resume from it"):
         Trainer(max_steps=4, **quiet()).fit(Classifier(hidden=5), loader(64), ckpt_path=tmp_path / "weights.ckpt")
     with pytest.raises(ValueError, match="remote file systems are not supported"):
         trainer.save_checkpoint(tmp_path / "x.ckpt", storage_options={"anon": True})
@@ -177,6 +179,27 @@ def test_the_entry_points_accept_lightnings_weights_only(tmp_path):
     with pytest.raises(TypeError, match=r"weights_only='no' must be True, False or None"):
         trainer.test(model, loader(16), weights_only="no")
     assert trainer.predict(model, loader(16), return_predictions=False) is None
+
+
+def test_ckpt_path_is_the_file_resumed_or_evaluated_and_setting_it_loads_that_file_next(tmp_path):
+    trainer = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)], **quiet())
+    trainer.fit(Classifier(), loader(32))
+    assert trainer.ckpt_path is None  # nothing was resumed
+    trainer.test(Classifier(), loader(16), ckpt_path="best", verbose=False)
+    assert trainer.ckpt_path == trainer.checkpoint_callback.best_model_path  # "best", resolved
+
+    again = Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)], **quiet())
+    again.fit(Classifier(), loader(32), ckpt_path="last")
+    assert again.ckpt_path == str(tmp_path / "epoch=0-step=2.ckpt") and again.global_step == 4  # "last", resolved
+
+    stateful = Trainer(max_epochs=3, **quiet())
+    stateful.ckpt_path = tmp_path / "epoch=0-step=2.ckpt"  # Lightning's stateful use: the next calls load it
+    stateful.fit(Classifier(), loader(32))
+    assert stateful.global_step == 6 and stateful.ckpt_path == str(tmp_path / "epoch=0-step=2.ckpt")
+    with pytest.warns(UserWarning, match=r"trainer.ckpt_path = .* was called but then you passed `ckpt_path="):
+        stateful.ckpt_path = tmp_path / "epoch=0-step=2.ckpt"
+        Trainer.validate(stateful, Classifier(), loader(16), ckpt_path=tmp_path / "epoch=1-step=4.ckpt", verbose=False)
+    assert stateful.ckpt_path == str(tmp_path / "epoch=1-step=4.ckpt")  # the one passed won, and the setting is gone
 
 
 # --- the profiler ---------------------------------------------------------------------------
@@ -333,3 +356,17 @@ def test_init_module_builds_on_the_device_in_a_true_precisions_dtype_and_can_ski
     torch.manual_seed(0)
     initialized = torch.nn.Linear(4, 4)
     assert skipped.weight.dtype == torch.float32 and not torch.equal(skipped.weight, initialized.weight)
+
+
+def test_state_finished_says_whether_the_last_call_ran_to_its_end():
+    class Fails(Classifier):
+        def validation_step(self, batch, batch_idx):
+            raise RuntimeError("broken")
+
+    trainer = Trainer(max_steps=2, **quiet())
+    assert not trainer.state.finished and trainer.state.status == "initializing"
+    trainer.fit(Classifier(), loader(32))
+    assert trainer.state.finished and trainer.state.stopped
+    with pytest.raises(RuntimeError, match="broken"):
+        trainer.validate(Fails(), loader(16), verbose=False)
+    assert not trainer.state.finished and trainer.state.stopped and trainer.state.status == "interrupted"

@@ -53,7 +53,7 @@ def test_fit_equals_hand_written_loop_with_shuffle_and_dropout():
     _assert_equal(expected, got)
     assert trainer.global_step == 3 * 13 and trainer.current_epoch == 3
     # The defaults really were on: a checkpoint and an event file exist.
-    assert trainer.checkpoint_callback.last_model_path.endswith("last.ckpt")
+    assert trainer.checkpoint_callback.best_model_path.endswith("epoch=2-step=39.ckpt")
     assert any(p.name.startswith("events.out.tfevents") for p in __import__("pathlib").Path(trainer.run_dir).iterdir())
 
 

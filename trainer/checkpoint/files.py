@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint import serialize
+from trainer.checkpoint import layout, serialize
 
 
 class CheckpointError(ValueError):
@@ -180,7 +180,8 @@ def _round_trips(value: Any) -> bool:
 
 def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False, weights_only: bool = True) -> dict[str, Any]:
     """Load with ``weights_only=True``: tensors and plain containers only, no code runs
-    (``weights_only=False``, for a file one trusts, unpickles anything in it).
+    (``weights_only=False``, for a file one trusts, unpickles anything in it). Any layout this
+    project reads (its own, Lightning's, its 0.1 one) comes back in today's (``layout.read``).
 
     ``mmap=True`` reads the structure and maps the tensors without reading them: a cheap
     check that a file is complete and safe.
@@ -191,14 +192,18 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False,
 
         check_metadata(path)  # DCP would unpickle it unchecked
         ckpt = _load_file(os.path.join(path, SHARDED_META), map_location, mmap, weights_only)
-        if not isinstance(ckpt, dict) or "loop" not in ckpt:
+        if not isinstance(ckpt, dict) or not ({"loop", "loops", layout.KEY} & set(ckpt)):
             raise CheckpointError(f"{path!r} is not a trainer checkpoint: its {SHARDED_META} holds no training state.")
-        ckpt["sharded"] = path
+        ckpt = layout.read(ckpt)
+        layout.ours(ckpt)["sharded"] = path
         return ckpt
     ckpt = _load_file(path, map_location, mmap, weights_only)
-    if not isinstance(ckpt, dict) or "model" not in ckpt:
-        raise CheckpointError(f"{path!r} is not a trainer checkpoint: it has no 'model' entry.")
-    return ckpt
+    if not isinstance(ckpt, dict) or not ({"state_dict", "model"} & set(ckpt)):
+        raise CheckpointError(
+            f"{path!r} is not a trainer checkpoint: it has no 'state_dict' entry (the model's weights, where "
+            "Lightning and this project put them)."
+        )
+    return layout.read(ckpt)
 
 
 def _load_file(path: str, map_location: Any, mmap: bool, weights_only: bool = True) -> Any:

@@ -10,6 +10,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from trainer.checkpoint import files as ckpt_io
+from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def best_checkpoint(callback: Any) -> str:
 
 
 def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
-    """``"last"`` -> the newest good checkpoint of the folder :func:`_search_folder` picks (rank 0
+    """``"last"`` -> the newest good checkpoint of the folders :func:`_search_folders` picks (rank 0
     looks, every rank gets its answer)."""
     if ckpt_path is None:
         return None
@@ -54,25 +55,44 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
 
 
 def last_checkpoint(trainer: Trainer) -> tuple[str | None, str | None]:
-    """(the folder searched, the newest good checkpoint in it): rank 0 looks, every rank gets
-    the path (the folder only on rank 0, for its messages)."""
+    """(the folders searched, the newest good checkpoint in them): rank 0 looks, every rank gets
+    the path (the folders only on rank 0, for its messages)."""
     strategy = trainer.strategy
-    folder = _search_folder(trainer) if strategy.is_global_zero else None
-    return folder, strategy.broadcast_object(_find_last(folder) if folder is not None else None)
+    folders = _search_folders(trainer) if strategy.is_global_zero else []
+    found = _find_last(folders) if folders else None
+    return (" and ".join(folders) or None), strategy.broadcast_object(found)
 
 
-def _search_folder(trainer: Trainer) -> str | None:
-    """Where ``"last"`` looks: the ModelCheckpoint's ``dirpath`` when given; else, without a
-    logger, ``<log_dir>/checkpoints`` (``./checkpoints`` with ``log_dir=None``); else the
-    checkpoints of the first logger's latest fit only: its fixed version's folder, or the
-    newest ``<save_dir>/<name>/version_<n>`` with a ``checkpoints`` folder (None if none).
+def run_checkpoints(trainer: Trainer) -> str:
+    """The run's own checkpoints folder: ``<run folder>/checkpoints`` (the first logger's
+    ``<save_dir>/<name>/version_<n>``; without a logger ``default_root_dir``, or the working
+    folder). The default ModelCheckpoint writes there, and a stop's resume point goes there
+    when a ``dirpath`` the user gave holds no ``last.ckpt``."""
+    base = trainer.run_dir if trainer.run_dir is not None else os.getcwd()
+    return os.path.join(base, "checkpoints")
+
+
+def _search_folders(trainer: Trainer) -> list[str]:
+    """Where ``"last"`` looks: the ModelCheckpoint's ``dirpath`` when given, and the latest fit's
+    own checkpoints folder (a stop's resume point is there when ``dirpath`` holds none)."""
+    run = _run_folder(trainer)
+    run = None if run is None else os.path.abspath(run)
+    cb = trainer.checkpoint_callback
+    given = None if cb is None else cb.dirpath_given
+    if given is None:
+        return [] if run is None else [run]
+    return [given] + ([run] if run is not None and run != given else [])
+
+
+def _run_folder(trainer: Trainer) -> str | None:
+    """The latest fit's own checkpoints folder: without a logger, ``<log_dir>/checkpoints``
+    (``./checkpoints`` with ``log_dir=None``); else that of the first logger's latest fit only:
+    its fixed version's folder, or the newest ``<save_dir>/<name>/version_<n>`` with a
+    ``checkpoints`` folder (None if none).
 
     Never any older version: in the default ``lightning_logs`` they belong to other runs,
     and the latest fit, killed before its first save, must start afresh, not resume one of them.
     """
-    cb = trainer.checkpoint_callback
-    if cb is not None and cb.dirpath_given is not None:
-        return cb.dirpath_given
     base, fixed = runs_base(trainer)
     if base is None:
         return os.path.join(os.path.abspath(trainer.default_root_dir or os.getcwd()), "checkpoints")
@@ -101,12 +121,15 @@ def runs_base(trainer: Trainer) -> tuple[str | None, str | None]:
     return base, None if version is None else (version if isinstance(version, str) else f"version_{version}")
 
 
-def _find_last(folder: str) -> str | None:
-    """The newest checkpoint in ``folder`` that is intact and loads safely; a damaged,
+def _find_last(folders: list[str]) -> str | None:
+    """The newest checkpoint in ``folders`` that is intact and loads safely; a damaged,
     truncated or refused newer file is skipped with a warning that names it and the file
     resumed instead."""
     # Temp files of unfinished saves start with "." and never match.
-    files = [f for f in glob.glob(os.path.join(glob.escape(folder), "*.ckpt")) if os.path.exists(f)]  # no dangling link
+    files = [
+        f for folder in folders for f in glob.glob(os.path.join(glob.escape(folder), "*.ckpt"))
+        if os.path.exists(f)  # no dangling link
+    ]
     # Newest first; last.ckpt is a hard link to the newest top-k file, so it wins their tie.
     files.sort(key=lambda f: (os.stat(f).st_mtime_ns, os.path.basename(f) == LAST), reverse=True)
     skipped: list[str] = []
@@ -126,16 +149,12 @@ def _find_last(folder: str) -> str | None:
 
 
 def load_good(path: str, mmap: bool = False) -> dict[str, Any]:
+    """``path`` loaded, if fit can resume from it."""
     ckpt = ckpt_io.load(path, mmap=mmap)
-    if ckpt.get("weights_only"):
+    if layout.is_weights_only(ckpt):
         raise CheckpointError(
             f"{path!r} holds the model's weights only (ModelCheckpoint(save_weights_only=True)), no optimizer or "
             "loop state, so fit cannot resume from it. Evaluate it with test(ckpt_path=...), or resume from a "
             "file saved with save_weights_only=False."
-        )
-    if "loop" not in ckpt:
-        raise CheckpointError(
-            f"{path!r} holds model weights but no training state, so fit cannot resume from it. "
-            "Load the weights with model.load_state_dict(torch.load(path, weights_only=True)['model'])."
         )
     return ckpt

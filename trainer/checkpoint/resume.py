@@ -11,6 +11,7 @@ the values logged so far in the epoch (its means feed schedulers and checkpoint 
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import warnings
@@ -23,6 +24,7 @@ from trainer.checkpoint import files as ckpt_io
 from trainer.data.rng import (
     epoch_start_state, generator_states, rng_state, seeded_sampler, set_epoch_start_state, set_generator_states, set_rng_state,
 )
+from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import last_checkpoint, load_good, runs_base
 from trainer.data.batches import SkipBatches, rebuild_loader
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
-FORMAT = "steadytrainer/1"
+FORMAT = "steadytrainer/1"  # what capture() returns; the file's layout is layout.FORMAT
 
 
 class Resume:
@@ -47,26 +49,29 @@ class Resume:
         self.rank = rank
         if ckpt is None:
             return
-        loop = ckpt["loop"]
-        saved_world = loop.get("world_size", 1)
+        ours = layout.ours(ckpt)
+        loop = ours["loop"]
+        saved_world = loop.get("world_size", world_size)  # a Lightning file's batch count is per rank
         self.epoch, self.batch = loop["epoch"], _batch_position(loop, world_size)
-        same_world = saved_world == world_size and len(ckpt.get("rng", [])) == world_size
-        # Across a change of world size the RNG streams cannot line up; weights and steps still carry over.
-        self.rng = ckpt["rng"][rank] if same_world else None
-        self.train_metrics = ckpt.get("train_metrics", [None] * world_size)[rank] if same_world else None
-        starts = ckpt.get("epoch_start") or [None]
+        same_world = saved_world == world_size and len(ours.get("rng", [])) == world_size
+        # Across a change of world size (or from a Lightning file) the RNG streams cannot line up;
+        # weights and steps still carry over.
+        self.rng = ours["rng"][rank] if same_world else None
+        self.train_metrics = ours.get("train_metrics", [None] * world_size)[rank] if same_world else None
+        starts = ours.get("epoch_start") or [None]
         self.epoch_start = starts[rank] if same_world else None
         # The DistributedSampler's seed is the same on every rank, so any rank's record will do.
         self.sampler_state = ((starts[rank] if same_world else starts[0]) or {}).get("sampler")
 
     # --- loading -----------------------------------------------------------------------
     @classmethod
-    def load(cls, trainer: Trainer, run: Run, path: str | None) -> "Resume":
-        """Restore everything from ``path`` (already resolved by :func:`resolve_path`) into the
-        fit's ``run`` and the trainer's counters and callbacks."""
-        if path is None:
+    def load(cls, trainer: Trainer, run: Run, loaded: tuple[str, dict[str, Any]] | None) -> "Resume":
+        """Restore everything from ``loaded``, what :func:`read_for_fit` returned, into the fit's
+        ``run`` and the trainer's counters and callbacks."""
+        run.epoch_start = run.epoch_loader = None  # nothing from an earlier fit leaks in
+        if loaded is None:
             return cls()
-        ckpt = load_good(path)
+        path, ckpt = loaded
         strategy = trainer.strategy
         restore(trainer, run, ckpt)
         if strategy.is_global_zero:
@@ -74,11 +79,18 @@ class Resume:
             finished = nothing_left(trainer, path)
             if finished is not None:
                 log.info("%s", finished)
-            if ckpt["loop"].get("world_size", 1) != strategy.world_size:
+            saved_world = layout.ours(ckpt)["loop"].get("world_size")
+            if saved_world is None:
+                log.info(
+                    "The checkpoint was written by Lightning: weights, optimizer, schedulers and position carry "
+                    "over, but it holds no RNG states, so the data order and random numbers differ from an "
+                    "uninterrupted run."
+                )
+            elif saved_world != strategy.world_size:
                 log.info(
                     "The checkpoint was written with world size %d, this run has %d: weights, optimizer and "
                     "step carry over, but the data order and random numbers will differ from an "
-                    "uninterrupted run.", ckpt["loop"].get("world_size", 1), strategy.world_size,
+                    "uninterrupted run.", saved_world, strategy.world_size,
                 )
         return cls(ckpt, strategy.global_rank, strategy.world_size)
 
@@ -149,7 +161,7 @@ def nothing_left(trainer: Trainer, path: str) -> str | None:
 
 def _batch_position(loop: dict[str, Any], world_size: int) -> int:
     """Batches consumed in the epoch, in this run's batches (each rank's share scales with 1/world)."""
-    saved_world = loop.get("world_size", 1)
+    saved_world = loop.get("world_size", world_size)
     return loop["batch_in_epoch"] * saved_world // world_size
 
 
@@ -183,59 +195,85 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: b
     return it
 
 
+def read_for_fit(trainer: Trainer, path: str | None) -> tuple[str, dict[str, Any]] | None:
+    """The checkpoint fit resumes from (``path``, resolved by :func:`resolve_path`), with the
+    DataModule's state already put back: as in Lightning, before its loaders are made."""
+    if path is None:
+        return None
+    ckpt = load_good(path)
+    _load_datamodule(trainer.datamodule, ckpt)
+    return path, ckpt
+
+
 def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
-    """Put a checkpoint's model, optimizer, scheduler, scaler, callbacks and counters back."""
+    """Put a checkpoint back, in Lightning's order: the model (its ``on_load_checkpoint`` first),
+    the callbacks (every ``on_load_checkpoint``, then every ``load_state_dict``), then the
+    scaler, the counters, the optimizers and the schedulers. (The DataModule's state came back
+    before its loaders were made: :func:`read_for_fit`.)"""
     opt, strategy = run.opt, trainer.strategy
     load_model(strategy, ckpt, opt.optimizers)
+    for cb in trainer.callbacks:  # the model's hook ran before its weights were loaded
+        cb.on_load_checkpoint(trainer, run.module, ckpt)
     states = ckpt.get("callbacks", {})
     for cb in trainer.callbacks:  # before the optimizers: BaseFinetuning puts back the param groups it added
         key = cb.state_key if cb.state_key in states else getattr(cb, "legacy_state_key", None)  # an older file's key
-        if key in states:
-            cb.load_state_dict(states[key])
+        if states.get(key):
+            cb.load_state_dict(copy.deepcopy(states[key]))
             getattr(cb, "_restore_param_groups", lambda trainer: None)(trainer)
-    if "sharded" not in ckpt:  # a sharded folder's optimizer states were read with the weights
-        _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", "optimizer", strategy.load_optimizer_state_dict)
-    _load_states(
-        "scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers", "lr_scheduler",
-        lambda sched, state: sched.load_state_dict(state),
-    )
-    run.precision.load_state_dict(ckpt.get("precision", {}))
-    datamodule = run.datamodule
-    if datamodule is not None and "datamodule" in ckpt:
-        datamodule.load_state_dict(ckpt["datamodule"])
-    loop = ckpt["loop"]
+    run.precision.load_state_dict(layout.scaler_state(ckpt))
+    ours = layout.ours(ckpt)
+    loop = ours["loop"]
     trainer.state.global_step = loop["global_step"]
     trainer.state.current_epoch = loop["epoch"]
     trainer.state.batch_in_epoch = _batch_position(loop, trainer.strategy.world_size)
-    run.callback_metrics.update(ckpt.get("metrics", {}))
+    if "sharded" not in ours:  # a sharded folder's optimizer states were read with the weights
+        _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", strategy.load_optimizer_state_dict)
+    _load_states(
+        "scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers",
+        lambda sched, state: sched.load_state_dict(state),
+    )
+    run.callback_metrics.update(ours.get("metrics", {}))
+
+
+def _load_datamodule(datamodule: Any, ckpt: dict[str, Any]) -> None:
+    """The DataModule's ``load_state_dict``, with what the file keeps under its class's name."""
+    if datamodule is None:
+        return
+    state = ckpt.get(type(datamodule).__qualname__, layout.ours(ckpt).get("datamodule"))  # 0.1 files: unnamed
+    if state is not None:
+        datamodule.load_state_dict(state)
 
 
 def load_model(strategy: Any, ckpt: dict[str, Any], optimizers: list[Any] = ()) -> None:
     """The model's ``on_load_checkpoint`` hook, then its weights (through ``strategy``, which may
-    shard them), all keys matching. From a sharded folder every rank reads its shards, and the
-    ``optimizers``' states with them."""
+    shard them), all keys matching unless the model sets ``strict_loading = False``. From a
+    sharded folder every rank reads its shards, and the ``optimizers``' states with them."""
     module = strategy.module
     if isinstance(module, TrainModule):  # first: the model may read or adapt what it saved
         module.on_load_checkpoint(ckpt)
-    if "sharded" in ckpt:
-        strategy.load_sharded_checkpoint(ckpt["sharded"], list(optimizers))
+    sharded = layout.ours(ckpt).get("sharded")
+    if sharded is not None:
+        strategy.load_sharded_checkpoint(sharded, list(optimizers))
         return
-    missing, unexpected = _key_mismatch(module, plain_state_dict(ckpt["model"]))
-    if missing or unexpected:
+    strict = getattr(module, "strict_loading", True)
+    missing, unexpected = _key_mismatch(module, plain_state_dict(ckpt["state_dict"]))
+    if strict and (missing or unexpected):
         raise CheckpointError(
             f"The checkpoint does not fit {type(module).__name__}: missing keys {missing or 'none'}, "
-            f"unexpected keys {unexpected or 'none'}. Was it saved from another model?"
+            f"unexpected keys {unexpected or 'none'}. Was it saved from another model? (Set "
+            f"{type(module).__name__}.strict_loading = False to load the keys that match.)"
         )
     try:
-        strategy.load_module_state_dict(ckpt["model"])
+        strategy.load_module_state_dict(ckpt["state_dict"], strict=strict)
     except RuntimeError as err:  # same keys, other shapes
         raise CheckpointError(f"The checkpoint does not fit {type(module).__name__}: {err}") from None
 
 
-def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | None:
+def evaluate_checkpoint(trainer: Trainer, run: Run, ckpt_path: Any) -> tuple[int, int] | None:
     """Load the weights of ``ckpt_path`` ("last" or a file) for validate, test or predict, and
-    move the counters to its step and epoch (where evaluation logs). Returns the counters to
-    put back after; None without a checkpoint."""
+    move the counters to its step and epoch (where evaluation logs); ``run.ckpt_path`` is the
+    file. Returns the counters to put back after; None without a checkpoint."""
+    run.ckpt_path = None
     if ckpt_path is None:
         return None
     path = os.fspath(ckpt_path)
@@ -246,23 +284,21 @@ def evaluate_checkpoint(trainer: Trainer, ckpt_path: Any) -> tuple[int, int] | N
             where = folder or f"{runs_base(trainer)[0]} (no fit of that name with checkpoints)"
             raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
         path = found
+    run.ckpt_path = path
     ckpt = ckpt_io.load(path)
     load_model(strategy, ckpt)
+    _load_datamodule(trainer.datamodule, ckpt)
     state, before = trainer.state, (trainer.state.global_step, trainer.state.current_epoch)
-    loop = ckpt.get("loop", {})
+    loop = layout.ours(ckpt)["loop"]
     state.global_step, state.current_epoch = loop.get("global_step", 0), loop.get("epoch", 0)
     if strategy.is_global_zero:
         log.info("Evaluating %s (step %d, epoch %d).", path, state.global_step, state.current_epoch)
     return before
 
 
-def _load_states(
-    kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, old_key: str, load: Callable[[Any, Any], None]
-) -> None:
-    """Load each optimizer's (or scheduler's) state; 0.1.0 files kept one under ``old_key``."""
-    states = ckpt.get(key)
-    if states is None:
-        states = [] if ckpt.get(old_key) is None else [ckpt[old_key]]
+def _load_states(kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, load: Callable[[Any, Any], None]) -> None:
+    """Load each optimizer's (or scheduler's) state, in ``configure_optimizers``' order."""
+    states = ckpt.get(key) or []
     if states and len(states) != len(objects):
         raise ValueError(
             f"The checkpoint holds {len(states)} {kind} state(s), and configure_optimizers() now returns "
@@ -313,6 +349,9 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         "loop": {
             "epoch": epoch, "batch_in_epoch": batch, "global_step": state.global_step,
             "world_size": strategy.world_size,
+            # for Lightning's "epoch" and "loops": its current_epoch, its optimization, the epoch's length
+            "current_epoch": state.current_epoch, "automatic": opt is None or opt.automatic,
+            "batches": trainer.num_training_batches,
         },
         "metrics": dict(run.callback_metrics),
         "rng": rng,
@@ -320,6 +359,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         "train_metrics": train_metrics,
         "strategy": strategy.name,
         "hparams": hparams,  # the plain ones: weights_only=True loads them
+        "hparams_name": getattr(module, "_hparams_name", None),
         "hparams_left_out": left_out,  # load_from_checkpoint asks for these
         **_datamodule_state(run.datamodule),
         "trainer": ckpt_io.plain(trainer.hparams()),
@@ -330,4 +370,9 @@ def _datamodule_state(datamodule: Any) -> dict[str, Any]:
     """A DataModule's ``state_dict()`` and plain hyperparameters, when fit has one."""
     if datamodule is None:
         return {}
-    return {"datamodule": datamodule.state_dict(), "datamodule_hparams": checkpoint_hparams(datamodule)[0]}
+    hparams, left_out = checkpoint_hparams(datamodule)
+    return {
+        "datamodule": datamodule.state_dict(), "datamodule_name": type(datamodule).__qualname__,
+        "datamodule_hparams": hparams, "datamodule_hparams_name": getattr(datamodule, "_hparams_name", None),
+        "datamodule_hparams_left_out": left_out,
+    }

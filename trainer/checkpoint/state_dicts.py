@@ -25,7 +25,9 @@ def load_plain_state_dict(module: torch.nn.Module, state: dict[str, Any], strict
     hold compiled submodules (``self.net = torch.compile(self.net)``), and the other way round."""
     own = {k.replace(_COMPILED, ""): k for k in module.state_dict()}
     state = plain_state_dict(state)
-    return module.load_state_dict({own.get(k, k): v for k, v in state.items()}, strict=strict, assign=assign)
+    state = {own.get(k, k): v for k, v in state.items()}
+    # assign only when asked: a model's own load_state_dict may not take it
+    return module.load_state_dict(state, strict=strict, assign=True) if assign else module.load_state_dict(state, strict=strict)
 
 
 def optimizer_state_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: torch.nn.Module) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -28,6 +29,10 @@ class DataModule(HyperparametersMixin):
     """
 
     prepare_data_per_node = True
+    #: Where checkpoints keep the hyperparameters (Lightning's keys).
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
@@ -68,6 +73,16 @@ class DataModule(HyperparametersMixin):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Take back what ``state_dict`` returned, when fit resumes from a checkpoint."""
+
+    @classmethod
+    def load_from_checkpoint(
+        cls, checkpoint_path: str | os.PathLike, map_location: Any = None, hparams_file: Any = None, **kwargs: Any,
+    ) -> "DataModule":
+        """The DataModule a checkpoint was trained with: built from the hyperparameters it recorded
+        (``kwargs`` replace or add some), then given its ``state_dict`` back."""
+        from trainer.checkpoint.from_checkpoint import load_from_checkpoint  # checkpoint I/O sits above
+
+        return load_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, **kwargs)
 
     @classmethod
     def from_datasets(

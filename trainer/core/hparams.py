@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import inspect
 import types
 import warnings
@@ -72,10 +73,23 @@ class HyperparametersMixin:
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        init_args = _init_args(self, frame)
+        if dataclasses.is_dataclass(self):  # called from __post_init__: the fields __init__ takes
+            init_args = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        else:
+            init_args = _init_args(self, frame)
+        # Lightning's hparams_name, which load_from_checkpoint reads: "kwargs" for arguments by name,
+        # else the name of the argument that held the dict given.
+        self._hparams_name = "kwargs"
         if len(args) == 1 and isinstance(args[0], (dict, argparse.Namespace)):
             given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else dict(args[0])
+            self._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
         elif args:
+            others = [a for a in args if not isinstance(a, str)]
+            if len(others) == 1 and isinstance(others[0], (bool, int, float)):  # Lightning's words first
+                raise ValueError(
+                    f"Primitives {(bool, int, float, str)} are not allowed. save_hyperparameters"
+                    f"({', '.join(map(repr, args))}) takes argument names as strings, or one dict or argparse.Namespace."
+                )
             unknown = [a for a in args if not isinstance(a, str) or a not in init_args]
             if unknown:
                 raise ValueError(
@@ -88,19 +102,22 @@ class HyperparametersMixin:
         else:
             given = init_args
         given = {k: v for k, v in given.items() if k not in ignored}
+        if not args and not given:
+            self._hparams_name = None
         modules = [k for k, v in given.items() if isinstance(v, nn.Module)]
-        if modules:
+        for name in modules:  # Lightning's words first, one warning a module
             warnings.warn(
-                f"{type(self).__name__}.save_hyperparameters(): {', '.join(map(repr, modules))} "
-                f"{'is an nn.Module' if len(modules) == 1 else 'are nn.Modules'}, whose weights the checkpoint "
-                f"holds already; it is left out of the checkpoint's hyperparameters. Say so with "
-                f"self.save_hyperparameters(ignore={modules!r}), and pass it again to load_from_checkpoint.",
+                f"Attribute {name!r} is an instance of `nn.Module` and is already saved during checkpointing "
+                f"(in {type(self).__name__}.save_hyperparameters()): its weights are in the checkpoint, and it is left "
+                f"out of the checkpoint's hyperparameters. Say so with self.save_hyperparameters(ignore=[{name!r}]), "
+                "and pass it again to load_from_checkpoint.",
                 UserWarning, stacklevel=2,
             )
         self._warned_hparams = set(modules)  # already named: the checkpoint does not name them again
-        hparams = self.hparams
-        hparams.update(given)
-        self._hparams_initial = copy.deepcopy(hparams)
+        # As in Lightning, each call replaces what an earlier one recorded (a base class's call
+        # included): a subclass's ignore= drops what the base recorded, and a dict is the hparams.
+        self.hparams = given
+        self._hparams_initial = copy.deepcopy(self.hparams)
 
     @property
     def hparams(self) -> AttributeDict:
@@ -147,8 +164,9 @@ def _init_args(obj: Any, frame: types.FrameType | None) -> dict[str, Any]:
 
 
 def is_plain(value: Any) -> bool:
-    """Whether ``torch.load(weights_only=True)`` reads ``value`` back as it is."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """Whether ``torch.load(weights_only=True)`` reads ``value`` back as it is (a numpy number
+    as the Python number it is saved as)."""
+    if value is None or isinstance(value, (bool, int, float, str)) or _numpy_number(value):
         return True
     if isinstance(value, (list, tuple)):
         return all(is_plain(v) for v in value)
@@ -184,7 +202,13 @@ def checkpoint_hparams(owner: Any) -> tuple[dict[str, Any], list[str]]:
     return kept, left_out
 
 
+def _numpy_number(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item")
+
+
 def _as_plain(value: Any) -> Any:
+    if _numpy_number(value):
+        return value.item()
     if isinstance(value, dict):
         return {k: _as_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -32,6 +32,10 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     #: False: training_step runs backward and the optimizer steps itself (trainer/loops/optimization/manual.py).
     automatic_optimization = True
+    #: Where checkpoints keep the hyperparameters (Lightning's keys).
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
 
     def __init__(self) -> None:
         super().__init__()
@@ -281,47 +285,23 @@ class TrainModule(HyperparametersMixin, nn.Module):
     ) -> "TrainModule":
         """The model a checkpoint holds, in eval mode: built from the hyperparameters that
         ``save_hyperparameters()`` recorded (``kwargs`` replace or add some: those the checkpoint
-        left out, such as a network passed to ``__init__``), with its weights loaded with
-        ``weights_only=True`` (no code in the file runs; ``weights_only=False`` is accepted for
-        a file you trust). ``map_location`` as ``torch.load``'s."""
-        from trainer.checkpoint.files import load as load_checkpoint  # checkpoint I/O sits above the module
-        from trainer.checkpoint.state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
+        left out, such as a network passed to ``__init__``), then its ``on_load_checkpoint``,
+        then its weights, loaded with ``weights_only=True`` (no code in the file runs;
+        ``weights_only=False`` is accepted for a file you trust). ``strict`` (None: the model's
+        ``strict_loading``) and ``map_location`` as in Lightning; a Lightning checkpoint loads too."""
+        from trainer.checkpoint.from_checkpoint import load_from_checkpoint  # checkpoint I/O sits above the module
 
-        if hparams_file is not None:
-            raise ValueError(
-                f"{cls.__name__}.load_from_checkpoint(hparams_file={hparams_file!r}): the checkpoint holds the "
-                "hyperparameters itself; pass changed ones as keyword arguments instead."
-            )
-        ckpt = load_checkpoint(checkpoint_path, map_location=map_location, weights_only=weights_only is not False)
-        saved = ckpt.get("hparams", {})
-        hparams = {**saved, **kwargs}
-        try:
-            model = cls(**hparams)
-        except TypeError as err:
-            missing = [k for k in ckpt.get("hparams_left_out", []) if k not in kwargs]
-            path = os.fspath(checkpoint_path)
-            if missing:
-                raise TypeError(
-                    f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint left out "
-                    f"{', '.join(map(repr, missing))} (not plain data, so not saved; {err}). Pass "
-                    f"{'it' if len(missing) == 1 else 'them'}: {cls.__name__}.load_from_checkpoint(path, "
-                    f"{', '.join(f'{k}=...' for k in missing)})."
-                ) from None
-            if saved:
-                raise
-            raise TypeError(
-                f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint holds no "
-                f"hyperparameters, and {cls.__name__}() could not be built without them ({err}). Call "
-                "self.save_hyperparameters() in __init__ so that checkpoints record them, or pass them "
-                f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
-            ) from None
-        if overridden(model, "configure_model"):  # its lazily built layers take the weights
-            model.configure_model()
-        model.on_load_checkpoint(ckpt)
-        if "sharded" in ckpt:  # a folder of shards (fsdp): read whole into this one process
-            ckpt["model"] = load_sharded_model(ckpt["sharded"], plain_state_dict(model.state_dict()))
-        load_plain_state_dict(model, ckpt["model"], strict=strict is not False)  # into compiled submodules too
-        return model.eval()
+        return load_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
+
+    @property
+    def strict_loading(self) -> bool:
+        """Whether resuming (and ``load_from_checkpoint``) requires the checkpoint's keys to match
+        the model's exactly (the default); set it False to load the keys that match."""
+        return self.__dict__.get("_strict_loading") in (None, True)
+
+    @strict_loading.setter
+    def strict_loading(self, value: bool) -> None:
+        self.__dict__["_strict_loading"] = value
 
     @property
     def trainer(self) -> "Trainer":

@@ -63,7 +63,7 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: A
     at its step (the counters come back at the stage's end), and the stage's loaders, seeded
     and prepared by the strategy."""
     strategy = trainer.strategy
-    run.counters = evaluate_checkpoint(trainer, ckpt_path)
+    run.counters = evaluate_checkpoint(trainer, run, ckpt_path)
     loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule))
     for loader in loaders:
         seeded_workers(loader, strategy.global_rank)

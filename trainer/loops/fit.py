@@ -16,7 +16,7 @@ from strategies.base import Strategy
 
 from trainer.core.checks import bad_loss, loss_of, none_batch
 from trainer.checkpoint.paths import resolve_path
-from trainer.checkpoint.resume import Resume
+from trainer.checkpoint.resume import Resume, read_for_fit
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
 from trainer.loops.optimization.closure import closure_step
@@ -44,10 +44,11 @@ def fit_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: 
     found), the run folder (the resumed run's, or a new one), then the loaders and the loop
     between the ``setup`` and ``teardown`` hooks."""
     run = start(trainer, "fit", model, data.datamodule)
-    ckpt_path = resolve_path(trainer, ckpt_path)
+    run.ckpt_path = ckpt_path = resolve_path(trainer, ckpt_path)  # trainer.ckpt_path: "last" resolved
     use_run_folder(trainer, run, resume=ckpt_path, fit=True)
     with stage_hooks(trainer, run):
-        FitLoop(trainer, run, model, FitLoaders(trainer, run, model, data), ckpt_path).fit()
+        resume_from = read_for_fit(trainer, ckpt_path)  # the DataModule's state, before its loaders (Lightning's order)
+        FitLoop(trainer, run, model, FitLoaders(trainer, run, model, data), resume_from).fit()
         if trainer.fast_dev_run and trainer.is_global_zero:
             batches, n = trainer.num_training_batches, trainer.fast_dev_run
             log.info(
@@ -102,7 +103,10 @@ class FitLoop(StopRules, Publishing):
     The state that checkpoints record lives on the run (``trainer/loops/run.py``).
     """
 
-    def __init__(self, trainer: Trainer, run: Run, model: TrainModule, loaders: FitLoaders, ckpt_path: str | None) -> None:
+    def __init__(
+        self, trainer: Trainer, run: Run, model: TrainModule, loaders: FitLoaders,
+        resume_from: tuple[str, dict[str, Any]] | None,
+    ) -> None:
         self.trainer, self.run, self.model = trainer, run, model
         self._loaders, self._loaded_at = loaders, 0  # reload_dataloaders_every_n_epochs: where they come from
         self._told_min = False  # the min_epochs/min_steps message is logged once
@@ -119,7 +123,7 @@ class FitLoop(StopRules, Publishing):
             backward = trainer.profiler.timed("backward", backward)
         self.steps = steps = StepSequence(trainer, run, model, backward)  # the events around a step, in order
         run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers, steps)
-        self.resume = Resume.load(trainer, run, ckpt_path)
+        self.resume = Resume.load(trainer, run, resume_from)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         self._validated_at = -1  # the step of the latest mid-epoch validation
         step = trainer.state.global_step

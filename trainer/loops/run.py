@@ -96,6 +96,8 @@ class Run:
         self.val_dataloaders: Any = None
         self.test_dataloaders: Any = None
         self.predict_dataloaders: Any = None
+        self.ckpt_path: str | None = None  # the checkpoint the call resumed or evaluated ("last", "best" resolved)
+        self.ckpt_user_managed = False  # set by the user (trainer.ckpt_path = ...): the next calls load it
         self.predict_loop: PredictLoop | None = None  # the running predict's record
         self.num_training_batches: int | float = float("inf")
         self.num_val_batches: list[int | float] = []  # per validation loader, after limit_val_batches
@@ -125,6 +127,7 @@ class Run:
 # the last predict's record.
 _FIT_KEEPS = (
     "num_test_batches", "num_predict_batches", "predict_loop", "run_dir", "log_dir", "test_dataloaders", "predict_dataloaders",
+    "ckpt_user_managed",
 )
 _CALL_OWN = ("hooks", "signals", "counters")  # what an evaluation does not take from the run before
 
@@ -250,6 +253,7 @@ def absorb(trainer: Trainer, model: TrainModule, datamodule: Any, result: Any) -
     run.callback_metrics, run.logged_metrics = result["callback_metrics"], result["logged_metrics"]
     run.run_dir, run.log_dir, versions = result["run_dir"]
     run.num_training_batches, run.num_val_batches, run.num_test_batches = result["batches"]
+    run.ckpt_path = result["ckpt_path"]
     trainer._run = run
     set_logger_versions(trainer, versions)  # the folders rank 0 picked
     attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match

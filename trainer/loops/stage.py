@@ -69,6 +69,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         "logged_metrics": trainer.logged_metrics,
         "run_dir": (trainer.run_dir, trainer._run.log_dir, logger_versions(trainer)),
         "callbacks": [cb.state_dict() for cb in trainer.callbacks],
+        "ckpt_path": trainer.ckpt_path,
         "profiler": trainer.profiler,
         "batches": (trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches),
     }

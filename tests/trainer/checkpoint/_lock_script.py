@@ -34,7 +34,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     trainer = Trainer(
         max_epochs=args.max_epochs, logger=not args.no_logger, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[Slow(args.slow), ModelCheckpoint(every_n_train_steps=1)],
+        callbacks=[Slow(args.slow), ModelCheckpoint(every_n_train_steps=1, save_last=True)],
     )
     trainer.fit(Classifier(), loader(32, batch_size=8), ckpt_path="last" if args.last else None)
     print("finished at step", trainer.global_step, "in", trainer.checkpoint_callback.dirpath)

@@ -4,6 +4,7 @@ truncated or mismatched files are refused with a clear error (and a fallback for
 from __future__ import annotations
 
 import copy
+import fractions
 import glob
 import os
 import pickle
@@ -21,6 +22,7 @@ from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import CheckpointError, Trainer
+from trainer.checkpoint import layout
 from trainer.checkpoint.files import save_atomic
 from strategies.precision import Precision
 
@@ -51,34 +53,42 @@ def fit(model=None, *, epochs=2, ckpt_path=None, callbacks=(), **kw) -> Trainer:
 # --- what a checkpoint holds --------------------------------------------------------------------
 def test_checkpoint_holds_the_full_training_state():
     t = fit(Scheduled(dropout=0.2, hidden=12), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=3, save_top_k=-1)])
-    epoch_end = torch.load("checkpoints/last.ckpt", weights_only=True)  # the state fit ended with
+    t.save_checkpoint("end.ckpt")
+    epoch_end = torch.load("end.ckpt", weights_only=True)  # the state fit ended with
     mid_epoch = torch.load("checkpoints/epoch=1-step=3.ckpt", weights_only=True)
 
-    assert epoch_end["model"].keys() == t.module.state_dict().keys()
+    # Lightning's layout, its keys holding what Lightning's hold
+    assert epoch_end["state_dict"].keys() == t.module.state_dict().keys()
     assert epoch_end["optimizer_states"][0]["state"][0]["exp_avg"].shape == (12, 8)  # Adam's moments
     assert epoch_end["lr_schedulers"][0]["last_epoch"] == 2
-    assert epoch_end["precision"] == {}  # no GradScaler in 32-bit
-    # An epoch-end checkpoint resumes at the next epoch; a step checkpoint inside its epoch.
-    assert epoch_end["loop"] == {"epoch": 2, "batch_in_epoch": 0, "global_step": 4, "world_size": 1}
-    assert mid_epoch["loop"] == {"epoch": 1, "batch_in_epoch": 1, "global_step": 3, "world_size": 1}
+    assert "MixedPrecision" not in epoch_end  # no GradScaler in 32-bit
+    assert (epoch_end["epoch"], epoch_end["global_step"]) == (2, 4) and (mid_epoch["epoch"], mid_epoch["global_step"]) == (1, 3)
+    assert epoch_end["pytorch-lightning_version"] == "2.6.5"
+    assert epoch_end["hparams_name"] == "kwargs"
+    assert epoch_end["hyper_parameters"] == {"features": 8, "hidden": 12, "classes": 2, "dropout": 0.2, "lr": 0.1, "optimizer": "sgd"}
     key = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 3, 'every_n_epochs': 0, 'train_time_interval': None}"
     assert epoch_end["callbacks"][key]["best_k_models"]  # Lightning's key
-    (rng,) = epoch_end["rng"]  # one per rank
+    progress = mid_epoch["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
+    assert progress["processed"] == 1 and mid_epoch["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"] == 1
+    # Ours, under a key of our own: an epoch-end checkpoint resumes at the next epoch; a step checkpoint inside its epoch.
+    ours, mid = epoch_end["steadytrainer"], mid_epoch["steadytrainer"]
+    assert ours["loop"] == {"epoch": 2, "batch_in_epoch": 0, "global_step": 4, "world_size": 1}
+    assert mid["loop"] == {"epoch": 1, "batch_in_epoch": 1, "global_step": 3, "world_size": 1}
+    (rng,) = ours["rng"]  # one per rank
     assert set(rng) >= {"python", "torch", "loader"} and rng["torch"].dtype == torch.uint8
-    (start,) = mid_epoch["epoch_start"]  # the RNG just before this epoch's iter(loader)
+    (start,) = mid["epoch_start"]  # the RNG just before this epoch's iter(loader)
     assert start["torch"].dtype == torch.uint8 and not torch.equal(start["torch"], rng["torch"])
-    assert epoch_end["epoch_start"] == [None]  # the next epoch starts from "rng": nothing else to keep
-    assert epoch_end["version"] == trainer_pkg.__version__
-    assert epoch_end["hparams"] == {"features": 8, "hidden": 12, "classes": 2, "dropout": 0.2, "lr": 0.1, "optimizer": "sgd"}
-    assert epoch_end["trainer"]["max_epochs"] == 2 and epoch_end["trainer"]["strategy"] == "single"
-    assert "val_loss" in epoch_end["metrics"]
+    assert ours["epoch_start"] == [None]  # the next epoch starts from "rng": nothing else to keep
+    assert ours["version"] == trainer_pkg.__version__ and ours["format"] == "steadytrainer/2"
+    assert ours["trainer"]["max_epochs"] == 2 and ours["trainer"]["strategy"] == "single"
+    assert "val_loss" in ours["metrics"]
 
 
-def test_the_model_entry_loads_into_the_bare_model_with_plain_torch():
+def test_the_state_dict_entry_loads_into_the_bare_model_with_plain_torch():
     t = fit(Classifier(hidden=12), epochs=1)
 
     bare = Classifier(hidden=12)
-    bare.load_state_dict(torch.load("checkpoints/epoch=0-step=2.ckpt", weights_only=True)["model"])  # strict
+    bare.load_state_dict(torch.load("checkpoints/epoch=0-step=2.ckpt", weights_only=True)["state_dict"])  # strict
     for k, v in t.module.state_dict().items():
         assert torch.equal(bare.state_dict()[k], v)
 
@@ -88,11 +98,13 @@ def test_grad_scaler_state_is_saved_and_restored():
     saving = Precision("32", torch.device("cpu"))
     assert saving.state_dict() == {}
     saving.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=7)
-    save_atomic({"model": {}, "precision": saving.state_dict()}, "scaler.ckpt")
+    file = layout.to_file({"model": {}, "loop": {}, "precision": saving.state_dict()})
+    save_atomic(file, "scaler.ckpt")
+    assert torch.load("scaler.ckpt", weights_only=True)["MixedPrecision"]["scale"] == 2.0**10  # where Lightning keeps it
 
     loading = Precision("32", torch.device("cpu"))
     loading.scaler = torch.amp.GradScaler("cpu")
-    loading.load_state_dict(torch.load("scaler.ckpt", weights_only=True)["precision"])
+    loading.load_state_dict(layout.scaler_state(torch.load("scaler.ckpt", weights_only=True)))
     assert loading.scaler.get_scale() == 2.0**10 and loading.scaler.get_growth_interval() == 7
     Precision("32", torch.device("cpu")).load_state_dict({"scaler": saving.scaler.state_dict()})  # no scaler: ignored
 
@@ -149,12 +161,12 @@ def test_last_skips_a_refused_file_with_a_warning_and_uses_the_previous_one(trai
 
     assert not os.path.exists("pwned")
     assert (start.epoch, start.step) == (1, 2)
-    assert any(line.startswith("Resumed from") and line.endswith("last.ckpt at epoch 1, step 2.") for line in trainer_log)
+    assert any(line.startswith("Resumed from") and line.endswith("epoch=0-step=2.ckpt at epoch 1, step 2.") for line in trainer_log)
 
 
 # --- truncated and corrupt files ------------------------------------------------------------
 def test_a_truncated_last_ckpt_falls_back_to_the_previous_checkpoint():
-    fit(epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=2)])
+    fit(epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=2, save_last=True)])
     last = "checkpoints/last.ckpt"
     with open(last, "rb") as f:
         data = f.read()
@@ -166,10 +178,10 @@ def test_a_truncated_last_ckpt_falls_back_to_the_previous_checkpoint():
 
     start = StartStep()
     with pytest.warns(UserWarning, match=r"skipping .*last.ckpt: .*is not a checkpoint.*cut off while being written"):
-        fit(epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=2)])
+        fit(epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=2, save_last=True)])
 
     assert (start.epoch, start.step) == (1, 3)
-    for k, v in expected["model"].items():
+    for k, v in expected["state_dict"].items():
         assert torch.equal(start.weights[k], v)
 
 
@@ -201,7 +213,7 @@ def test_last_of_a_run_that_reached_max_epochs_trains_nothing_and_says_so_in_one
     said = [line for line in trainer_log if "stopped" in line]
     assert len(said) == 1 and "\n" not in said[0]
     assert re.fullmatch(
-        r"`Trainer.fit` stopped: `max_epochs=2` reached. The checkpoint \S+last.ckpt had already trained 2 epoch\(s\), "
+        r"`Trainer.fit` stopped: `max_epochs=2` reached. The checkpoint \S+epoch=1-step=4.ckpt had already trained 2 epoch\(s\), "
         r"so this fit trains nothing. To train longer, raise the limit and resume from it: "
         r"Trainer\(max_epochs=4, ...\).fit\(model, ckpt_path=...\).", said[0],
     ), said[0]
@@ -218,7 +230,7 @@ def test_a_model_whose_keys_do_not_match_gets_the_missing_and_unexpected_keys():
             self.head = self.net  # the same layers under a second name
 
     with pytest.raises(CheckpointError) as err:
-        fit(Renamed(), epochs=2, ckpt_path="checkpoints/last.ckpt")
+        fit(Renamed(), epochs=2, ckpt_path="checkpoints/epoch=0-step=2.ckpt")
     message = str(err.value)
     assert "missing keys ['head.0.bias', 'head.0.weight', 'head.3.bias', 'head.3.weight']" in message
     assert "unexpected keys none" in message
@@ -227,13 +239,18 @@ def test_a_model_whose_keys_do_not_match_gets_the_missing_and_unexpected_keys():
 def test_a_model_with_other_shapes_is_an_error_naming_the_sizes():
     fit(epochs=1)
     with pytest.raises(CheckpointError, match=r"size mismatch for net.0.weight"):
-        fit(Classifier(hidden=32), epochs=2, ckpt_path="checkpoints/last.ckpt")
+        fit(Classifier(hidden=32), epochs=2, ckpt_path="checkpoints/epoch=0-step=2.ckpt")
 
 
 def test_a_weights_only_file_cannot_resume_fit_and_says_how_to_load_it():
-    torch.save({"model": Classifier().state_dict()}, "weights.ckpt")
-    with pytest.raises(CheckpointError, match=r"no training state.*load_state_dict"):
+    fit(epochs=1)
+    fitted = torch.load("checkpoints/epoch=0-step=2.ckpt", weights_only=True)
+    torch.save({k: v for k, v in fitted.items() if k in ("state_dict", "epoch", "global_step")}, "weights.ckpt")
+    with pytest.raises(CheckpointError, match=r"weights only.*fit cannot resume from it.*test\(ckpt_path=...\)"):
         fit(epochs=1, ckpt_path="weights.ckpt")
+    with pytest.raises(CheckpointError, match=r"no 'state_dict' entry"):  # a bare state dict is no checkpoint
+        torch.save(Classifier().state_dict(), "bare.ckpt")
+        fit(epochs=1, ckpt_path="bare.ckpt")
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -251,17 +268,39 @@ def test_a_failed_save_leaves_the_previous_file_intact_and_no_temp_files():
     assert os.listdir(".") == ["model.ckpt"]
 
 
-def test_a_checkpoint_that_could_not_be_loaded_back_is_refused_when_saved():
+def test_numpy_numbers_are_saved_as_python_numbers():
     import numpy as np
 
+    class NumpyLR(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.save_hyperparameters({"lr": np.float64(0.1), "hidden": np.int64(16)})
+
+        def configure_optimizers(self):  # a schedule computed with numpy, as many are
+            opt = torch.optim.SGD(self.parameters(), lr=np.float64(0.1))
+            return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: np.float32(0.5) ** epoch)
 
     class KeepsANumpyFloat(Callback):
         def state_dict(self):
             return {"best": np.float64(0.25)}
 
-    where = r"checkpoint\['callbacks'\]\['KeepsANumpyFloat'\]\['best'\] is a numpy.float64"
+    fit(NumpyLR(), epochs=2, callbacks=[KeepsANumpyFloat()])
+    ckpt = torch.load("checkpoints/epoch=1-step=4.ckpt", weights_only=True)  # weights_only: no numpy inside
+    assert type(ckpt["optimizer_states"][0]["param_groups"][0]["lr"]) is float
+    assert type(ckpt["callbacks"]["KeepsANumpyFloat"]["best"]) is float and ckpt["callbacks"]["KeepsANumpyFloat"]["best"] == 0.25
+    hparams = ckpt["hyper_parameters"]
+    assert (hparams["lr"], hparams["hidden"]) == (0.1, 16) and (type(hparams["lr"]), type(hparams["hidden"])) == (float, int)
+    fit(NumpyLR(), epochs=3, ckpt_path="last", callbacks=[KeepsANumpyFloat()])  # and it resumes
+
+
+def test_a_checkpoint_that_could_not_be_loaded_back_is_refused_when_saved():
+    class KeepsAFraction(Callback):
+        def state_dict(self):
+            return {"best": fractions.Fraction(1, 4)}
+
+    where = r"checkpoint\['callbacks'\]\['KeepsAFraction'\]\['best'\] is a fractions.Fraction"
     with pytest.raises(CheckpointError, match=where):
-        fit(epochs=1, callbacks=[KeepsANumpyFloat()])
+        fit(epochs=1, callbacks=[KeepsAFraction()])
     assert os.listdir("checkpoints") == []  # nothing that a resume would choke on later
 
 
@@ -309,16 +348,17 @@ def test_a_ddp_checkpoint_loads_into_the_bare_model_and_resumes_on_one_device():
     t.fit(Classifier(optimizer="adam"), loader(64, shuffle=True))  # 2 ranks x 2 steps of 16
     ckpt = torch.load("checkpoints/epoch=0-step=2.ckpt", weights_only=True)
 
-    assert not any(k.startswith("module.") for k in ckpt["model"])
+    assert not any(k.startswith("module.") for k in ckpt["state_dict"])
     bare = Classifier()
-    bare.load_state_dict(ckpt["model"])  # strict: every key fits
-    assert len(ckpt["rng"]) == 2 and not torch.equal(ckpt["rng"][0]["torch"], ckpt["rng"][1]["torch"])
-    assert [s["sampler"]["seed"] for s in ckpt["epoch_start"]] == [0, 0]  # DistributedSampler's
+    bare.load_state_dict(ckpt["state_dict"])  # strict: every key fits
+    ours = ckpt["steadytrainer"]
+    assert len(ours["rng"]) == 2 and not torch.equal(ours["rng"][0]["torch"], ours["rng"][1]["torch"])
+    assert [s["sampler"]["seed"] for s in ours["epoch_start"]] == [0, 0]  # DistributedSampler's
 
     start = StartStep()
     fit(Classifier(optimizer="adam"), epochs=2, ckpt_path="checkpoints/epoch=0-step=2.ckpt", callbacks=[start])
     assert (start.epoch, start.step) == (1, 2)
-    for k, v in ckpt["model"].items():
+    for k, v in ckpt["state_dict"].items():
         assert torch.equal(start.weights[k], v)
     assert start.optimizer["state"][0]["step"] == 2 and torch.equal(
         start.optimizer["state"][0]["exp_avg"], ckpt["optimizer_states"][0]["state"][0]["exp_avg"]
@@ -332,11 +372,11 @@ def test_16_mixed_saves_the_grad_scaler_and_cuda_rng_and_resume_restores_them():
             self.state = trainer._precision.scaler.state_dict()
 
     fit(epochs=1, strategy="single", precision="16-mixed")
-    ckpt = torch.load("checkpoints/last.ckpt", weights_only=True)
-    saved = ckpt["precision"]["scaler"]
+    ckpt = torch.load("checkpoints/epoch=0-step=2.ckpt", weights_only=True)
+    saved = ckpt["MixedPrecision"]  # where Lightning's precision plugin keeps it
     fresh = torch.amp.GradScaler("cuda").state_dict()
     assert saved != fresh  # it moved (growth tracker or scale), so the comparison below means something
-    assert "cuda" in ckpt["rng"][0]
+    assert "cuda" in ckpt["steadytrainer"]["rng"][0]
 
     start = ScalerAtStart()
     fit(epochs=2, strategy="single", precision="16-mixed", ckpt_path="last", callbacks=[start])
@@ -349,6 +389,6 @@ def test_a_checkpoint_saved_on_a_gpu_holds_cpu_tensors_so_a_machine_without_one_
     trainer.fit(Classifier(optimizer="adam"), loader())
     trainer.save_checkpoint("gpu.ckpt")
     ckpt = torch.load("gpu.ckpt", weights_only=True)  # no map_location: tensors come back where they were saved
-    tensors = [*ckpt["model"].values(), *(v for s in ckpt["optimizer_states"][0]["state"].values() for v in s.values())]
+    tensors = [*ckpt["state_dict"].values(), *(v for s in ckpt["optimizer_states"][0]["state"].values() for v in s.values())]
     assert len(tensors) > 4 and all(t.device.type == "cpu" for t in tensors)
     assert next(trainer.module.parameters()).device.type == "cuda"  # the live model stayed on the GPU

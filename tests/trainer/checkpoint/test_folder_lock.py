@@ -67,7 +67,7 @@ def test_a_second_run_in_a_folder_being_written_stops_with_a_sentence_and_kill_9
 
     folders = glob.glob(str(tmp_path / "**" / "checkpoints"), recursive=True)
     assert len(folders) == 1  # no second run folder either: the second run stopped before making one
-    last = torch.load(os.path.join(folders[0], "last.ckpt"), weights_only=True)["loop"]["global_step"]
+    last = torch.load(os.path.join(folders[0], "last.ckpt"), weights_only=True)["global_step"]
     assert 0 < last < 160
 
     # kill -9 left no stale lock: the next relaunch resumes the killed run's newest checkpoint.

@@ -47,28 +47,28 @@ def _fit(model, epochs, ckpt_path=None, callbacks=(), **kw):
 
 def _finite(path: str) -> bool:
     ckpt = torch.load(path, weights_only=True)
-    return all(torch.isfinite(v).all() for v in ckpt["model"].values())
+    return all(torch.isfinite(v).all() for v in ckpt["state_dict"].values())
 
 
 # --- a NaN never replaces the last good model ------------------------------------------------
 def test_a_save_of_nan_weights_is_refused_and_last_resumes_the_last_finite_state():
     with pytest.raises(CheckpointError, match=r"Not saving a checkpoint into '.*checkpoints' at step 8 \(epoch 1\): "
                                               r"the weight 'net.0.weight' holds NaN or infinite values.*are kept"):
-        _fit(DivergesAt(step=6), epochs=3)
+        _fit(DivergesAt(step=6), epochs=3, callbacks=[ModelCheckpoint(save_last=True)])
 
     # save_top_k=1 would have deleted epoch 0's file for epoch 1's NaN one, and last.ckpt moved on.
     assert sorted(os.listdir("checkpoints")) == ["epoch=0-step=4.ckpt", "last.ckpt"]
     assert _finite("checkpoints/last.ckpt") and _finite("checkpoints/epoch=0-step=4.ckpt")
 
-    kept = torch.load("checkpoints/epoch=0-step=4.ckpt", weights_only=True)["model"]
+    kept = torch.load("checkpoints/epoch=0-step=4.ckpt", weights_only=True)["state_dict"]
     start = StartStep()
-    _fit(DivergesAt(), epochs=3, ckpt_path="last", callbacks=[start])
+    _fit(DivergesAt(), epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(save_last=True)])
     assert start.step == 4 and all(torch.equal(start.weights[k], v) for k, v in kept.items())
-    assert _finite("checkpoints/last.ckpt") and torch.load("checkpoints/last.ckpt", weights_only=True)["loop"]["global_step"] == 12
+    assert _finite("checkpoints/last.ckpt") and torch.load("checkpoints/last.ckpt", weights_only=True)["global_step"] == 12
 
 
 def test_a_nan_optimizer_state_is_refused_too_and_save_checkpoint_keeps_the_file():
-    t = _fit(Classifier(optimizer="adam", lr=0.01), epochs=1)
+    t = _fit(Classifier(optimizer="adam", lr=0.01), epochs=1, callbacks=[ModelCheckpoint(save_last=True)])
     with open("checkpoints/last.ckpt", "rb") as f:
         before = f.read()
     first = next(iter(t.optimizer.state.values()))
@@ -83,7 +83,7 @@ def test_a_nan_optimizer_state_is_refused_too_and_save_checkpoint_keeps_the_file
 def test_under_ddp_every_rank_refuses_the_save_together(tmp_path):
     # Each rank checks its own tensors, one all-reduce decides: no rank waits in a save the others skip.
     with pytest.raises(Exception, match=r"Not saving a checkpoint .* at step 4 \(epoch 1\): the weight 'net.0.weight'"):
-        _fit(DivergesAt(step=2), epochs=3, strategy="ddp", devices=2)
+        _fit(DivergesAt(step=2), epochs=3, strategy="ddp", devices=2, callbacks=[ModelCheckpoint(save_last=True)])
     assert sorted(os.listdir("checkpoints")) == ["epoch=0-step=2.ckpt", "last.ckpt"]
     assert _finite("checkpoints/last.ckpt")
 
@@ -105,17 +105,17 @@ def _flip_16_bytes_inside_a_weight(path: str) -> None:
 
 
 def test_a_damaged_last_ckpt_falls_back_to_the_newest_intact_checkpoint_naming_both():
-    _fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=3)])
+    _fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=3, save_last=True)])
     # last.ckpt is a hard link to the newest top-k file (step 8): damaging it damages both.
     _flip_16_bytes_inside_a_weight("checkpoints/last.ckpt")
-    damaged = torch.load("checkpoints/last.ckpt", weights_only=True)["model"]  # what resumed in silence before
-    intact = torch.load("checkpoints/epoch=1-step=7.ckpt", weights_only=True)["model"]
+    damaged = torch.load("checkpoints/last.ckpt", weights_only=True)["state_dict"]  # what resumed in silence before
+    intact = torch.load("checkpoints/epoch=1-step=7.ckpt", weights_only=True)["state_dict"]
     assert any(not torch.equal(damaged[k], v) for k, v in intact.items())
 
     start = StartStep()
     with pytest.warns(UserWarning, match=r"skipping .*last.ckpt: '.*last.ckpt' is damaged: the bytes of entry .* do not match "
                                          r"its CRC-32.* Resuming from .*epoch=1-step=7.ckpt instead, the newest intact checkpoint"):
-        _fit(Classifier(), epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=3)])
+        _fit(Classifier(), epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=3, save_last=True)])
 
     assert start.step == 7
     assert all(torch.equal(start.weights[k], v) for k, v in intact.items())

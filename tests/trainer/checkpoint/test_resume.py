@@ -150,8 +150,10 @@ def assert_same_training(folder: Path, ref: Path) -> None:
     assert sorted(ours) == sorted(theirs)
     for name in theirs:
         a, b = torch.load(ours[name], weights_only=True), torch.load(theirs[name], weights_only=True)
-        for key in ("model", "optimizer_states", "lr_schedulers", "loop", "rng", "epoch_start"):
+        for key in ("state_dict", "optimizer_states", "lr_schedulers", "loops", "epoch", "global_step"):
             assert _equal(a[key], b[key]), f"{name}: {key!r} differs from the uninterrupted run's"
+        for key in ("loop", "rng", "epoch_start"):
+            assert _equal(a["steadytrainer"][key], b["steadytrainer"][key]), f"{name}: our {key!r} differs from the uninterrupted run's"
 
 
 def _equal(a, b) -> bool:
@@ -171,8 +173,8 @@ def _equal(a, b) -> bool:
         pytest.param("batch_end:2", None, id="before-first-checkpoint"),
         # killed at step 5: the step-3 checkpoint, taken right after a mid-epoch validation
         pytest.param("batch_end:5", ("epoch=0-step=3.ckpt", 0, 3), id="mid-epoch"),
-        # killed before epoch 1's first batch: the epoch-0 checkpoint (and last.ckpt, its hard link)
-        pytest.param("batch_start:8", ("last.ckpt", 1, 8), id="epoch-boundary"),
+        # killed before epoch 1's first batch: the epoch-0 checkpoint
+        pytest.param("batch_start:8", ("epoch=0-step=8-end.ckpt", 1, 8), id="epoch-boundary"),
         pytest.param("batch_end:20", ("epoch=2-step=18.ckpt", 2, 18), id="last-epoch"),
     ],
 )
@@ -185,7 +187,7 @@ def test_kill9_then_restart_is_bit_exact(where, expected_resume, tmp_path, scrip
     if expected_resume is None:
         assert "no checkpoint in" in job.log and "starting from scratch" in job.log
     else:
-        assert resumed_from(job) == expected_resume or resumed_from(job) == ("last.ckpt", *expected_resume[1:])
+        assert resumed_from(job) == expected_resume
     assert_same_training(tmp_path, ref)
 
 
@@ -200,7 +202,7 @@ def test_ddp_kill9_mid_epoch_then_on_epoch_boundary(tmp_path, script_env, refere
     assert resumed_from(job)[1:] == (1, 6)
     job = run(args, tmp_path, script_env)
 
-    assert resumed_from(job) == ("last.ckpt", 2, 8)  # the epoch-end checkpoint: batch 0 of epoch 2
+    assert resumed_from(job) == ("epoch=1-step=8-end.ckpt", 2, 8)  # the epoch-end checkpoint: batch 0 of epoch 2
     assert_same_training(tmp_path, ref)
 
 
@@ -246,7 +248,7 @@ def test_kill9_on_a_gpu_in_mixed_precision_then_restart_is_bit_exact(precision, 
     assert_same_training(tmp_path, ref)
     if precision == "16-mixed":
         saved = torch.load(glob.glob(str(tmp_path / "runs/lightning_logs/version_*/checkpoints/last.ckpt"))[0], weights_only=True)
-        assert "scaler" in saved["precision"]
+        assert "MixedPrecision" in saved  # the GradScaler, where Lightning keeps it
 
 
 # --- SIGTERM and Ctrl-C ----------------------------------------------------------------------
@@ -260,7 +262,7 @@ def test_sigterm_saves_last_and_resume_is_bit_exact(tmp_path, script_env, refere
     assert job.wait() != 0  # a scheduler must see the interruption
     assert "Interrupted: Training stopped by SIGTERM at step 5" in job.log
     last = tmp_path / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 5  # the very next step boundary
+    assert torch.load(last, weights_only=True)["global_step"] == 5  # the very next step boundary
     job = run([], tmp_path, script_env)
     assert resumed_from(job) == ("last.ckpt", 0, 5)
     assert_same_training(tmp_path, ref)
@@ -280,7 +282,7 @@ def test_ddp_sigterm_then_ctrl_c_then_resume_is_bit_exact(tmp_path, script_env, 
     assert "trainer.core.signals.Interrupted: Training stopped by SIGTERM at step 8" in job.log  # ranks agree every 8 steps
     assert "rank 0 stopped by Interrupted" in job.log and "rank 1 stopped by Interrupted" in job.log
     assert "WorkerError" not in job.log
-    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 8
+    assert torch.load(last, weights_only=True)["global_step"] == 8
 
     # Ctrl-C in a terminal: SIGINT to the whole process group (each worker also gets the
     # parent's forwarded copy, which must not count as a second, forcing Ctrl-C). This run
@@ -323,7 +325,7 @@ def test_an_ignored_sigint_stays_ignored_and_sigterm_still_saves_and_stops(tmp_p
     assert "done epoch=3 step=24" in job.log
     assert_same_training(tmp_path, ref)  # every checkpoint, and the final weights, as never signalled
     last = tmp_path / "runs" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 24  # the run's end, not step 5
+    assert not last.exists()  # never stopped: no resume point written (save_last is not set)
 
     # SIGTERM (a scheduler's stop) is caught all the same: last.ckpt at the next step boundary.
     shutil.rmtree(tmp_path / "runs")
@@ -333,7 +335,7 @@ def test_an_ignored_sigint_stays_ignored_and_sigterm_still_saves_and_stops(tmp_p
     os.kill(job.proc.pid, signal.SIGTERM)
     assert job.wait() != 0, job.log
     assert "Interrupted: Training stopped by SIGTERM at step 5" in job.log
-    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 5
+    assert torch.load(last, weights_only=True)["global_step"] == 5
 
 
 # --- torchrun --max-restarts ---------------------------------------------------------------
@@ -346,7 +348,7 @@ def test_torchrun_restart_carries_on_from_last_checkpoint(tmp_path, script_env, 
     job = run([*args, "--crash-once", "7"], tmp_path, script_env, launcher=torchrun)
 
     assert (tmp_path / "crashed").exists()  # rank 1 did die on the first attempt
-    assert resumed_from(job) == ("epoch=1-step=6.ckpt", 1, 6) or resumed_from(job) == ("last.ckpt", 1, 6)
+    assert resumed_from(job) == ("epoch=1-step=6.ckpt", 1, 6)
     assert_same_training(tmp_path, ref)
 
 
@@ -501,7 +503,7 @@ def test_sigint_in_process_saves_last_and_a_second_ctrl_c_interrupts_at_once(mon
         with pytest.raises(Interrupted, match="stopped by SIGINT at step 2") as err:
             Trainer(**quiet(max_epochs=3, enable_checkpointing=True, callbacks=[CtrlC(1)])).fit(Classifier(), loader(32))
         assert err.value.signum == signal.SIGINT
-        assert torch.load("checkpoints/last.ckpt", weights_only=True)["loop"]["global_step"] == 2
+        assert torch.load("checkpoints/last.ckpt", weights_only=True)["global_step"] == 2
         assert signal.getsignal(signal.SIGINT) is users_handler  # put back
 
         with pytest.raises(SystemExit, match="1") as stop:  # Lightning's exit on a KeyboardInterrupt
@@ -572,8 +574,9 @@ def _stopped_then_resumed(stop: dict, model_cls=Scheduled) -> None:
     shutil.rmtree("ck")
     stopped, _ = run(**stop)
     assert 0 < stopped.state.batch_in_epoch < 8, "the stop must come mid-epoch"
-    last = torch.load(os.path.join("ck", "last.ckpt"), weights_only=True)
-    assert last["loop"]["global_step"] == stopped.global_step  # written at the stop
+    # written at the stop, into the run's own checkpoints folder: "ck", named here without save_last, gets none
+    last = torch.load(os.path.join("checkpoints", "last.ckpt"), weights_only=True)
+    assert last["global_step"] == stopped.global_step and not os.path.exists(os.path.join("ck", "last.ckpt"))
     resumed, final = run(max_epochs=3)
     patience = resumed.callbacks[1]
     assert resumed.global_step == 24 and patience.wait_count <= 3  # 3 validations, each counted once
@@ -667,8 +670,8 @@ def test_last_never_resumes_an_older_run_when_the_latest_one_saved_nothing():
 
 
 def test_last_takes_the_latest_fits_checkpoint_even_when_an_older_runs_file_is_newer_on_disk():
-    fit_named(epochs=1)  # version_0: last.ckpt at step 2
-    fit_named(epochs=2)  # version_1: last.ckpt at step 4
+    fit_named(epochs=1)  # version_0: a checkpoint at step 2
+    fit_named(epochs=2)  # version_1: a checkpoint at step 4
     later = time.time() + 60
     for path in glob.glob("lightning_logs/version_0/checkpoints/*.ckpt"):
         os.utime(path, (later, later))  # e.g. copied back from a backup

@@ -94,4 +94,4 @@ def test_a_fits_checkpoint_file_is_what_torch_save_writes(tmp_path):
     checkpoint = torch.load(path, weights_only=True)
     assert written == torch_bytes(checkpoint)  # the background writer's bytes, through serialize.save
     assert os.path.basename(path) == "epoch=1-step=16.ckpt"
-    assert torch.equal(checkpoint["model"]["net.0.weight"], model.net[0].weight.detach())
+    assert torch.equal(checkpoint["state_dict"]["net.0.weight"], model.net[0].weight.detach())

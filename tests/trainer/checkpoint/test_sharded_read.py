@@ -46,7 +46,7 @@ def sharded_folder(tmp_path_factory) -> Path:
         log_dir=root, enable_progress_bar=False, enable_model_summary=False,
     )
     t.fit(_model(), loader(n=32, batch_size=8))
-    return Path(t.checkpoint_callback.last_model_path).resolve()  # last.ckpt links to the epoch's folder
+    return Path(t.checkpoint_callback.best_model_path).resolve()  # the epoch's folder
 
 
 def _resume(folder: Path) -> None:

@@ -119,14 +119,17 @@ class Data(DataModule):
 
 def test_datamodule_state_and_trainer_and_hparams_in_checkpoints():
     dm = Data(batch_size=8)
-    trainer = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet())
+    trainer = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet())
     trainer.fit(Classifier(), datamodule=dm)
     assert dm.attached is trainer
     ckpt = torch.load(os.path.join("ck", "last.ckpt"), weights_only=True)
-    assert ckpt["datamodule"] == {"batches_served": 5} and ckpt["datamodule_hparams"] == {"batch_size": 8}
+    # Lightning's keys: the state under the DataModule's class name, its hyperparameters beside the model's
+    assert ckpt["Data"] == {"batches_served": 5} and ckpt["datamodule_hyper_parameters"] == {"batch_size": 8}
+    assert ckpt["datamodule_hparams_name"] == "kwargs"
     again = Data(batch_size=8)
     Trainer(max_epochs=2, **quiet()).fit(Classifier(), datamodule=again, ckpt_path=os.path.join("ck", "last.ckpt"))
     assert again.batches_served == 5
+    assert Data.load_from_checkpoint(os.path.join("ck", "last.ckpt")).batches_served == 5  # built from its hyperparameters
 
 
 def test_from_datasets():

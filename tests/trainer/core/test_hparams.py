@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from callbacks import ModelCheckpoint
-from tests._models import loader, quiet
+from tests._models import Classifier, loader, quiet
 from trainer import DataModule, Trainer, TrainModule
 
 
@@ -92,7 +92,7 @@ class Template(TrainModule):
 
 def test_template_with_a_network_and_partials_checkpoints_plain_data_and_says_what_to_pass():
     net = nn.Linear(8, 2)
-    with pytest.warns(UserWarning, match=r"'net' is an nn.Module.*ignore=\['net'\]"):
+    with pytest.warns(UserWarning, match=r"Attribute 'net' is an instance of `nn.Module` and is already saved.*ignore=\['net'\]"):
         model = Template(net, functools.partial(torch.optim.SGD, lr=0.1), functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1))
     assert model.hparams.net is net  # in memory, the very objects
     with warnings.catch_warnings(record=True) as caught:
@@ -101,12 +101,12 @@ def test_template_with_a_network_and_partials_checkpoints_plain_data_and_says_wh
     left_out = [str(w.message) for w in caught if "not plain data" in str(w.message)]
     assert len(left_out) == 1, left_out  # one warning for the run, naming both partials (not the network again)
     assert "'optimizer' (partial), 'scheduler' (partial)" in left_out[0] and "net" not in left_out[0].split(":")[1]
-    path = os.path.join("ck", "last.ckpt")
+    path = os.path.join("ck", "epoch=1-step=4.ckpt")
     ckpt = torch.load(path, weights_only=True)  # loadable without running pickled code
-    assert ckpt["hparams"] == {"lr": 0.1} and ckpt["hparams_left_out"] == ["net", "optimizer", "scheduler"]
+    assert ckpt["hyper_parameters"] == {"lr": 0.1} and ckpt["steadytrainer"]["hparams_left_out"] == ["net", "optimizer", "scheduler"]
     with pytest.raises(TypeError, match=r"left out 'net', 'optimizer', 'scheduler'.*load_from_checkpoint\(path, net=\.\.\., optimizer=\.\.\., scheduler=\.\.\.\)"):
         Template.load_from_checkpoint(path)
-    with pytest.warns(UserWarning, match="'net' is an nn.Module"):
+    with pytest.warns(UserWarning, match="'net' is an instance of `nn.Module`"):
         loaded = Template.load_from_checkpoint(path, net=nn.Linear(8, 2), optimizer=None, scheduler=None, weights_only=True)
     assert torch.equal(loaded.net.weight, model.net.weight) and not loaded.training
 
@@ -120,3 +120,58 @@ class Data(DataModule):
 def test_datamodule_hparams():
     dm = Data(batch_size=4)
     assert dm.hparams.batch_size == 4 and dm.hparams == {"batch_size": 4, "root": "data"}
+
+
+def test_a_subclass_ignore_drops_what_a_base_class_recorded_and_a_primitive_is_refused_in_lightnings_words():
+    class Base(TrainModule):
+        def __init__(self, arg1, arg2, arg3):
+            super().__init__()
+            self.save_hyperparameters(ignore="arg1")
+
+    class Sub(Base):
+        def __init__(self, arg1, arg2, arg3):
+            super().__init__(arg1, arg2, arg3)
+            self.save_hyperparameters(ignore="arg2")
+
+    assert dict(Sub(1, 2, 3).hparams) == {"arg1": 1, "arg3": 3}
+
+    class Primitive(TrainModule):
+        def __init__(self, x=1):
+            super().__init__()
+            self.save_hyperparameters(3.14, "x")
+
+    with pytest.raises(ValueError, match=r"^Primitives \(<class 'bool'>, <class 'int'>, <class 'float'>, <class 'str'>\) are not allowed"):
+        Primitive()
+
+
+def test_load_from_checkpoint_gives_a_recorded_dict_back_to_its_argument_and_reads_lightnings_older_keys():
+    class Configured(Classifier):
+        def __init__(self, config: dict):
+            super().__init__(hidden=config["hidden"])
+            self.save_hyperparameters(config)
+
+    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(Configured({"hidden": 6}), loader(32))
+    (path,) = [os.path.join("ck", f) for f in os.listdir("ck")]
+    ckpt = torch.load(path, weights_only=True)
+    assert ckpt["hparams_name"] == "config" and ckpt["hyper_parameters"] == {"hidden": 6}
+    assert Configured.load_from_checkpoint(path).net[0].out_features == 6  # Configured(config={"hidden": 6})
+
+    older = {k: v for k, v in ckpt.items() if k not in ("hyper_parameters", "hparams_name", "steadytrainer")}
+    torch.save({**older, "module_arguments": {"hidden": 6}}, "old.ckpt")  # Lightning before 1.0
+    assert Classifier.load_from_checkpoint("old.ckpt").net[0].out_features == 6
+
+
+def test_a_dataclass_module_records_its_init_fields():
+    import dataclasses
+
+    @dataclasses.dataclass(eq=False)
+    class Fields(Classifier):
+        width: int
+        note: str = "x"
+        derived: int = dataclasses.field(default=0, init=False)
+
+        def __post_init__(self):
+            super().__init__(hidden=self.width)
+            self.save_hyperparameters()
+
+    assert dict(Fields(6, note="y").hparams) == {"width": 6, "note": "y"}

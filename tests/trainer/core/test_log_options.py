@@ -141,7 +141,7 @@ class Indexes(Classifier):
 def test_a_mid_epoch_checkpoint_keeps_the_keywords_of_what_was_logged():
     from callbacks import ModelCheckpoint
 
-    Trainer(max_steps=2, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(Indexes(), loader(64))
+    Trainer(max_steps=2, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet()).fit(Indexes(), loader(64))
     resumed = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet())
     resumed.fit(Indexes(), loader(64), ckpt_path="ck/last.ckpt")  # batches 2 and 3 of the 4
     assert resumed.callback_metrics["idx_epoch"] == 1.5  # the mean of 0, 1, 2, 3: both halves, still named idx_epoch

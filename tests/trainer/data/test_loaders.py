@@ -212,7 +212,7 @@ class Best(Classifier):
 
 
 def _weights(path: str) -> dict:
-    return torch.load(path, weights_only=True)["model"]
+    return torch.load(path, weights_only=True)["state_dict"]
 
 
 def test_validate_with_ckpt_path_best_last_or_a_file_evaluates_those_weights_at_their_step(tmp_path):

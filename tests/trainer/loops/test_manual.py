@@ -101,7 +101,7 @@ def test_optimizers_and_schedulers_come_back_in_the_order_given_and_only_the_use
     assert model.opt_a.param_groups[0]["lr"] == pytest.approx(0.025)  # stepped by the user at each epoch's end
     assert model.opt_b.param_groups[0]["lr"] == pytest.approx(0.2)  # never stepped: interval='step' is not ours to act on
     # Every optimizer and scheduler is in the checkpoint.
-    ckpt = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)
+    ckpt = torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=True)
     assert len(ckpt["optimizer_states"]) == 2 and len(ckpt["lr_schedulers"]) == 2
     assert [s["param_groups"][0]["lr"] for s in ckpt["optimizer_states"]] == pytest.approx([0.025, 0.2])
     assert ckpt["lr_schedulers"][0]["last_epoch"] == 2

@@ -1,0 +1,99 @@
+"""``load_from_checkpoint`` for the module and the DataModule, as Lightning's ``core/saving.py``:
+the object built from the hyperparameters a checkpoint recorded, then given its state."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+from typing import Any
+
+import torch
+
+from trainer.checkpoint import files, layout
+from trainer.checkpoint.state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
+from trainer.core.module import overridden
+
+
+def load_from_checkpoint(
+    cls: type, checkpoint_path: str | os.PathLike, map_location: Any = None, hparams_file: Any = None,
+    strict: bool | None = None, weights_only: bool | None = None, **kwargs: Any,
+) -> Any:
+    """``cls`` built from the checkpoint's hyperparameters (``kwargs`` replace or add some),
+    then, for a module, its ``on_load_checkpoint`` and weights; for a DataModule, its
+    ``load_state_dict`` with what the file keeps under its class's name."""
+    if hparams_file is not None:
+        raise ValueError(
+            f"{cls.__name__}.load_from_checkpoint(hparams_file={hparams_file!r}): the checkpoint holds the "
+            "hyperparameters itself; pass changed ones as keyword arguments instead."
+        )
+    ckpt = files.load(checkpoint_path, map_location=map_location, weights_only=weights_only is not False)
+    path = os.fspath(checkpoint_path)
+    recorded: dict[str, Any] = {}
+    if cls.CHECKPOINT_HYPER_PARAMS_KEY == "hyper_parameters":  # a module (not a DataModule)
+        for past in ("hparams", "module_arguments"):  # where Lightning before 1.0 kept them
+            recorded.update(ckpt.get(past) if isinstance(ckpt.get(past), dict) else {})
+    recorded.update(ckpt.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
+    saved = {**recorded, **kwargs}
+    ckpt[cls.CHECKPOINT_HYPER_PARAMS_KEY] = saved  # what on_load_checkpoint sees, as in Lightning
+    obj = _build(cls, path, ckpt, saved, kwargs, bool(recorded))
+    if not isinstance(obj, torch.nn.Module):  # a DataModule
+        if type(obj).__qualname__ in ckpt:
+            obj.load_state_dict(ckpt[type(obj).__qualname__])
+        return obj
+    if obj.__dict__.get("_strict_loading") is not None and strict is not None and strict != obj.strict_loading:
+        raise ValueError(
+            f"You set `.load_from_checkpoint(..., strict={strict!r})` which is in conflict with "
+            f"`{cls.__name__}.strict_loading={obj.strict_loading!r}. Please set the same value for both of them."
+        )
+    strict = obj.strict_loading if strict is None else strict
+    if overridden(obj, "configure_model"):  # its lazily built layers take the weights
+        obj.configure_model()
+    obj.on_load_checkpoint(ckpt)
+    sharded = layout.ours(ckpt).get("sharded")
+    if sharded is not None:  # a folder of shards (fsdp): read whole into this one process
+        ckpt["state_dict"] = load_sharded_model(sharded, plain_state_dict(obj.state_dict()))
+    state = ckpt["state_dict"]
+    if not state:
+        warnings.warn(f"The state dict in {path!r} contains no parameters.", UserWarning, stacklevel=3)
+        return obj.eval()
+    keys = load_plain_state_dict(obj, state, strict=strict)  # into compiled submodules too
+    if not strict and keys is not None:
+        if getattr(keys, "missing_keys", None):
+            warnings.warn(f"Found keys that are in the model state dict but not in the checkpoint: {keys.missing_keys}", stacklevel=3)
+        if getattr(keys, "unexpected_keys", None):
+            warnings.warn(f"Found keys that are not in the model state dict but in the checkpoint: {keys.unexpected_keys}", stacklevel=3)
+    device = next((t.device for t in state.values() if isinstance(t, torch.Tensor)), None)
+    return (obj if device is None else obj.to(device)).eval()
+
+
+def _build(cls: type, path: str, ckpt: dict[str, Any], saved: dict[str, Any], kwargs: dict[str, Any], recorded: bool) -> Any:
+    """``cls(**hyperparameters)``: the ones ``__init__`` takes (all of them if it takes
+    ``**kwargs``); a dict given to ``save_hyperparameters`` goes back to its argument."""
+    params = inspect.signature(cls.__init__).parameters
+    names = [n for i, (n, p) in enumerate(params.items()) if i and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    name = ckpt.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)
+    loaded = {name: saved} if name and name in names else dict(saved)
+    arguments = {**loaded, **kwargs}
+    if not takes_any:
+        arguments = {k: v for k, v in arguments.items() if k in names}
+    try:
+        return cls(**arguments)
+    except TypeError as err:
+        missing = [k for k in layout.ours(ckpt).get("hparams_left_out", []) if k not in kwargs]
+        if missing:
+            raise TypeError(
+                f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint left out "
+                f"{', '.join(map(repr, missing))} (not plain data, so not saved; {err}). Pass "
+                f"{'it' if len(missing) == 1 else 'them'}: {cls.__name__}.load_from_checkpoint(path, "
+                f"{', '.join(f'{k}=...' for k in missing)})."
+            ) from None
+        if recorded:
+            raise
+        raise TypeError(
+            f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint holds no "
+            f"hyperparameters, and {cls.__name__}() could not be built without them ({err}). Call "
+            "self.save_hyperparameters() in __init__ so that checkpoints record them, or pass them "
+            f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
+        ) from None
