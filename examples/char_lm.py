@@ -10,7 +10,7 @@ code at the end, from the model reloaded out of that checkpoint.
 Run it (from the repository root):
 
     python examples/char_lm.py                                # 1 to 4 minutes on 2 CPU cores
-    tensorboard --logdir runs                                 # then open http://localhost:6006
+    tensorboard --logdir lightning_logs                               # then open http://localhost:6006
     python examples/char_lm.py --strategy ddp --devices 2     # two processes (gloo on a CPU)
     python examples/char_lm.py --strategy fsdp --devices 2    # two processes, each holding half the model
     python examples/char_lm.py --precision bf16-mixed --max-steps 200

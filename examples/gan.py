@@ -10,7 +10,7 @@ Run it (from the repository root):
 
     python examples/gan.py                                 # about a minute on 2 CPU cores
     python examples/gan.py --strategy ddp --devices 2      # two processes (gloo on a CPU)
-    tensorboard --logdir runs                              # d_loss, g_loss, val_mode_dist
+    tensorboard --logdir lightning_logs                           # d_loss, g_loss, val_mode_dist
 
 At the end it prints how many of the 8 modes the generator covers and how far its samples
 land from the nearest mode (in units of the modes' spread), from the model reloaded out of the

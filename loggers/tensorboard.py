@@ -1,4 +1,4 @@
-"""TensorBoardLogger: what ``tensorboard --logdir runs`` shows for a run, with no configuration."""
+"""TensorBoardLogger: what ``tensorboard --logdir lightning_logs`` shows for a run, with no configuration."""
 
 from __future__ import annotations
 
