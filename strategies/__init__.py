@@ -4,7 +4,7 @@ from typing import Any
 
 from ._select import select_strategy
 from ._spawn import WorkerError
-from .base import Strategy
+from .base import ParallelStrategy, Strategy
 from .data_parallel import DataParallelStrategy
 from .ddp import DDPStrategy
 from .single_device import SingleDeviceStrategy
@@ -13,6 +13,7 @@ __all__ = [
     "DDPStrategy",
     "DataParallelStrategy",
     "FSDPStrategy",
+    "ParallelStrategy",
     "SingleDeviceStrategy",
     "Strategy",
     "WorkerError",

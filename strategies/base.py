@@ -261,6 +261,12 @@ class Strategy:
         return _NO_SYNC
 
 
+class ParallelStrategy(Strategy):
+    """Lightning's base of the strategies that run one model on several devices (``"ddp"``,
+    ``"fsdp"``, ``"dp"``), for code that asks ``isinstance(trainer.strategy, ParallelStrategy)``.
+    It adds nothing to :class:`Strategy`, whose members every strategy already has."""
+
+
 def check_cuda_indices(arg: str, value: Any, indices: list[int], cpu_fix: str = "use devices=1 or 'auto'") -> None:
     """Raise a ValueError naming ``arg`` if an index is not a visible CUDA device.
 

@@ -23,7 +23,7 @@ from trainer.core.checks import user_stacklevel
 from trainer.data.batches import apply_to_tensors, move_to_device
 from trainer.core.metrics import MetricSink, current_sink, set_sink
 
-from .base import StepDispatcher, Strategy, check_cuda_indices, check_given_ids, device_id_list
+from .base import ParallelStrategy, StepDispatcher, check_cuda_indices, check_given_ids, device_id_list
 from .precision import Precision
 
 
@@ -139,7 +139,7 @@ def _combine_tensors(outputs: list[torch.Tensor], weights: list[int], device: to
     return sum(o.to(device) * (w / total) for o, w in zip(outputs, weights))
 
 
-class DataParallelStrategy(Strategy):
+class DataParallelStrategy(ParallelStrategy):
     """``strategy="dp"``: the loader's batch is the global batch, split across ``device_ids``.
 
     An index may repeat: ``device_ids=[0, 0]`` runs two replicas on one GPU, through the whole

@@ -21,7 +21,7 @@ from trainer.data.batches import apply_to_tensors, rebuild_loader
 from ._env import launched_env
 from ._sharding import ContiguousShard, drops_last, sampler_seed, sampler_to_shard
 from ._spawn import spawn
-from .base import StepDispatcher, Strategy, check_cuda_indices, check_given_ids, device_id_list
+from .base import ParallelStrategy, StepDispatcher, check_cuda_indices, check_given_ids, device_id_list
 from .precision import Precision
 
 #: How long a collective may wait for a peer before the job fails (torch's NCCL default is 30 min).
@@ -30,7 +30,7 @@ _START_METHODS = ("spawn", "forkserver", "fork")
 _BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 
 
-class DDPStrategy(Strategy):
+class DDPStrategy(ParallelStrategy):
     """One process per device. Started from a plain script it spawns ``devices`` workers;
     under ``torchrun`` (or SLURM's ``srun``) it joins the processes the launcher started.
 

@@ -226,3 +226,12 @@ def test_strategy_base_defaults_are_identities():
     assert base.broadcast_object("x") == "x"
     assert base.gather_objects(5) == [5]
     assert base.is_global_zero and base.world_size == 1
+
+
+def test_parallel_strategy_is_the_base_of_ddp_fsdp_and_dp_as_in_lightning():
+    from strategies import FSDPStrategy, ParallelStrategy
+
+    for name, parallel in (("ddp", True), ("fsdp", True), ("dp", True), ("single", False)):
+        strategy = Trainer(strategy=name, devices=2 if parallel and name != "dp" else "auto", **quiet()).strategy
+        assert isinstance(strategy, ParallelStrategy) is parallel, name
+    assert issubclass(FSDPStrategy, ParallelStrategy) and not issubclass(SingleDeviceStrategy, ParallelStrategy)

@@ -196,6 +196,11 @@ class TrainModule(HyperparametersMixin, nn.Module):
         self.to(value)
 
     @property
+    def on_gpu(self) -> bool:
+        """True if the model's parameters are on a CUDA device (Lightning's)."""
+        return self.device.type == "cuda"
+
+    @property
     def example_input_array(self) -> Any:
         """An input for ``forward``: the model summary shows each layer's input and output shapes from it."""
         return self.__dict__.get("_example_input_array")

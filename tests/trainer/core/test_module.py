@@ -219,3 +219,10 @@ def test_the_trainer_is_settable_on_the_module_and_its_submodules_as_in_lightnin
     assert outer.trainer is trainer and outer.inner.trainer is trainer
     outer.trainer = None
     assert outer._trainer is None and outer.inner._trainer is None
+
+
+def test_on_gpu_says_whether_the_parameters_are_on_a_cuda_device():
+    model = Classifier()
+    assert model.on_gpu is False
+    if torch.cuda.is_available():
+        assert model.cuda().on_gpu is True
