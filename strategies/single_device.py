@@ -39,6 +39,11 @@ class SingleDeviceStrategy(Strategy):
                 f"devices={devices!r} and SingleDeviceStrategy(device={str(self.root_device)!r}) both choose "
                 "the device. Give only one of them."
             )
+        if self._device_given and isinstance(devices, int) and devices > 1:
+            raise ValueError(
+                f"devices={devices!r} asks for {devices} devices, but SingleDeviceStrategy(device="
+                f"{str(self.root_device)!r}) runs on one. Pass devices=1, or strategy='ddp' for {devices} processes."
+            )
         if self._device_given:
             if self.accelerator is not None and self.root_device.type != self.accelerator:
                 raise ValueError(

@@ -63,6 +63,8 @@ def test_the_strategy_is_built_with_the_trainers_precision():
 def test_a_single_device_instance_and_a_device_list_conflict():
     with pytest.raises(ValueError, match=r"devices=\[0\] and SingleDeviceStrategy\(device='cpu'\) both choose"):
         Trainer(strategy=SingleDeviceStrategy("cpu"), devices=[0], **quiet())
+    with pytest.raises(ValueError, match=r"devices=2 asks for 2 devices, but SingleDeviceStrategy\(device='cpu'\) runs on one"):
+        Trainer(strategy=SingleDeviceStrategy("cpu"), devices=2, **quiet())
 
 
 def test_unknown_name_lists_the_valid_ones_and_suggests_the_closest():
