@@ -368,6 +368,7 @@ def test_a_second_fit_saves_its_own_checkpoints_and_best_path():
     trainer = Trainer(max_epochs=1, callbacks=[checkpoint], **quiet(enable_checkpointing=True))
     trainer.fit(Classifier(), loader(), loader(32))
     first = checkpoint.best_model_path
-    trainer.fit(Classifier(lr=0.01), loader(), loader(32))  # ends at the same step, 8
+    trainer.max_epochs = 2  # a second fit goes on from where the first ended (Lightning's)
+    trainer.fit(Classifier(lr=0.01), loader(), loader(32))
     assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path)
-    assert torch.load(checkpoint.best_model_path, weights_only=True)["loop"]["global_step"] == 8
+    assert torch.load(checkpoint.best_model_path, weights_only=True)["loop"]["global_step"] == 16
