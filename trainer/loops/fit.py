@@ -132,7 +132,7 @@ class FitLoop(StopRules, Publishing):
         self.resume = Resume.load(trainer, run, ckpt_path)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         # Batches run in earlier epochs: with check_val_every_n_epoch=None, val_check_interval counts across epochs.
-        batches = trainer.num_training_batches
+        batches, self._val_at_end = trainer.num_training_batches, False  # (whether the epoch's last batch validated)
         self._batches_before = trainer.state.current_epoch * batches if batches != math.inf else 0
         step = trainer.state.global_step
         self._logged_step = step  # the last step on_train_log saw; the next one it sees:
@@ -198,16 +198,15 @@ class FitLoop(StopRules, Publishing):
             )
 
     def _end_epoch(self) -> None:
-        """A completed epoch's end. The ``on_train_epoch_end`` hooks run in Lightning's order
-        (the callbacks, the model, then ModelCheckpoint and EarlyStopping, then the loggers'
-        writer) with the epoch's values still open, so that what each logs joins the epoch
-        means (taken again then); the epoch's schedulers step before the monitoring callbacks."""
+        """A completed epoch's end. The ``on_train_epoch_end`` hooks run in Lightning's order (see
+        the class docstring) with the epoch's values still open: what each logs joins the means."""
         trainer, run, hooks = self.trainer, self.run, self.run.hooks
         sink = run.train_sink
         run.epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
-        self._publish_epoch_means(sink)
+        self._publish_epoch_means(sink, keep_latest=self._val_at_end)
         if self._epoch_val_due() and trainer.num_training_batches == math.inf:  # unsized: its last batch is known now
             evaluation_loop(trainer, run, "validation", self.val_loader, trainer.limit_val_batches)
+            self._val_at_end = True
         self._batches_before += trainer.state.batch_in_epoch
         fns, monitors = hooks.on_train_epoch_end, hooks.epoch_end_monitors
         previous, sink.batch_size = set_sink(sink), 1  # what the hooks log: one value per process
@@ -216,18 +215,18 @@ class FitLoop(StopRules, Publishing):
                 if i == monitors:
                     run.opt.step_schedulers("epoch", run.callback_metrics)
                 self._epoch_end_hook(fn, sink)
-            if len(fns) <= monitors:
+            if len(fns) <= monitors:  # no monitoring callback
                 run.opt.step_schedulers("epoch", run.callback_metrics)
         finally:
             set_sink(previous)
-        run.epoch_complete = False
+        run.epoch_complete, self._val_at_end = False, False
 
     def _epoch_end_hook(self, fn: Callable[..., Any], sink: MetricSink) -> None:
         """An ``on_train_epoch_end`` hook; what it logs joins the epoch means, published again."""
         before = sink.version()
         fn(self.trainer, self.model)
         if self.trainer.strategy.any_rank(sink.version() != before):
-            self._publish_epoch_means(sink, keep_latest=self._epoch_val_due())
+            self._publish_epoch_means(sink, keep_latest=self._val_at_end)
 
     def _stop_mid_epoch(self) -> None:
         """An epoch cut short. Its end is left to the run that resumes it (so stopped and resumed
@@ -333,6 +332,7 @@ class FitLoop(StopRules, Publishing):
                         (val_before + batch_idx + 1) % val_every == 0 or state.should_stop and self._can_stop_early()
                     ):  # Lightning's _should_check_val_fx: after on_train_batch_end
                         evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches)
+                        self._val_at_end = batch_idx + 1 == limit  # logged_metrics keep validation's
                     if completes and (
                         state.global_step >= max_steps
                         or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)

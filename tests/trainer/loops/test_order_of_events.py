@@ -161,3 +161,9 @@ def test_a_second_fit_of_a_finished_trainer_trains_nothing():
     trainer.fit(model, loader(64))  # "you can keep calling trainer.fit(model)"
     assert trainer.global_step == 4 and trainer.current_epoch == 1
     assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+
+
+def test_logged_metrics_after_fit_hold_the_last_validation_run_at_the_epochs_last_batch():
+    trainer = Trainer(**quiet(max_epochs=1))
+    trainer.fit(Classifier(), loader(64), loader(32))  # validates after the last batch, before the epoch's end
+    assert "val_loss" in trainer.logged_metrics
