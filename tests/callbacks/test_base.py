@@ -30,7 +30,8 @@ def _recording(name: str):
 for _name in HOOKS:
     setattr(Recorder, _name, _recording(_name))
 
-BATCH = ["on_train_batch_start", "on_before_backward", "on_after_backward"]
+BATCH = ["on_train_batch_start", "on_before_backward", "on_after_backward"]  # inside an accumulation group
+FIRST = ["on_train_batch_start", "on_before_zero_grad", "on_before_backward", "on_after_backward"]  # a group's first
 VALIDATION_2 = [  # a validation run of two batches
     "on_validation_start", "on_validation_epoch_start",
     "on_validation_batch_start", "on_validation_batch_end",
@@ -54,13 +55,13 @@ def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limi
     def epoch(first_step_logs: list[str]) -> list[str]:
         return (
             ["on_train_epoch_start"]
-            + BATCH + ["on_train_batch_end"]
-            + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", *first_step_logs, "on_train_batch_end"]
-            + BATCH + ["on_train_batch_end"]
-            + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
-            + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
+            + FIRST + ["on_train_batch_end"]
+            + BATCH + ["on_before_optimizer_step", *first_step_logs, "on_train_batch_end"]
+            + FIRST + ["on_train_batch_end"]
+            + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+            + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]
+            + VALIDATION_2  # after the last batch's on_train_batch_end (Lightning's val_check_batch)
             + ["on_train_log"]
-            + VALIDATION_2
             + ["on_train_epoch_end"]
         )
 
@@ -77,17 +78,16 @@ def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limi
     assert "on_save_checkpoint" not in counts and "on_exception" not in counts
 
 
-def test_validation_due_mid_epoch_runs_before_that_batch_end_and_again_at_the_epoch_end():
+def test_validation_due_mid_epoch_runs_after_that_batch_end_and_only_on_its_schedule():
     rec, trainer = _fit(max_epochs=1, limit_train_batches=5, limit_val_batches=2, val_check_interval=2)
     expected = (
         ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start", "on_train_epoch_start"]
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_log", "on_train_batch_end"]  # step 1 is on the curves
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad"] + VALIDATION_2 + ["on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad"] + VALIDATION_2 + ["on_train_batch_end"]
-        + BATCH + ["on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end"]  # batch 5 of 5: the epoch's end validates
-        + ["on_train_log"]  # and the epoch's last step
-        + VALIDATION_2
+        + FIRST + ["on_before_optimizer_step", "on_train_log", "on_train_batch_end"]  # step 1 is on the curves
+        + FIRST + ["on_before_optimizer_step", "on_train_batch_end"] + VALIDATION_2
+        + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]
+        + FIRST + ["on_before_optimizer_step", "on_train_batch_end"] + VALIDATION_2
+        + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]  # batch 5 of 5: no multiple of 2, no validation
+        + ["on_train_log"]  # the epoch's last step
         + ["on_train_epoch_end", "on_train_end", "on_fit_end", "teardown"]
     )
     assert rec.events == expected
@@ -175,7 +175,9 @@ def test_hooks_receive_the_trainer_module_and_loop_values():
     trainer.fit(model, loader(64, batch_size=8))
     t, m, outputs, batch_idx = got["batch_end"]
     assert t is trainer and m is model and batch_idx == 0
-    assert outputs is got["loss"] and outputs.ndim == 0 and torch.isfinite(outputs)
+    # Lightning's outputs: {"loss": the loss}, detached (a callback that keeps it keeps no graph)
+    assert set(outputs) == {"loss"} and torch.equal(outputs["loss"], got["loss"].detach())
+    assert not outputs["loss"].requires_grad and outputs["loss"].ndim == 0
     assert got["optimizer"] is trainer.optimizer
 
 

@@ -370,10 +370,18 @@ def test_a_second_fit_saves_its_own_checkpoints_and_best_path():
     trainer = Trainer(max_epochs=1, callbacks=[checkpoint], **quiet(enable_checkpointing=True))
     trainer.fit(Classifier(), loader(), loader(32))
     first = checkpoint.best_model_path
-    trainer.fit(Classifier(lr=0.01), loader(), loader(32))  # ends at the same step, 8
-    assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path) and os.path.exists(first)
-    assert os.path.basename(checkpoint.best_model_path) == "epoch=0-step=8-v1.ckpt"  # Lightning's version counter
-    assert torch.load(checkpoint.best_model_path, weights_only=True)["global_step"] == 8
+    trainer.max_epochs = 2  # a second fit goes on from where the first ended (Lightning's)
+    trainer.fit(Classifier(lr=0.01), loader(), loader(32))
+    assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path)
+    assert torch.load(checkpoint.best_model_path, weights_only=True)["global_step"] == 16
+
+
+def test_a_second_run_to_the_same_step_in_one_folder_gets_lightnings_version_counter():
+    for lr in (0.1, 0.01):  # two Trainers, each from step 0: both end at step 8
+        checkpoint = ModelCheckpoint(dirpath="ck", monitor="val_loss", save_top_k=1)
+        Trainer(max_epochs=1, callbacks=[checkpoint], **quiet(enable_checkpointing=True)).fit(Classifier(lr=lr), loader(), loader(32))
+    assert files("ck") == ["epoch=0-step=8-v1.ckpt", "epoch=0-step=8.ckpt"]  # the first run's file is kept
+    assert os.path.basename(checkpoint.best_model_path) == "epoch=0-step=8-v1.ckpt"
 
 
 # --- the files Lightning writes, and a stop's resume point -----------------------------------------

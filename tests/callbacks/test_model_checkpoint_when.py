@@ -312,7 +312,7 @@ def test_verbose_says_what_each_kept_file_scored(trainer_log):
     ]
 
 
-def test_the_validation_after_max_steps_stops_mid_stream_ranks_a_file_too():
+def test_max_steps_mid_stream_validates_only_on_the_schedule():
     cb = ModelCheckpoint(dirpath="ck", monitor="val_metric", save_top_k=-1)
     model = ScoredByStep({20: 3.0, 40: 2.0, 50: 1.0})
     trainer = Trainer(**quiet(
@@ -320,10 +320,10 @@ def test_the_validation_after_max_steps_stops_mid_stream_ranks_a_file_too():
     ))
     trainer.fit(model, DataLoader(Endless(), batch_size=16), loader(32))
 
-    assert model.validated_at == [20, 40, 50]  # the last one reports where max_steps ended the run
-    assert names() == [f"epoch=0-step={s}.ckpt" for s in (20, 40, 50)]
+    assert model.validated_at == [20, 40]  # Lightning's: max_steps adds no validation of its own
+    assert names() == [f"epoch=0-step={s}.ckpt" for s in (20, 40)]
     # The stop's resume point, in the run's own folder: "ck" was named without save_last
-    assert cb.best_model_score == 1.0 and step_of("checkpoints/last.ckpt") == 50
+    assert cb.best_model_score == 2.0 and step_of("checkpoints/last.ckpt") == 50
 
 
 def test_a_save_inside_an_accumulation_group_warns_that_it_does_not_resume_exactly():

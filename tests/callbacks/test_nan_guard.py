@@ -84,6 +84,7 @@ def test_a_second_fit_starts_a_fresh_record_of_skipped_steps():
     trainer = Trainer(**quiet(callbacks=[guard], max_epochs=1))
     trainer.fit(NaNAtBatch({0, 5}), loader(64, batch_size=8))
     assert guard.skipped_steps == [1, 6]
+    trainer = Trainer(**quiet(callbacks=[guard], max_epochs=1))  # the first one is done: it would train no more
     trainer.fit(NaNAtBatch({4}), loader(64, batch_size=8))
     assert guard.skipped_steps == [5]
 

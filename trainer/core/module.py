@@ -94,6 +94,12 @@ class TrainModule(HyperparametersMixin, nn.Module):
         scheds = self.trainer.lr_schedulers
         return None if not scheds else scheds[0] if len(scheds) == 1 else list(scheds)
 
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """The backward pass of the step's loss (scaled under ``16-mixed``, divided over an
+        accumulation group): ``loss.backward()``. Override it to pass arguments such as
+        ``retain_graph=True``; the Trainer then calls yours, under automatic and manual optimization."""
+        loss.backward(*args, **kwargs)
+
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward()`` for manual optimization: scaled under ``16-mixed``, outside
         autocast, between the ``on_before_backward``/``on_after_backward`` hooks."""

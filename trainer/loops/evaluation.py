@@ -285,13 +285,17 @@ def limited(n: int | None, limit: int | float | None, prefix: str = "") -> int |
     return min(total, limit)
 
 
-def validation_every(interval: int | float | None, num_batches: int | float) -> int:
-    """Batches between mid-epoch validations (0: none), from ``val_check_interval``."""
-    if interval is None:
+def val_check_batch(trainer: Trainer, val_loader: Any) -> int:
+    """Lightning's ``val_check_batch`` for fit's current epoch: validate after every n-th training
+    batch (0: none in this epoch's batches; an unsized loader's epoch validates at its end)."""
+    every, interval, batches = trainer.check_val_every_n_epoch, trainer.val_check_interval, trainer.num_training_batches
+    if val_loader is None or (every is not None and (trainer.state.current_epoch + 1) % every != 0):
         return 0
-    if isinstance(interval, float):
-        return 0 if num_batches == math.inf else max(1, int(num_batches * interval))
-    return interval
+    if every is None and interval is None:  # no schedule at all (Lightning refuses this pair)
+        return 0
+    if isinstance(interval, int):
+        return interval
+    return 0 if batches == math.inf else max(1, int(batches * (1.0 if interval is None else interval)))
 
 
 def check_val_interval(trainer: Trainer) -> None:

@@ -3,7 +3,6 @@ step, the optimizer step and stop requests)."""
 
 from __future__ import annotations
 
-import collections.abc
 import contextlib
 import logging
 import math
@@ -20,14 +19,15 @@ from trainer.checkpoint.resume import Resume, read_for_fit
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
 from trainer.loops.optimization.closure import closure_step
-from trainer.loops.evaluation import evaluation_loop, sanity_check, validation_every
-from trainer.loops.fit_loaders import FitLoaders
+from trainer.loops.evaluation import evaluation_loop, sanity_check, val_check_batch
+from trainer.loops.fit_loaders import FitLoaders, no_batches
 from trainer.loops.run import start, stage_hooks, use_run_folder
 from trainer.core.metrics import MetricSink, set_sink
+from trainer.core.module import overridden
 from trainer.loops.optimization.manual import ManualOptimization, check_manual
 from trainer.loops.hooks import batch_transfer
 from trainer.loops.optimization.optim import resolve_optimizers
-from trainer.loops.optimization.step import StepSequence
+from trainer.loops.optimization.step import StepSequence, step_outputs
 from trainer.loops.publishing import Publishing
 from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
@@ -59,11 +59,15 @@ def fit_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: 
 
 
 class FitLoop(StopRules, Publishing):
-    """One ``fit`` in one process. The order of events, which is the contract callbacks rely on::
+    """One ``fit`` in one process. The order of events, Lightning's, which is the contract callbacks
+    rely on. At every hook the callbacks run first, in the order given, then the model's own hook,
+    then the loggers' writer (trainer/loops/hooks.py); on_train_epoch_end is the one exception::
 
         setup("fit")                              (fit_stage, through run.stage_hooks)
+        configure_model, the model on its device and wrapped by the strategy
         on_fit_start
         sanity check: num_sanity_val_steps validation batches, the RNG left as it was
+        if max_epochs or max_steps is reached already (a second fit): on_fit_end, and no more
         on_train_start
         for each epoch until max_epochs, max_steps or a stop request (honoured once
         min_epochs and min_steps are met):
@@ -74,28 +78,31 @@ class FitLoop(StopRules, Publishing):
                 strategy.no_backward_sync() held from an accumulation group's first
                 micro-batch until its last one starts (no gradient sync until then)
                 loss = strategy's training_step runner   # split, compute, combine
-                on_before_backward                       # to zero_grad: StepSequence (optimization/step.py)
-                backward(loss / group size)
+                at a group's first batch: on_before_zero_grad, zero_grad (or optimizer_zero_grad)
+                on_before_backward                       # to the step: StepSequence (optimization/step.py)
+                backward(loss / group size)              # the model's backward if it overrides it
                 on_after_backward
                 if the group is complete:
                     unscale, on_before_optimizer_step, clip (or the model's configure_gradient_clipping),
-                    optimizer step (or the model's optimizer_step), on_before_zero_grad, zero_grad
+                    optimizer step (or the model's optimizer_step)
                     scheduler step (interval="step")
                     at step 1 and every log_every_n_steps steps: NaN/Inf loss check, on_train_log
                 (manual optimization: training_step runs its own backward passes and steps,
-                and the loop none of the above from on_before_backward; a batch in which an
+                and the loop none of the above from zero_grad; a batch in which an
                 optimizer stepped counts one step, then the log cadence as above)
-                validation loop if val_check_interval is due
-                on_train_batch_end                # the step boundary: step checkpoints
+                on_train_batch_end(outputs)       # {"loss": loss detached, ...}; step checkpoints
+                validation loop after every val_check_interval-th batch (counted across epochs
+                    when check_val_every_n_epoch=None; the epoch's last one by default), or on
+                    should_stop once min_epochs/min_steps are met
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
             (an unsized loader that ran out inside an accumulation group: optimizer step)
             on_train_log for the epoch's last step, if not yet (every run's curves end there)
-            if the epoch was cut short: save last.ckpt, validate if max_steps ended it, stop
+            if the epoch was cut short: save last.ckpt, stop
             epoch means of self.log values
-            validation loop if check_val_every_n_epoch is due
-            model.on_train_epoch_end              # what it self.logs joins the epoch means
-            scheduler step (interval="epoch")
-            callbacks' on_train_epoch_end         # epoch checkpoints; what they log joins too
+            (an unsized loader: the validation loop if check_val_every_n_epoch is due)
+            on_train_epoch_end: the callbacks, the model, scheduler step (interval="epoch"),
+                ModelCheckpoint and EarlyStopping, the loggers' writer; what each logs joins
+                the epoch means
         on_train_end
         on_fit_end
         teardown("fit")                           (fit_stage, through run.stage_hooks)
@@ -119,13 +126,17 @@ class FitLoop(StopRules, Publishing):
         strategy = trainer.strategy
         own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
         backward = strategy.backward if own_backward else torch.Tensor.backward
+        if overridden(model, "backward"):  # the module's own, as Lightning's strategy calls it
+            backward = model.backward
         if trainer.profiler is not None:
             backward = trainer.profiler.timed("backward", backward)
         self.steps = steps = StepSequence(trainer, run, model, backward)  # the events around a step, in order
         run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers, steps)
         self.resume = Resume.load(trainer, run, resume_from)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
-        self._validated_at = -1  # the step of the latest mid-epoch validation
+        # Batches run in earlier epochs: with check_val_every_n_epoch=None, val_check_interval counts across epochs.
+        batches, self._val_at_end = trainer.num_training_batches, False  # (whether the epoch's last batch validated)
+        self._batches_before = trainer.state.current_epoch * batches if batches != math.inf else 0
         step = trainer.state.global_step
         self._logged_step = step  # the last step on_train_log saw; the next one it sees:
         self._next_log = 1 if step == 0 else step - step % trainer.log_every_n_steps + trainer.log_every_n_steps
@@ -157,6 +168,9 @@ class FitLoop(StopRules, Publishing):
                 model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
             hooks.call("on_fit_start", trainer, model)
             sanity_check(trainer, run, self.val_loader)
+            if self._done():  # a second fit of a finished run: nothing to train (Lightning's)
+                hooks.call("on_fit_end", trainer, model)
+                return
             hooks.call("on_train_start", trainer, model)
             while not self._done():
                 self._maybe_reload()
@@ -187,34 +201,35 @@ class FitLoop(StopRules, Publishing):
             )
 
     def _end_epoch(self) -> None:
-        """A completed epoch's end. The model's ``on_train_epoch_end`` runs with the epoch's
-        values still open, so that what it logs joins the epoch means (taken again then);
-        the callbacks' hooks come last and read those means in ``callback_metrics``."""
+        """A completed epoch's end. The ``on_train_epoch_end`` hooks run in Lightning's order (see
+        the class docstring) with the epoch's values still open: what each logs joins the means."""
         trainer, run, hooks = self.trainer, self.run, self.run.hooks
         sink = run.train_sink
         run.epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
-        self._publish_epoch_means(sink)
-        if self._epoch_val_due():
+        self._publish_epoch_means(sink, keep_latest=self._val_at_end)
+        if self._epoch_val_due() and trainer.num_training_batches == math.inf:  # unsized: its last batch is known now
             evaluation_loop(trainer, run, "validation", self.val_loader, trainer.limit_val_batches)
-        own = hooks.module_hooks.get("on_train_epoch_end")
+            self._val_at_end = True
+        self._batches_before += trainer.state.batch_in_epoch
+        fns, monitors = hooks.on_train_epoch_end, hooks.epoch_end_monitors
         previous, sink.batch_size = set_sink(sink), 1  # what the hooks log: one value per process
         try:
-            if own is not None:
-                self._epoch_end_hook(own, sink)
-            run.opt.step_schedulers("epoch", run.callback_metrics)
-            for fn in hooks.on_train_epoch_end:
-                if fn is not own:
-                    self._epoch_end_hook(fn, sink)
+            for i, fn in enumerate(fns):
+                if i == monitors:
+                    run.opt.step_schedulers("epoch", run.callback_metrics)
+                self._epoch_end_hook(fn, sink)
+            if len(fns) <= monitors:  # no monitoring callback
+                run.opt.step_schedulers("epoch", run.callback_metrics)
         finally:
             set_sink(previous)
-        run.epoch_complete = False
+        run.epoch_complete, self._val_at_end = False, False
 
     def _epoch_end_hook(self, fn: Callable[..., Any], sink: MetricSink) -> None:
         """An ``on_train_epoch_end`` hook; what it logs joins the epoch means, published again."""
         before = sink.version()
         fn(self.trainer, self.model)
         if self.trainer.strategy.any_rank(sink.version() != before):
-            self._publish_epoch_means(sink, keep_latest=self._epoch_val_due())
+            self._publish_epoch_means(sink, keep_latest=self._val_at_end)
 
     def _stop_mid_epoch(self) -> None:
         """An epoch cut short. Its end is left to the run that resumes it (so stopped and resumed
@@ -224,10 +239,6 @@ class FitLoop(StopRules, Publishing):
         checkpoint = trainer.checkpoint_callback
         if checkpoint is not None:
             checkpoint.write_last(trainer, self.model)
-        validates = trainer.check_val_every_n_epoch is not None or trainer.val_check_interval is not None
-        just_validated = self._validated_at == trainer.state.global_step  # val_check_interval hit this very step
-        if trainer.state.stop_reason == "max_steps" and self.val_loader is not None and validates and not just_validated:
-            evaluation_loop(trainer, self.run, "validation", self.val_loader, trainer.limit_val_batches)
 
     def _train_epoch(self, sink: MetricSink) -> bool:
         """One epoch's batches; returns True if fit must stop before the epoch's end.
@@ -242,8 +253,8 @@ class FitLoop(StopRules, Publishing):
         """
         trainer, run, model, state, strategy = self.trainer, self.run, self.model, self.trainer.state, self.trainer.strategy
         loader, val_loader, limit = self.train_loader, self.val_loader, trainer.num_training_batches
-        val_every = validation_every(trainer.val_check_interval, limit) if val_loader is not None else 0
-        val_last = not self._epoch_val_due()  # the last batch's validation is the epoch end's, if that one runs
+        val_every = val_check_batch(trainer, val_loader)  # Lightning's (0: none in this epoch's batches)
+        val_before = self._batches_before if trainer.check_val_every_n_epoch is None else 0  # counted across epochs
         batch_start, batch_end, signals = run.hooks.on_train_batch_start, run.hooks.on_train_batch_end, run.signals
         steps, backward, optimizer = self.steps, self.steps.backward_fn, run.opt.optimizer
         accumulate = trainer.accumulate_grad_batches
@@ -254,7 +265,7 @@ class FitLoop(StopRules, Publishing):
         sizes = uniform_batches(loader)  # a DataLoader's batch sizes are known in advance; others are measured
         full_size, last_size, last_idx = sizes if sizes is not None else (0, 0, -1)
         samples, next_log, sized = run.samples_seen, self._next_log, loader_length(loader) is not None
-        training_step, tensor, group, completes = None, torch.Tensor, 1, True  # without accumulation a batch is a group
+        training_step, tensor, group, first, completes = None, torch.Tensor, 1, True, True  # without accumulation a batch is a group
         batch_idx, run.step_skipped = state.batch_in_epoch - 1, False
         try:
             with contextlib.ExitStack() as no_sync:  # the no-sync context over a group's micro-batches but the last
@@ -274,10 +285,10 @@ class FitLoop(StopRules, Publishing):
                     if accumulate > 1:
                         group_start = batch_idx - batch_idx % accumulate
                         group = min(accumulate, limit - group_start)  # the epoch's last group may be short
-                        completes = batch_idx - group_start + 1 == group
+                        first, completes = batch_idx == group_start, batch_idx - group_start + 1 == group
                         if completes:
                             no_sync.close()
-                        elif batch_idx == group_start and sized:  # unsized: the epoch may end in a group, so all sync
+                        elif first and sized:  # unsized: the epoch may end in a group, so all sync
                             no_sync.enter_context(strategy.no_backward_sync())
 
                     try:
@@ -291,10 +302,14 @@ class FitLoop(StopRules, Publishing):
                     else:
                         loss = output if type(output) is tensor else loss_of(output)
                         try:
-                            if plain_backward and group == 1:
+                            if plain_backward and group == 1:  # a group's first batch: zero_grad, as Lightning's closure
+                                if plain_step:
+                                    optimizer.zero_grad()
+                                else:
+                                    steps.zero_grad(optimizer)
                                 backward(loss)
-                            else:  # on_before_backward, backward(loss / group, scaled), on_after_backward
-                                steps.backward(loss, group)
+                            else:  # zero_grad at a group's first batch; on_before_backward, backward(loss / group), on_after_backward
+                                steps.backward(loss, group, optimizer if first else None)
                         except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
                             problem = bad_loss(loss)
                             if problem is None:
@@ -304,20 +319,23 @@ class FitLoop(StopRules, Publishing):
                     if completes:
                         if plain_step:
                             optimizer.step()
-                            optimizer.zero_grad()
                             state.global_step += 1
-                        elif stepper is None:  # unscale, hooks, clip, step, zero_grad, count
+                        elif stepper is None:  # unscale, hooks, clip, step, count
                             steps.step(optimizer, loss)
                         if state.global_step >= next_log:
                             run.samples_seen = samples
                             self._at_log_step(loss)
                             next_log = self._next_log
-                    if val_every and (batch_idx + 1) % val_every == 0 and (batch_idx + 1 < limit or val_last):
-                        evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches)
-                        self._validated_at = state.global_step
-                    if batch_end:
+                    if batch_end:  # Lightning's outputs: {"loss": the loss, detached, ...}
+                        outputs = {"loss": output.detach()} if type(output) is tensor and accumulate == 1 else (
+                            step_outputs(output, 1 if stepper is not None else accumulate))
                         for fn in batch_end:
-                            fn(trainer, model, output, batch, batch_idx)
+                            fn(trainer, model, outputs, batch, batch_idx)
+                    if val_every and (
+                        (val_before + batch_idx + 1) % val_every == 0 or state.should_stop and self._can_stop_early()
+                    ):  # Lightning's _should_check_val_fx: after on_train_batch_end
+                        evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches)
+                        self._val_at_end = batch_idx + 1 == limit  # logged_metrics keep validation's
                     if completes and (
                         state.global_step >= max_steps
                         or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
@@ -331,7 +349,7 @@ class FitLoop(StopRules, Publishing):
         finally:  # however the epoch ends
             run.samples_seen = samples
         if batch_idx < 0 and state.batch_in_epoch == 0:
-            self._no_batches(loader)
+            raise no_batches(loader, state.current_epoch)
         return False
 
     def _stepper(self) -> tuple[Any, bool, bool]:
@@ -369,15 +387,6 @@ class FitLoop(StopRules, Publishing):
         if stepper is not None and stepper is not self.run.manual:
             training_step = stepper.wrap(training_step)
         return training_step
-
-    def _no_batches(self, loader: Any) -> None:
-        epoch = self.trainer.state.current_epoch
-        once = isinstance(loader, collections.abc.Iterator) and epoch > 0
-        raise ValueError(
-            f"train_dataloaders yielded no batches in epoch {epoch}. "
-            + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
-               "or another object that can be iterated again." if once else "Check the dataset and sampler.")
-        )
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch

@@ -3,6 +3,7 @@ by the strategy; again every ``reload_dataloaders_every_n_epochs`` epochs."""
 
 from __future__ import annotations
 
+import collections.abc
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -66,3 +67,13 @@ class FitLoaders:
         for loader in [train, *(val or [])]:  # seed_everything(workers=True)
             seeded_workers(loader, trainer.strategy.global_rank)
         return train, val
+
+
+def no_batches(loader: Any, epoch: int) -> ValueError:
+    """The error for a training loader that yielded nothing in ``epoch``."""
+    once = isinstance(loader, collections.abc.Iterator) and epoch > 0
+    return ValueError(
+        f"train_dataloaders yielded no batches in epoch {epoch}. "
+        + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
+           "or another object that can be iterated again." if once else "Check the dataset and sampler.")
+    )

@@ -8,6 +8,8 @@ import warnings
 from typing import Any, Callable
 
 from callbacks.base import HOOKS, Callback
+from callbacks.early_stopping import EarlyStopping
+from callbacks.model_checkpoint import ModelCheckpoint
 from trainer.core.checks import instances_of
 
 from trainer.core.datamodule import DataModule
@@ -17,27 +19,46 @@ from trainer.core.module import TrainModule, overridden
 class Hooks:
     """``hooks.on_train_batch_end`` is the list of the functions to call for that hook.
 
-    The model's own hook (a ``TrainModule`` method of the same name, without the ``(trainer,
-    module)`` arguments) comes first, then the callbacks' in the order they were given. A hook
-    that nothing overrides is an empty list, so the loop's ``for fn in ...`` costs one
-    attribute lookup per step.
+    Lightning's order, for every hook: the callbacks in the order they were given, then the
+    model's own hook (a ``TrainModule`` method of the same name, without the ``(trainer,
+    module)`` arguments), then ``tail`` (the Trainer's log writer, which writes what all of them
+    logged). One exception, Lightning's too: at ``on_train_epoch_end`` the monitoring callbacks
+    (``ModelCheckpoint``, ``EarlyStopping``) come after the model, so that they can judge a value
+    the model logs there; ``epoch_end_monitors`` is where they start in that list. A hook that
+    nothing overrides is an empty list, so the loop's ``for fn in ...`` costs one attribute
+    lookup per step.
     """
 
-    def __init__(self, callbacks: list[Callback], module: Any = None) -> None:
-        self.callbacks = callbacks
+    def __init__(self, callbacks: list[Callback], module: Any = None, tail: list[Callback] | None = None) -> None:
+        tail = list(tail or [])
+        self.callbacks = callbacks + tail
         self.module_hooks: dict[str, Callable[..., Any]] = {}  # name -> the model's own hook, adapted
+        monitoring = [cb for cb in callbacks if isinstance(cb, MONITORING)]
+        ordinary = [cb for cb in callbacks if not isinstance(cb, MONITORING)]
+        self.epoch_end_monitors = 0
         for name in HOOKS:
-            fns = [getattr(cb, name) for cb in callbacks if overrides(cb, name) and cb.wants(name)]
+            before, after = (ordinary, monitoring + tail) if name == "on_train_epoch_end" else (callbacks, tail)
+            fns = _overriding(before, name)
             own = _module_hook(module, name)
             if own is not None:
                 self.module_hooks[name] = own
-                fns.insert(0, own)
-            setattr(self, name, fns)
+                fns.append(own)
+            if name == "on_train_epoch_end":
+                self.epoch_end_monitors = len(fns)
+            setattr(self, name, fns + _overriding(after, name))
 
     def call(self, name: str, *args: Any) -> None:
         fns: list[Callable[..., Any]] = getattr(self, name)
         for fn in fns:
             fn(*args)
+
+
+# Lightning's "monitoring callbacks": at on_train_epoch_end they run after the model's hook.
+MONITORING = (EarlyStopping, ModelCheckpoint)
+
+
+def _overriding(callbacks: list[Callback], name: str) -> list[Callable[..., Any]]:
+    return [getattr(cb, name) for cb in callbacks if overrides(cb, name) and cb.wants(name)]
 
 
 def _module_hook(module: Any, name: str) -> Callable[..., Any] | None:

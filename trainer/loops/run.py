@@ -134,9 +134,9 @@ _CALL_OWN = ("hooks", "signals", "counters")  # what an evaluation does not take
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
     """Set this process up for ``trainer.<stage>(model, ...)`` and return its run, which the
-    Trainer now refers to: seeding, the precision on this process's device, the model on its
-    device (``configure_model``, a true precision, the strategy's wrapper, compile), the
-    callbacks (the model's own joining) and which of them override which hook."""
+    Trainer now refers to: seeding, the precision on this process's device, the
+    callbacks (the model's own joining) and which of them override which hook. The model goes
+    on its device after the ``setup`` hooks (:func:`stage_hooks`)."""
     strategy = trainer.strategy
     if trainer.seed is not None:
         seed_everything((trainer.seed + strategy.global_rank) % 2**32)
@@ -144,18 +144,12 @@ def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> 
     run = _new_run(trainer, stage, model, datamodule)
     model._trainer = trainer
     rank_zero_only.rank = strategy.global_rank
-    if overridden(model, "configure_model"):  # lazily built layers: before the strategy wraps them
-        model.configure_model()
-    run.precision.convert_module(model)  # a true precision ("bf16-true", "64-true"): before any wrapper
-    strategy.setup_module(model)
-    if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
-        strategy.compile(trainer.compile)
     attach_model_callbacks(trainer, model)
     # The loggers are written from the LogWriter, after every callback, on global rank 0 only. The
     # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
     logs = trainer.loggers if strategy.is_global_zero else []
     writer = [LogWriter(logs)] if trainer.loggers and stage != "predict" else []  # predict logs nothing
-    run.hooks = Hooks(trainer.callbacks + writer, model)
+    run.hooks = Hooks(trainer.callbacks, model, tail=writer)
     if trainer.profiler is not None:
         trainer.profiler.wrap_hooks(run.hooks)
     return run
@@ -168,8 +162,12 @@ def _new_run(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) 
     if stage == "fit":
         for name in _FIT_KEEPS:
             setattr(run, name, getattr(previous, name))
-        # from 0, or from the checkpoint's step
-        trainer.state = TrainerState(TrainerStatus.RUNNING, TrainerFn.FITTING, RunningStage.TRAINING)
+        # From where the last fit ended (Lightning's: a fit of a trainer that reached max_epochs
+        # trains no more), or from the checkpoint's step.
+        done = trainer.state
+        trainer.state = TrainerState(
+            TrainerStatus.RUNNING, TrainerFn.FITTING, RunningStage.TRAINING, done.global_step, done.current_epoch,
+        )
     else:
         fresh, run = run, copy.copy(previous)
         for name in _CALL_OWN:
@@ -197,7 +195,7 @@ def use_run_folder(trainer: Trainer, run: Run, resume: str | None = None, fit: b
 @contextlib.contextmanager
 def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
     """Around an entry point's work: the DataModule's ``prepare_data`` and ``setup``, the
-    ``setup`` hooks; on an error the ``on_exception`` hooks; then ``teardown``, whatever happened."""
+    ``setup`` hooks, the model on its device (``configure_model`` first, as Lightning); on an error the ``on_exception`` hooks; then ``teardown``, whatever happened."""
     strategy, model, datamodule, stage = trainer.strategy, run.module, run.datamodule, run.stage
     if datamodule is not None:
         datamodule.trainer = trainer
@@ -205,6 +203,7 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
     if datamodule is not None:
         datamodule.setup(stage)
     run.hooks.call("setup", trainer, model, stage)
+    _model_on_device(trainer, run, model)
     on_device = trainer.data_on_device and strategy.root_device.type != "cpu"
     run.fetching = Fetching(trainer.batched_fetching, strategy.root_device if on_device else None)
     adapted = adapt_steps(model)  # steps defined without batch_idx
@@ -227,6 +226,18 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
             datamodule.teardown(stage)
         if trainer.compile is not None:  # hand the model back as it came: nn.Module.compile() undone
             model._compiled_call_impl = None
+
+
+def _model_on_device(trainer: Trainer, run: Run, model: TrainModule) -> None:
+    """``configure_model`` (after ``setup``, as in Lightning), a true precision, the strategy's
+    wrapper, compile."""
+    strategy = trainer.strategy
+    if overridden(model, "configure_model"):  # lazily built layers: before the strategy wraps them
+        model.configure_model()
+    run.precision.convert_module(model)  # a true precision ("bf16-true", "64-true"): before any wrapper
+    strategy.setup_module(model)
+    if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)
+        strategy.compile(trainer.compile)
 
 
 def attach_model_callbacks(trainer: Trainer, model: Any) -> None:

@@ -76,21 +76,21 @@ class NotesToo(Callback):
         self.events.append(("callback", "teardown", stage))
 
 
-def test_the_models_hook_runs_before_the_callbacks_for_every_hook():
+def test_the_callbacks_hooks_run_before_the_models_for_every_hook():
     events: list = []
     Trainer(max_steps=2, callbacks=[NotesToo(events)], **quiet()).fit(Noted(events), loader(n=32), loader(n=16))
-    assert events == [
-        ("model", "setup", "fit"), ("callback", "setup", "fit"),
-        ("model", "on_fit_start"), ("callback", "on_fit_start"),
+    assert events == [  # Lightning's order (an ordinary callback: first at on_train_epoch_end too)
+        ("callback", "setup", "fit"), ("model", "setup", "fit"),
+        ("callback", "on_fit_start"), ("model", "on_fit_start"),
         ("model", "on_validation_epoch_end"),  # the sanity check's: the model's hooks only
-        ("model", "on_train_epoch_start"), ("callback", "on_train_epoch_start"),
-        ("model", "on_before_optimizer_step"), ("callback", "on_before_optimizer_step"),
-        ("model", "on_train_batch_end", 0), ("callback", "on_train_batch_end", 0),
-        ("model", "on_before_optimizer_step"), ("callback", "on_before_optimizer_step"),
-        ("model", "on_train_batch_end", 1), ("callback", "on_train_batch_end", 1),
-        ("model", "on_validation_epoch_end"), ("callback", "on_validation_epoch_end"),
-        ("model", "on_train_epoch_end"), ("callback", "on_train_epoch_end"),
-        ("model", "teardown", "fit"), ("callback", "teardown", "fit"),
+        ("callback", "on_train_epoch_start"), ("model", "on_train_epoch_start"),
+        ("callback", "on_before_optimizer_step"), ("model", "on_before_optimizer_step"),
+        ("callback", "on_train_batch_end", 0), ("model", "on_train_batch_end", 0),
+        ("callback", "on_before_optimizer_step"), ("model", "on_before_optimizer_step"),
+        ("callback", "on_train_batch_end", 1), ("model", "on_train_batch_end", 1),
+        ("callback", "on_validation_epoch_end"), ("model", "on_validation_epoch_end"),
+        ("callback", "on_train_epoch_end"), ("model", "on_train_epoch_end"),
+        ("callback", "teardown", "fit"), ("model", "teardown", "fit"),
     ]
 
 

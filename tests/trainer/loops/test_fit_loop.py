@@ -72,10 +72,15 @@ def test_a_second_fit_starts_with_no_metrics_from_the_first():
     model = Classifier()
     trainer.fit(model, loader(), loader(32))
     assert "val_loss" in trainer.callback_metrics and trainer.global_step == 8
+    weights = [p.detach().clone() for p in model.parameters()]
+    trainer.fit(model, loader(64))  # max_epochs reached already: Lightning's second fit trains nothing
+    assert trainer.global_step == 8 and trainer.current_epoch == 1
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+    trainer.max_epochs = 2  # one more epoch, as Lightning's fit_loop.max_epochs
     trainer.fit(model, loader(64))
     assert "val_loss" not in trainer.callback_metrics  # no validation ran in this fit
     assert set(trainer.callback_metrics) == {"train_loss"}
-    assert trainer.global_step == 4 and trainer.current_epoch == 1
+    assert trainer.global_step == 12 and trainer.current_epoch == 2
 
 
 # --- under DDP, the step values that monitors read agree across ranks ----------------------

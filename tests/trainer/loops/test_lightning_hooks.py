@@ -113,7 +113,8 @@ def test_optimizer_step_warm_up_zero_grad_clipping_and_scheduler_overrides():
     trainer = Trainer(max_steps=4, gradient_clip_val=5.0, **quiet())
     trainer.fit(model, loader(64))
     first = model.calls[:5]
-    assert first == [("clip", 5.0, "norm"), ("step", 0, 0, True), ("before_zero_grad",), ("zero_grad", 0), ("sched", None)]
+    # Lightning's closure: zero_grad after training_step and before backward, then clip, step
+    assert first == [("before_zero_grad",), ("zero_grad", 0), ("clip", 5.0, "norm"), ("step", 0, 0, True), ("sched", None)]
     assert [c[2] for c in model.calls if c[0] == "step"] == [0, 1, 2, 3]
     # warmed up at steps 0, 1, 2 to 3/4 of 0.5; the scheduler override never stepped the StepLR
     assert trainer.optimizer.param_groups[0]["lr"] == 0.375

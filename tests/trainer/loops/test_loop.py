@@ -71,7 +71,7 @@ def test_validation_cadence_per_epoch_and_within_epoch():
     assert count.steps_at_val == [16, 32]  # after epochs 1 and 3 (8 steps each)
     assert count.val_batches == 2 * 3
     _, count = fit(max_epochs=1, val_check_interval=3, val=loader(40, 16))
-    assert count.steps_at_val == [3, 6, 8]  # every 3 batches, then the epoch end
+    assert count.steps_at_val == [3, 6]  # every 3 batches; the epoch's end (8) is no multiple (Lightning's)
     _, count = fit(max_epochs=1, val_check_interval=0.5, val=loader(40, 16), limit_val_batches=1)
     assert count.steps_at_val == [4, 8] and count.val_batches == 2
     _, count = fit(max_epochs=2, check_val_every_n_epoch=None, val=loader(40, 16))
@@ -372,6 +372,6 @@ def test_validation_in_the_middle_of_an_accumulation_group_runs_inside_it_and_sy
         accumulate_grad_batches=2, val_check_interval=3, limit_val_batches=1, strategy=strategy,
     )
     # Validation after batches 3 and 6 (1-based): the first inside group [2, 3], before its last micro-batch.
-    assert count.val_runs == 3 and trainer.global_step == 4  # twice mid-epoch, once at its end
+    assert count.val_runs == 2 and trainer.global_step == 4  # after batches 3 and 6 only (Lightning's)
     assert strategy.unsynced == [0, 2, 4, 6]
     assert strategy.unsynced_other == [0]  # the validation after batch 3 ran inside group [2, 3]

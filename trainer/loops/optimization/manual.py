@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.core.exceptions import misconfigured
+from trainer.core.module import overridden
 from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def manual_backward(module: TrainModule, loss: torch.Tensor, *args: Any, **kwarg
             "set `self.automatic_optimization = False` in __init__, or return the loss from training_step "
             "and let the Trainer run backward."
         )
-    precision = run.precision
+    precision, own = run.precision, overridden(module, "backward")
 
     def backward(scaled: torch.Tensor) -> None:
         no_autocast = (
@@ -150,7 +151,9 @@ def manual_backward(module: TrainModule, loss: torch.Tensor, *args: Any, **kwarg
             else torch.autocast(precision.device_type, enabled=False)
         )
         with no_autocast:
-            if args or kwargs:
+            if own:  # the module's backward, as Lightning's strategy calls it
+                module.backward(scaled, *args, **kwargs)
+            elif args or kwargs:
                 scaled.backward(*args, **kwargs)
             else:
                 trainer.strategy.backward(scaled)

@@ -8,6 +8,7 @@ that evaluates a closure such as LBFGS (closure.py), and manual optimization's
 
 from __future__ import annotations
 
+import collections.abc
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -26,6 +27,8 @@ class StepSequence:
 
         loss = training_step(batch, batch_idx)       (the loop; inside the closure for LBFGS)
         backward(loss):
+            zero_grad, at an accumulation group's first batch (Lightning's closure):
+                on_before_zero_grad(optimizer), zero_grad (or the model's optimizer_zero_grad)
             on_before_backward(loss)
             backward(loss / accumulation group size), scaled under "16-mixed"
             on_after_backward
@@ -34,7 +37,6 @@ class StepSequence:
                          configure_gradient_clipping)
             optimizer step (or the model's optimizer_step, with a closure that returns the
             loss), or none after skip_optimizer_step()
-            zero_grad: on_before_zero_grad(optimizer), zero_grad (or the model's optimizer_zero_grad)
             count_step: global_step += 1, the per-step schedulers
 
     What each path takes of it:
@@ -43,8 +45,8 @@ class StepSequence:
       hooks, scaler, clipping, skip or per-step scheduler), the loop calls backward and the
       optimizer itself, in this order: fit.py's per-batch body calls no function of its own.
     - an optimizer that evaluates a closure (LBFGS, :meth:`step_with_closure`): each
-      evaluation is zero_grad, the training step, ``backward`` and ``before_step`` (the
-      Trainer's clipping only); the step; zero_grad, with no hooks around the step and no skip.
+      evaluation is the training step, zero_grad, ``backward`` and ``before_step`` (the
+      Trainer's clipping only); the step, with no hooks around the step and no skip.
     - manual optimization: ``manual_backward`` is ``backward`` (its backward outside
       autocast); ``opt.step()`` is :meth:`manual_step`: ``before_step`` without clipping (the
       module clips) and the step or skip; zero_grad is the module's.
@@ -55,9 +57,14 @@ class StepSequence:
         self.backward_fn = backward  # the strategy's backward, or Tensor.backward (timed with a profiler)
 
     # --- around backward ------------------------------------------------------------------
-    def backward(self, loss: torch.Tensor, group: int = 1, backward: Callable[[torch.Tensor], Any] | None = None) -> None:
-        """on_before_backward(loss), backward of ``loss / group`` (scaled), on_after_backward."""
+    def backward(
+        self, loss: torch.Tensor, group: int = 1, zero: Optimizer | None = None, backward: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
+        """zero_grad(``zero``) when given (an accumulation group's first batch), on_before_backward(loss),
+        backward of ``loss / group`` (scaled), on_after_backward."""
         trainer, model, run = self.trainer, self.model, self.run
+        if zero is not None:
+            self.zero_grad(zero)
         for fn in run.hooks.on_before_backward:
             fn(trainer, model, loss)
         scaler = run.precision.scaler
@@ -72,7 +79,6 @@ class StepSequence:
         self.run.last_loss = loss  # what the closure given to the model's optimizer_step returns
         self.before_step(optimizer)
         self._step_or_skip(optimizer)
-        self.zero_grad(optimizer)
         self.count_step()
 
     def count_step(self) -> None:
@@ -122,7 +128,7 @@ class StepSequence:
         if own is None:
             optimizer.zero_grad()
         else:
-            own(trainer.state.current_epoch, trainer.state.batch_in_epoch - 1, optimizer)
+            own(trainer.state.current_epoch, trainer.state.batch_in_epoch, optimizer)  # the batch's, not yet counted
 
     # --- the other paths --------------------------------------------------------------------
     def step_with_closure(self, optimizer: Optimizer, forward: Callable[[], torch.Tensor]) -> None:
@@ -131,16 +137,15 @@ class StepSequence:
         ``before_step``, as Lightning's closure does."""
 
         def closure() -> torch.Tensor:
-            optimizer.zero_grad()
             with torch.enable_grad():
                 loss = forward()
+                self.zero_grad(optimizer)
                 self.backward(loss, backward=self.trainer.strategy.backward)
             self.before_step(optimizer, clipping="trainer")
             return loss
 
         self.run.step_skipped, self.run.skip_step = False, False
         optimizer.step(closure)
-        optimizer.zero_grad()
 
     def manual_step(self, optimizer: Optimizer, prepare: Callable[[], None]) -> None:
         """Manual optimization's ``opt.step()``: ``prepare`` (sync the gradients under ddp,
@@ -189,3 +194,17 @@ def _closure(run: Run) -> Callable[[], Any]:
         return run.last_loss
 
     return closure
+
+
+def step_outputs(output: Any, accumulate: int = 1) -> dict[str, Any]:
+    """What ``on_train_batch_end`` gets as ``outputs``, Lightning's: ``{"loss": loss}`` detached
+    (under automatic optimization divided by ``accumulate_grad_batches``, as backward saw it),
+    with a returned dict's other keys; ``{}`` for a step that returned nothing. A detached loss
+    keeps no step's graph alive in a callback that stores it."""
+    if output is None:
+        return {}
+    outputs = dict(output) if isinstance(output, collections.abc.Mapping) else {"loss": output}
+    loss = outputs.get("loss")
+    if isinstance(loss, torch.Tensor):
+        outputs["loss"] = (loss / accumulate if accumulate > 1 else loss).detach()
+    return outputs
