@@ -201,7 +201,10 @@ PUBLIC = {
         "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
     ],
     "loggers": ["CSVLogger", "DummyExperiment", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
-    "strategies": ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError", "select_strategy"],
+    "strategies": [
+        "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "ParallelStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError",
+        "select_strategy",
+    ],
 }
 
 
