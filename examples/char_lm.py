@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     took = time.perf_counter() - started
 
     m = trainer.callback_metrics
+    if "val_bpc" not in m:  # max_steps ended the run before its first validation (as in Lightning): validate once
+        m = trainer.validate(model, val, verbose=False)[0]
     print(
         f"\nval_bpc {m['val_bpc']:.3f} (val_loss {m['val_loss']:.3f} nats/char) after {trainer.global_step} steps "
         f"in {took:.0f} s"

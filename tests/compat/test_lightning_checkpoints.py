@@ -58,7 +58,7 @@ def _check(seen: dict[str, tuple[dict, dict]]) -> None:
         epoch, step, first_batch = POSITIONS[name]
         weights = [t.flatten().tolist() for t in file["state_dict"].values()]
         # load_from_checkpoint: the hyperparameters, the weights, the model's own hook
-        assert got["hparams"] == {"lr": 0.2, "hidden": 6}, name
+        assert got["hparams"] == {"lr": 0.02, "hidden": 6}, name
         assert got["weights"] == weights, name  # exactly: the file's tensors, copied
         assert got["extra"] == ["a", "b"] and got["fit_extra"] == ["a", "b"], name
         # the DataModule's load_from_checkpoint: its hyperparameters and state_dict

@@ -57,8 +57,8 @@ def test_bug_report_boring_model_fit_validate_test_predict_and_hook_order():
     )
     trainer.fit(model, train_dataloaders=train_data, val_dataloaders=val_data)
     batch = [
-        "on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-        "on_before_zero_grad", "on_train_batch_end",
+        "on_train_batch_start", "on_before_zero_grad", "on_before_backward", "on_after_backward",
+        "on_before_optimizer_step", "on_train_batch_end",
     ]
     assert model.called == [
         "on_fit_start", "on_train_start", "on_train_epoch_start", *batch, *batch,

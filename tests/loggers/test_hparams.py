@@ -110,6 +110,7 @@ def test_metrics_given_to_log_hyperparams_come_first_and_the_placeholder_last():
 def test_each_fit_of_the_default_logger_lists_its_own_columns_once():
     trainer = _fit(max_epochs=1)
     first = trainer.run_dir
+    trainer.max_epochs = 2  # a second fit goes on from the first's end (Lightning's): one epoch more
     trainer.fit(Classifier(hidden=8), loader(64))  # no validation this time, a new version
     trainer.test(Classifier(), loader(32))  # after fit: adds no second list
     assert trainer.run_dir != first
