@@ -112,16 +112,23 @@ def evaluation_loop(
     trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
     """:func:`run_evaluation`, with ``trainer.state.stage`` saying which phase runs (``trainer.validating``
-    and friends read it; the sanity check stays SANITY_CHECKING), timed when a profiler is on."""
+    and friends read it; the sanity check stays SANITY_CHECKING), timed when a profiler is on.
+    Inside fit, validation draws nothing from training's random numbers (its loader's iterator
+    draws a seed, a step may draw too): every generator is put back after, so that where and
+    whether fit validates (a stop's own validation, one after a mid-epoch checkpoint) never
+    changes what training draws, and a resumed run stays bit-exact."""
     state = trainer.state
     previous = state.stage
     if previous is not RunningStage.SANITY_CHECKING:
         state.stage = _STAGES[phase]
+    rng = rng_state() if state.fn is TrainerFn.FITTING else None  # once per validation, never per step
     profiler = trainer.profiler
     start = time.perf_counter()
     try:
         return run_evaluation(trainer, run, phase, loaders, limit, publish)
     finally:
+        if rng is not None:
+            set_rng_state(rng)
         state.stage = previous
         if profiler is not None and publish:
             profiler.add(phase, time.perf_counter() - start)

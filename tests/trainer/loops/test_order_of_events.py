@@ -167,3 +167,33 @@ def test_logged_metrics_after_fit_hold_the_last_validation_run_at_the_epochs_las
     trainer = Trainer(**quiet(max_epochs=1))
     trainer.fit(Classifier(), loader(64), loader(32))  # validates after the last batch, before the epoch's end
     assert "val_loss" in trainer.logged_metrics
+
+
+def test_validation_inside_fit_leaves_trainings_random_numbers_where_they_were():
+    # The steps' random numbers must not depend on where fit validates: a checkpoint taken in
+    # on_train_batch_end, before the validation that follows, resumes bit-exact only then.
+    class DrawsInValidation(Classifier):
+        def validation_step(self, batch, batch_idx):
+            torch.rand(3)  # e.g. a random crop
+            return super().validation_step(batch, batch_idx)
+
+    class RNG(Callback):
+        def __init__(self) -> None:
+            self.after_batch, self.before_next = [], []
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            self.after_batch.append(torch.get_rng_state())
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            self.before_next.append(torch.get_rng_state())
+
+    rng, validated = RNG(), []
+
+    class Count(Callback):
+        def on_validation_end(self, trainer, module):
+            validated.append(trainer.global_step)
+
+    trainer = Trainer(max_steps=4, val_check_interval=2, num_sanity_val_steps=0, **quiet(callbacks=[rng, Count()]))
+    trainer.fit(DrawsInValidation(), loader(64, batch_size=8), loader(16))
+    assert validated == [2, 4]
+    assert torch.equal(rng.after_batch[1], rng.before_next[2])  # batch 2's end, its validation, batch 3's start
