@@ -209,7 +209,8 @@ def test_last_of_a_run_that_reached_max_epochs_trains_nothing_and_says_so_in_one
     start = StartStep()
     again = fit(epochs=2, ckpt_path="last", callbacks=[start])
 
-    assert (start.epoch, start.step, again.global_step) == (2, 4, 4)  # as in Lightning: nothing trains
+    assert (again.current_epoch, again.global_step) == (2, 4)  # as in Lightning: nothing trains,
+    assert not hasattr(start, "step")  # and on_train_start is not called
     said = [line for line in trainer_log if "stopped" in line]
     assert len(said) == 1 and "\n" not in said[0]
     assert re.fullmatch(
