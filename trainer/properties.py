@@ -225,9 +225,9 @@ class TrainerProperties:
 
     @property
     def at_epoch_end(self) -> bool:
-        """True from the end of a training epoch's batches until its ``on_train_epoch_end``
-        hooks return (the epoch-end validation included): a checkpoint taken then resumes at
-        the next epoch."""
+        """True once a training epoch's batches are done (the validation after the last one, as
+        in Lightning, runs before) until its ``on_train_epoch_end`` hooks return: a checkpoint
+        taken then resumes at the next epoch."""
         return self._run.epoch_complete
 
     def publish_step_metrics(self) -> dict[str, float]:

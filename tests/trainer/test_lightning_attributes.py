@@ -297,7 +297,7 @@ def test_a_copy_of_the_trainer_has_its_own_options_and_no_run():
     assert clone.global_step == 3 and trainer.global_step == 2 and trainer.optimizer is not clone.optimizer
 
 
-def test_at_epoch_end_is_true_from_the_epochs_last_batch_to_its_on_train_epoch_end():
+def test_at_epoch_end_is_true_from_the_end_of_the_epochs_batches_to_its_on_train_epoch_end():
     seen = []
 
     class Watch(Callback):
@@ -312,7 +312,8 @@ def test_at_epoch_end_is_true_from_the_epochs_last_batch_to_its_on_train_epoch_e
 
     trainer = Trainer(max_epochs=1, val_check_interval=1, num_sanity_val_steps=0, **quiet(callbacks=[Watch()]))
     trainer.fit(Classifier(), loader(16, batch_size=8), loader(8))
-    assert seen == [("validation", False), ("batch", False), ("batch", False), ("validation", True), ("epoch_end", True)]
+    # Lightning's order: each batch's validation after its on_train_batch_end, the last one's before the epoch's end
+    assert seen == [("batch", False), ("validation", False), ("batch", False), ("validation", False), ("epoch_end", True)]
     assert trainer.at_epoch_end is False
 
 
