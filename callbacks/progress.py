@@ -124,8 +124,9 @@ class ProgressBar(Callback):
         # tags TensorBoard gives them: a training mean is <name>_epoch (<name> is one batch's value).
         shown = {"step": str(trainer.global_step)}
         names, train = trainer.prog_bar_names, trainer.train_epoch_metrics
-        shown.update((k if k.endswith("_epoch") else f"{k}_epoch", f"{v:.4g}") for k, v in train.items() if k in names)
-        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items() if k in names and k not in train)
+        shown.update((k, f"{v:.4g}") for k, v in train.items() if k in names or k.endswith("_epoch") and k[:-6] in names)
+        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items()
+                     if k in names and k not in train and f"{k}_epoch" not in train)
         self._end_epoch(trainer, shown)
 
     def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:

@@ -17,9 +17,12 @@ from typing import Any
 
 import torch
 
-# reduce_fx: its names, and the torch functions Lightning code passes for them
+# reduce_fx: its names, and the functions Lightning accepts for them (torch's and Python's built-ins)
 _REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
-_REDUCE_FN = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.amax: "max", torch.min: "min", torch.amin: "min"}
+_REDUCE_FN = {
+    torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.amax: "max", torch.min: "min", torch.amin: "min",
+    sum: "sum", max: "max", min: "min",
+}
 
 
 @dataclass
@@ -35,11 +38,11 @@ class Options:
 
 
 def reduce_name(name: str, reduce_fx: Any) -> str:
-    kind = _REDUCE.get(reduce_fx) if isinstance(reduce_fx, str) else _REDUCE_FN.get(reduce_fx)
+    kind = _REDUCE.get(reduce_fx.lower()) if isinstance(reduce_fx, str) else _REDUCE_FN.get(reduce_fx)
     if kind is None:
         raise ValueError(
             f"self.log({name!r}, ..., reduce_fx={reduce_fx!r}): reduce_fx must be 'mean', 'sum', 'max' or 'min' "
-            "(or torch.mean, torch.sum, torch.max, torch.min)."
+            "(or torch.mean, torch.sum, torch.max, torch.min, or Python's sum, max, min)."
         )
     return kind
 
@@ -122,12 +125,12 @@ class Reduced:
         return last
 
     def epoch_value(self) -> float | None:
-        """The epoch's value: the sum, max or min; a Metric's ``compute()`` (then ``reset()``)."""
+        """The epoch's value: the sum, max or min; a Metric's ``compute()``. The Metric is reset by
+        :meth:`reset`, after the epoch-end hooks (Lightning's order): their ``compute()`` sees the epoch."""
         if self.kind != "metric":
             return self.total
         if self.computed is None and self.metric is not None:
             out = self.metric.compute()
-            self.metric.reset()
             if isinstance(out, torch.Tensor) and out.numel() != 1:
                 raise ValueError(
                     f"self.log(..., {type(self.metric).__name__}): its compute() returned a tensor of shape "
@@ -135,6 +138,13 @@ class Reduced:
                 )
             self.computed = float(out)
         return self.computed
+
+
+    def reset(self) -> None:
+        """The phase is over (its epoch-end hooks ran): a Metric starts the next one afresh."""
+        if self.metric is not None:
+            self.metric.reset()
+        self.computed = None
 
 
 def scalar(name: str, value: Any) -> float:

@@ -76,6 +76,7 @@ class MetricSink:
         self.batch_size: int = 1  # set by the loop for each batch
         self.on_device = False  # whether a value was logged on an accelerator (kept as a tensor)
         self.training = training  # Lightning's defaults: training_step's (step values) or evaluation's
+        self.epoch_end = False  # on_train_epoch_end runs: Lightning's defaults there are evaluation's (epoch values)
         # self.log's keywords, for the names logged with other than the defaults (trainer/core/log_options.py)
         self.options: dict[str, Options] = {}
         self._reduced: dict[str, Reduced] = {}  # reduce_fx sum/max/min and torchmetrics Metrics
@@ -105,9 +106,10 @@ class MetricSink:
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log(name={name!r}): name must be a non-empty string.")
         kind = "metric" if is_metric(value) else reduce_name(name, reduce_fx)
-        opts = options_for(name, self.training, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
-        if kind != "mean" and opts is None:
-            opts = Options(name if self.training else None, name, logger, rank_zero_only, add_dataloader_idx)
+        steps = self.training and not self.epoch_end  # Lightning's defaults: a step value, else an epoch value
+        opts = options_for(name, steps, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
+        if opts is None and (kind != "mean" or self.epoch_end):  # published under its own name
+            opts = Options(name if steps else None, name, logger, rank_zero_only, add_dataloader_idx)
         if opts is not None:
             self._register(name, opts)
         if kind != "mean":
@@ -132,9 +134,15 @@ class MetricSink:
         if opts.alias:
             self.aliases.update((n, name) for n in published)
 
+    def reset_metrics(self) -> None:
+        """After the phase's end hooks: the torchmetrics Metrics logged in it are reset (Lightning's)."""
+        for reduced in self._reduced.values():
+            reduced.reset()
+
     def version(self) -> tuple[Any, ...]:
         """Changes whenever a value is logged: epoch-end hooks are asked whether they logged."""
-        return tuple((name, len(s.values), s.weight, id(self.latest.get(name))) for name, s in self._series.items())
+        return tuple((name, len(s.values), s.weight, id(self.latest.get(name))) for name, s in self._series.items()) + tuple(
+            (name, id(r.last), r.total, id(r.metric)) for name, r in self._reduced.items())
 
     def _new_series(self, name: str, value: Any, prog_bar: bool) -> _Series:
         # Checked once per name, so the per-step path stays a dict lookup and an append.
@@ -268,13 +276,10 @@ class MetricSink:
         means.update(local)
         return means
 
-    def last_steps(self, epoch_values: dict[str, float], strategy: Any) -> dict[str, float]:
-        """At an epoch's end, for callback_metrics: the last step's value of each name that has
-        no epoch value (logged with on_epoch=False), the same on every rank."""
-        latest = self.latest_floats()
-        if strategy.world_size > 1:
-            latest = mean_over_processes(latest, strategy.reduce_metrics)
-        return self.for_callbacks({k: v for k, v in latest.items() if k not in epoch_values})
+    def defaults_in_training(self) -> set[str]:
+        """The names logged in training_step with the defaults: Lightning keeps no epoch value of
+        them (``on_epoch=False``); their mean is ours, for the loggers only, as ``<name>_epoch``."""
+        return {name for name in self._series if name not in self.options} if self.training else set()
 
     def for_callbacks(self, values: dict[str, float]) -> dict[str, float]:
         """``values`` plus, for a name logged with both on_step and on_epoch, the plain name."""

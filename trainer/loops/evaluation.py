@@ -178,6 +178,7 @@ def run_evaluation(
     check_dataloader_idx(model, prefix, (step_name, f"on_{phase}_batch_start", f"on_{phase}_batch_end"), loaders.several)
     transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
     outer = MetricSink()  # what the start and end hooks log: one value per process
+    sinks = [outer]  # each loader's too: their Metrics are reset at the end
     previous_sink = set_sink(outer)
     try:
         hooks.call(f"on_{phase}_start", trainer, model)
@@ -185,6 +186,7 @@ def run_evaluation(
         batch_start, batch_end = getattr(hooks, f"on_{phase}_batch_start"), getattr(hooks, f"on_{phase}_batch_end")
         for i, (loader, n, length) in enumerate(zip(loaders, counts, lengths)):
             sink = MetricSink()
+            sinks.append(sink)
             set_sink(sink)
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
             with _no_grad(trainer), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
@@ -225,18 +227,24 @@ def run_evaluation(
                 means.update((name + suffix, v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
                 prog_bar |= {name + suffix for name in sink.prog_bar}
         set_sink(outer)
+        if publish:  # the epoch's values, for on_{phase}_epoch_end to read (Lightning's)
+            run.callback_metrics.update(means)
+            run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
         hooks.call(f"on_{phase}_epoch_end", trainer, model)
         means.update(outer.epoch_means(strategy.reduce_metrics))
         hidden |= outer.hidden
         aliases.update(outer.aliases)
         if publish:
-            run.logged_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
+            run.eval_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
+            run.logged_metrics.update(run.eval_metrics)
             run.callback_metrics.update(means)
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
             run.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:
         set_sink(previous_sink)
+        for sink in sinks:  # after on_{phase}_end, as Lightning resets its results
+            sink.reset_metrics()
         for m, mode in zip(model.modules(), modes):
             m.training = mode
     return run.predict_loop._predictions if phase == "predict" else None

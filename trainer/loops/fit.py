@@ -135,7 +135,7 @@ class FitLoop(StopRules, Publishing):
         self.resume = Resume.load(trainer, run, resume_from)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         # Batches run in earlier epochs: with check_val_every_n_epoch=None, val_check_interval counts across epochs.
-        batches, self._val_at_end = trainer.num_training_batches, False  # (whether the epoch's last batch validated)
+        batches = trainer.num_training_batches
         self._batches_before = trainer.state.current_epoch * batches if batches != math.inf else 0
         step = trainer.state.global_step
         self._logged_step = step  # the last step on_train_log saw; the next one it sees:
@@ -206,13 +206,12 @@ class FitLoop(StopRules, Publishing):
         trainer, run, hooks = self.trainer, self.run, self.run.hooks
         sink = run.train_sink
         run.epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
-        self._publish_epoch_means(sink, keep_latest=self._val_at_end)
+        self._publish_epoch_means(sink)
         if self._epoch_val_due() and trainer.num_training_batches == math.inf:  # unsized: its last batch is known now
             evaluation_loop(trainer, run, "validation", self.val_loader, trainer.limit_val_batches)
-            self._val_at_end = True
         self._batches_before += trainer.state.batch_in_epoch
         fns, monitors = hooks.on_train_epoch_end, hooks.epoch_end_monitors
-        previous, sink.batch_size = set_sink(sink), 1  # what the hooks log: one value per process
+        previous, sink.batch_size, sink.epoch_end = set_sink(sink), 1, True  # what the hooks log: epoch values
         try:
             for i, fn in enumerate(fns):
                 if i == monitors:
@@ -222,14 +221,15 @@ class FitLoop(StopRules, Publishing):
                 run.opt.step_schedulers("epoch", run.callback_metrics)
         finally:
             set_sink(previous)
-        run.epoch_complete, self._val_at_end = False, False
+            sink.reset_metrics()  # after the hooks, whose compute() saw the epoch (Lightning's order)
+        run.epoch_complete = False
 
     def _epoch_end_hook(self, fn: Callable[..., Any], sink: MetricSink) -> None:
         """An ``on_train_epoch_end`` hook; what it logs joins the epoch means, published again."""
         before = sink.version()
         fn(self.trainer, self.model)
         if self.trainer.strategy.any_rank(sink.version() != before):
-            self._publish_epoch_means(sink, keep_latest=self._val_at_end)
+            self._publish_epoch_means(sink)
 
     def _stop_mid_epoch(self) -> None:
         """An epoch cut short. Its end is left to the run that resumes it (so stopped and resumed
@@ -335,7 +335,6 @@ class FitLoop(StopRules, Publishing):
                         (val_before + batch_idx + 1) % val_every == 0 or state.should_stop and self._can_stop_early()
                     ):  # Lightning's _should_check_val_fx: after on_train_batch_end
                         evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches)
-                        self._val_at_end = batch_idx + 1 == limit  # logged_metrics keep validation's
                     if completes and (
                         state.global_step >= max_steps
                         or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)

@@ -92,11 +92,12 @@ class LogWriter(Callback):
             logger.log_metrics(values, step)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        # "<name>_epoch" (a name logged with on_step and on_epoch is called so already)
-        means = {n if n.endswith("_epoch") else f"{n}_epoch": v for n, v in trainer.train_epoch_metrics.items()}
+        # Lightning's names: "<name>_epoch" for a name logged with on_step and on_epoch, else "<name>"
+        means = trainer.train_epoch_metrics
         if means:
+            trainer._run.logged_metrics.update(means)
             for logger in self.loggers:
-                logger.log_metrics(means, trainer.global_step)
+                logger.log_metrics(dict(means), trainer.global_step)
         self._save_if_due()
 
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -116,9 +117,10 @@ class LogWriter(Callback):
     def _write_eval(self, trainer: Trainer) -> None:
         # After fit, global_step is where training ended: a later validate/test lands at the
         # end of the curves, where the weights it evaluated belong.
-        if trainer.logged_metrics:
+        values = trainer._run.eval_metrics
+        if values:
             for logger in self.loggers:
-                logger.log_metrics(dict(trainer.logged_metrics), trainer.global_step)
+                logger.log_metrics(dict(values), trainer.global_step)
         self._save_if_due()
 
     def _save_if_due(self) -> None:

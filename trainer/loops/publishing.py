@@ -1,6 +1,6 @@
 """What fit publishes of the logged values, and when: into ``callback_metrics`` and to the
 ``on_train_log`` hooks (the loggers), at step 1, every ``log_every_n_steps`` steps and at each
-epoch's last step; the epoch means at each epoch's end."""
+epoch's last step; the epoch values at each epoch's end."""
 
 from __future__ import annotations
 
@@ -55,13 +55,14 @@ class Publishing:
             self._published = (step, metrics)
         return self._published[1]
 
-    def _publish_epoch_means(self, sink: MetricSink, keep_latest: bool = False) -> None:
+    def _publish_epoch_means(self, sink: MetricSink) -> None:
+        """The epoch's values (Lightning's: those logged with on_epoch, and in on_train_epoch_end)
+        into ``callback_metrics``, after the last step's (a value with no epoch value keeps it)."""
         strategy, run = self.trainer.strategy, self.run
+        self._publish_step_metrics()
         means = sink.epoch_means(strategy.reduce_metrics)
-        if sink.options:  # values logged with on_epoch=False: their last step's, as Lightning leaves them
-            run.callback_metrics.update(sink.last_steps(means, strategy))
-        run.callback_metrics.update(sink.for_callbacks(means))
-        run.train_epoch_metrics = means = sink.for_logger(means)  # logger=False: callback_metrics only
-        if not keep_latest:  # logged_metrics: the latest phase's means (validation's, once it ran)
-            run.logged_metrics = means
+        plain = sink.defaults_in_training()  # callback_metrics[name] stays the last step's, as in Lightning
+        run.callback_metrics.update(sink.for_callbacks({n: v for n, v in means.items() if n not in plain}))
+        means = {f"{n}_epoch" if n in plain else n: v for n, v in means.items()}
+        run.train_epoch_metrics = sink.for_logger(means)  # logger=False: callback_metrics only
         run.prog_bar_names |= sink.prog_bar

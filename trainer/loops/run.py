@@ -104,8 +104,9 @@ class Run:
         self.num_test_batches: list[int | float] = []
         self.num_predict_batches: list[int | float] = []
         self.callback_metrics: dict[str, float] = {}
-        self.logged_metrics: dict[str, float] = {}  # the epoch means of the phase that just ended
-        self.train_epoch_metrics: dict[str, float] = {}  # the last training epoch's means
+        self.logged_metrics: dict[str, float] = {}  # every value sent to the loggers in this call, the latest of each name
+        self.train_epoch_metrics: dict[str, float] = {}  # the last training epoch's values (Lightning's names)
+        self.eval_metrics: dict[str, float] = {}  # the last validation's or test's values (written by LogWriter)
         self.prog_bar_names: set[str] = set()  # names logged with prog_bar=True
         # Training samples this process has stepped through, updated every log_every_n_steps
         # steps and at each epoch's end (TensorBoard's throughput reads it then).
@@ -129,7 +130,8 @@ _FIT_KEEPS = (
     "num_test_batches", "num_predict_batches", "predict_loop", "run_dir", "log_dir", "test_dataloaders", "predict_dataloaders",
     "ckpt_user_managed",
 )
-_CALL_OWN = ("hooks", "signals", "counters")  # what an evaluation does not take from the run before
+# What an evaluation does not take from the run before (logged_metrics: Lightning's start afresh at each call).
+_CALL_OWN = ("hooks", "signals", "counters", "logged_metrics", "eval_metrics")
 
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:

@@ -266,7 +266,7 @@ class LogsEverything(TrainModule):
 def test_training_epoch_mean_is_weighted_by_batch_size():
     trainer, _ = fit(LogsEverything(), train=DataLoader(dataset(40), batch_size=16), max_epochs=1)
     # batches of 16, 16 and 8: weighted mean of the batch sizes = (16*16+16*16+8*8)/40
-    assert trainer.train_epoch_metrics["n"] == pytest.approx((256 + 256 + 64) / 40)
+    assert trainer.train_epoch_metrics["n_epoch"] == pytest.approx((256 + 256 + 64) / 40)
 
 
 @pytest.mark.parametrize("source", ["list", "generator loader", "drop_last"])
@@ -282,7 +282,7 @@ def test_training_epoch_mean_weights_batches_of_any_loader_by_their_sizes(source
         train = DataLoader(data, batch_size=16, drop_last=True)
         sizes = [16, 16]
     trainer, _ = fit(LogsEverything(), train=train, max_epochs=1)
-    assert trainer.train_epoch_metrics["n"] == pytest.approx(sum(n * n for n in sizes) / sum(sizes))
+    assert trainer.train_epoch_metrics["n_epoch"] == pytest.approx(sum(n * n for n in sizes) / sum(sizes))
 
 
 class RecordsSync(SingleDeviceStrategy):
