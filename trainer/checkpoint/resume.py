@@ -323,7 +323,8 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         epoch, batch = state.current_epoch + 1, 0
     else:
         epoch, batch = state.current_epoch, state.batch_in_epoch
-    local_rng = rng_state()
+    # During fit's validation: the state training goes on from, which the validation puts back when it ends.
+    local_rng = dict(run.training_rng) if run.training_rng is not None else rng_state()
     local_rng["loader"] = generator_states(run.epoch_loader)  # a DataLoader(generator=g)
     rng = strategy.gather_objects(local_rng)
     start = run.epoch_start

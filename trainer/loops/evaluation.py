@@ -121,7 +121,10 @@ def evaluation_loop(
     previous = state.stage
     if previous is not RunningStage.SANITY_CHECKING:
         state.stage = _STAGES[phase]
-    rng = rng_state() if state.fn is TrainerFn.FITTING else None  # once per validation, never per step
+    # Once per validation, never per step; a checkpoint saved meanwhile records this state (resume.capture).
+    rng = rng_state() if state.fn is TrainerFn.FITTING and run.training_rng is None else None
+    if rng is not None:
+        run.training_rng = rng
     profiler = trainer.profiler
     start = time.perf_counter()
     try:
@@ -129,6 +132,7 @@ def evaluation_loop(
     finally:
         if rng is not None:
             set_rng_state(rng)
+            run.training_rng = None
         state.stage = previous
         if profiler is not None and publish:
             profiler.add(phase, time.perf_counter() - start)
