@@ -69,7 +69,7 @@ def to_file(state: dict[str, Any]) -> dict[str, Any]:
         "format": FORMAT,
         "version": state.get("version"),
         "weights_only": weights_only,
-        "loop": {k: loop[k] for k in ("epoch", "batch_in_epoch", "global_step", "world_size") if k in loop},
+        "loop": {k: loop[k] for k in ("epoch", "batch_in_epoch", "global_step", "world_size", "val_pending") if k in loop},
         "metrics": state.get("metrics", {}),
         "strategy": state.get("strategy"),
         "trainer": state.get("trainer", {}),

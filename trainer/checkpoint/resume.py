@@ -53,6 +53,7 @@ class Resume:
         loop = ours["loop"]
         saved_world = loop.get("world_size", world_size)  # a Lightning file's batch count is per rank
         self.epoch, self.batch = loop["epoch"], _batch_position(loop, world_size)
+        self.val_pending = bool(loop.get("val_pending")) and self.batch > 0  # the validation after the saved batch
         same_world = saved_world == world_size and len(ours.get("rng", [])) == world_size
         # Across a change of world size (or from a Lightning file) the RNG streams cannot line up;
         # weights and steps still carry over.
@@ -94,8 +95,10 @@ class Resume:
                 )
         return cls(ckpt, strategy.global_rank, strategy.world_size)
 
-    def batches(self, trainer: Trainer, run: Run, loader: Any) -> Iterator[Any]:
-        """The iterator for the current epoch; the only place that calls ``iter(loader)``."""
+    def batches(self, trainer: Trainer, run: Run, loader: Any, validate: Callable[[], Any] | None = None) -> Iterator[Any]:
+        """The iterator for the current epoch; the only place that calls ``iter(loader)``. A
+        checkpoint saved before the validation that came next (``val_pending``) resumes with that
+        validation (``validate``), once its RNG is back and before the next batch: as it ran."""
         epoch = trainer.state.current_epoch
         if self.pending:
             self._restore_sampler_seed(loader)
@@ -117,6 +120,9 @@ class Resume:
         def put_back_rng() -> None:
             set_rng_state(rng)
             set_generator_states(loader, rng.get("loader", []))
+            if self.val_pending and validate is not None:
+                self.val_pending = False
+                validate()
 
         if self.batch == 0:
             put_back_rng()
@@ -323,7 +329,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         epoch, batch = state.current_epoch + 1, 0
     else:
         epoch, batch = state.current_epoch, state.batch_in_epoch
-    # During fit's validation: the state training goes on from, which the validation puts back when it ends.
+    # During a stop's own validation: the state from before it, which the validation puts back when it ends.
     local_rng = dict(run.training_rng) if run.training_rng is not None else rng_state()
     local_rng["loader"] = generator_states(run.epoch_loader)  # a DataLoader(generator=g)
     rng = strategy.gather_objects(local_rng)
@@ -353,6 +359,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
             # for Lightning's "epoch" and "loops": its current_epoch, its optimization, the epoch's length
             "current_epoch": state.current_epoch, "automatic": opt is None or opt.automatic,
             "batches": trainer.num_training_batches,
+            **({"val_pending": True} if run.val_pending else {}),  # the validation after this batch: its resume makes it
         },
         "metrics": dict(run.callback_metrics),
         "rng": rng,

@@ -109,20 +109,20 @@ def results_table(stage: str, results: list[dict[str, float]]) -> str:
 
 
 def evaluation_loop(
-    trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
+    trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True,
+    keep_rng: bool = False,
 ) -> list[Any] | None:
     """:func:`run_evaluation`, with ``trainer.state.stage`` saying which phase runs (``trainer.validating``
     and friends read it; the sanity check stays SANITY_CHECKING), timed when a profiler is on.
-    Inside fit, validation draws nothing from training's random numbers (its loader's iterator
-    draws a seed, a step may draw too): every generator is put back after, so that where and
-    whether fit validates (a stop's own validation, one after a mid-epoch checkpoint) never
-    changes what training draws, and a resumed run stays bit-exact."""
+    A validation draws random numbers as a hand-written loop's does (its loader's iterator draws
+    a seed). ``keep_rng``: one that an uninterrupted run would not have made (a stop's own) puts
+    every generator back after, and a checkpoint saved meanwhile records the state from before
+    it (resume.capture), so that the resumed run draws what the uninterrupted one did."""
     state = trainer.state
     previous = state.stage
     if previous is not RunningStage.SANITY_CHECKING:
         state.stage = _STAGES[phase]
-    # Once per validation, never per step; a checkpoint saved meanwhile records this state (resume.capture).
-    rng = rng_state() if state.fn is TrainerFn.FITTING and run.training_rng is None else None
+    rng = rng_state() if keep_rng and run.training_rng is None else None  # once per such validation
     if rng is not None:
         run.training_rng = rng
     profiler = trainer.profiler

@@ -326,15 +326,16 @@ class FitLoop(StopRules, Publishing):
                             run.samples_seen = samples
                             self._at_log_step(loss)
                             next_log = self._next_log
+                    due = val_every and (val_before + batch_idx + 1) % val_every == 0
                     if batch_end:  # Lightning's outputs: {"loss": the loss, detached, ...}
                         outputs = {"loss": output.detach()} if type(output) is tensor and accumulate == 1 else (
                             step_outputs(output, 1 if stepper is not None else accumulate))
+                        run.val_pending = due  # a checkpoint saved here resumes with the validation below
                         for fn in batch_end:
                             fn(trainer, model, outputs, batch, batch_idx)
-                    if val_every and (
-                        (val_before + batch_idx + 1) % val_every == 0 or state.should_stop and self._can_stop_early()
-                    ):  # Lightning's _should_check_val_fx: after on_train_batch_end
-                        evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches)
+                    if due or val_every and state.should_stop and self._can_stop_early():
+                        run.val_pending = False  # Lightning's _should_check_val_fx: after on_train_batch_end
+                        evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches, keep_rng=not due)
                     if completes and (
                         state.global_step >= max_steps
                         or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
@@ -369,7 +370,7 @@ class FitLoop(StopRules, Publishing):
         """The epoch's batches: ``iter(loader)`` once (resumed: at the checkpoint's batch), in
         lockstep across ranks when unsized, in a true precision's dtype, copied ahead to a GPU."""
         trainer, run, strategy = self.trainer, self.run, self.trainer.strategy
-        epoch_batches = self.resume.batches(trainer, run, loader)
+        epoch_batches = self.resume.batches(trainer, run, loader, self._validate)
         if strategy.world_size > 1 and not sized:
             epoch_batches = in_lockstep(epoch_batches, strategy)
         epoch_batches = strategy.device_batches(run.precision.convert_batches(epoch_batches))
@@ -386,6 +387,9 @@ class FitLoop(StopRules, Publishing):
         if stepper is not None and stepper is not self.run.manual:
             training_step = stepper.wrap(training_step)
         return training_step
+
+    def _validate(self) -> None:  # a validation that a resumed checkpoint was saved before (val_pending)
+        evaluation_loop(self.trainer, self.run, "validation", self.val_loader, self.trainer.limit_val_batches)
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch

@@ -83,7 +83,10 @@ class Run:
         self.epoch_loader: Any = None  # the training loader; checkpoints record its generators
         self.epoch_start: dict[str, Any] | None = None  # RNG that re-creates this epoch's order
         self.epoch_complete = False  # in the epoch's end: a checkpoint resumes at the next epoch
-        self.training_rng: dict[str, Any] | None = None  # while fit validates: the RNG training goes on from
+        self.training_rng: dict[str, Any] | None = None  # during a stop's own validation: the RNG from before it
+        # In on_train_batch_end of a batch whose validation comes next: a checkpoint saved there
+        # resumes with that validation, which draws what it drew in the uninterrupted run.
+        self.val_pending = False
         self.skip_step = False  # set by skip_optimizer_step() for the step about to happen
         self.step_skipped = False  # whether the last optimizer step was skipped
         self.last_loss: torch.Tensor | None = None  # what an optimizer_step's closure returns

@@ -50,7 +50,8 @@ def test_a_second_run_in_a_folder_being_written_stops_with_a_sentence_and_kill_9
     common = [] if logger else ["--no-logger"]
     if logger:  # a first run, preempted: the relaunches resume its version folder
         assert _run([*common, "--max-epochs", "1"], tmp_path, script_env).returncode == 0
-    first = _start([*common, "--last", "--max-epochs", "40", "--slow", "0.1"], tmp_path, script_env)
+    # 160 steps of 0.5 s: still training when the second run has started, however busy the machine
+    first = _start([*common, "--last", "--max-epochs", "40", "--slow", "0.5"], tmp_path, script_env)
     try:
         _wait_training(first, tmp_path)
         second = _run([*common, "--last", "--max-epochs", "40"], tmp_path, script_env)
@@ -73,5 +74,5 @@ def test_a_second_run_in_a_folder_being_written_stops_with_a_sentence_and_kill_9
     # kill -9 left no stale lock: the next relaunch resumes the killed run's newest checkpoint.
     third = _run([*common, "--last", "--max-epochs", "40"], tmp_path, script_env)
     assert third.returncode == 0, third.stdout
-    assert re.search(r"Resumed from \S+last.ckpt at epoch \d+, step (\d+)", third.stdout)
+    assert re.search(r"Resumed from \S+\.ckpt at epoch \d+, step (\d+)", third.stdout), third.stdout  # the newest intact file
     assert "finished at step 160" in third.stdout

@@ -169,31 +169,26 @@ def test_logged_metrics_after_fit_hold_the_last_validation_run_at_the_epochs_las
     assert "val_loss" in trainer.logged_metrics
 
 
-def test_validation_inside_fit_leaves_trainings_random_numbers_where_they_were():
-    # The steps' random numbers must not depend on where fit validates: a checkpoint taken in
-    # on_train_batch_end, before the validation that follows, resumes bit-exact only then.
+def test_a_stops_own_validation_leaves_the_random_numbers_where_they_were():
+    # should_stop validates (Lightning's), where an uninterrupted run would not: that validation
+    # puts every generator back, so a resume from the stop draws what the uninterrupted run drew.
+    # A validation on the schedule draws as a hand-written loop's does (tests/trainer/test_parity.py).
     class DrawsInValidation(Classifier):
         def validation_step(self, batch, batch_idx):
             torch.rand(3)  # e.g. a random crop
             return super().validation_step(batch, batch_idx)
 
-    class RNG(Callback):
-        def __init__(self) -> None:
-            self.after_batch, self.before_next = [], []
-
+    class StopAt3(Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            self.after_batch.append(torch.get_rng_state())
+            if trainer.global_step == 3:
+                trainer.should_stop = True
+                self.rng = torch.get_rng_state()
 
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            self.before_next.append(torch.get_rng_state())
-
-    rng, validated = RNG(), []
-
-    class Count(Callback):
         def on_validation_end(self, trainer, module):
-            validated.append(trainer.global_step)
+            self.validated_at = trainer.global_step
 
-    trainer = Trainer(max_steps=4, val_check_interval=2, num_sanity_val_steps=0, **quiet(callbacks=[rng, Count()]))
+    stop = StopAt3()
+    trainer = Trainer(max_epochs=2, num_sanity_val_steps=0, **quiet(callbacks=[stop]))
     trainer.fit(DrawsInValidation(), loader(64, batch_size=8), loader(16))
-    assert validated == [2, 4]
-    assert torch.equal(rng.after_batch[1], rng.before_next[2])  # batch 2's end, its validation, batch 3's start
+    assert stop.validated_at == 3 and trainer.global_step == 3  # it validated at the stop, mid-epoch
+    assert torch.equal(stop.rng, torch.get_rng_state())
