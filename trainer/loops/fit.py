@@ -208,7 +208,7 @@ class FitLoop(StopRules, Publishing):
         run.epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
         self._publish_epoch_means(sink)
         if self._epoch_val_due() and trainer.num_training_batches == math.inf:  # unsized: its last batch is known now
-            evaluation_loop(trainer, run, "validation", self.val_loader, trainer.limit_val_batches)
+            self._validate()
         self._batches_before += trainer.state.batch_in_epoch
         fns, monitors = hooks.on_train_epoch_end, hooks.epoch_end_monitors
         previous, sink.batch_size, sink.epoch_end = set_sink(sink), 1, True  # what the hooks log: epoch values
@@ -388,7 +388,7 @@ class FitLoop(StopRules, Publishing):
             training_step = stepper.wrap(training_step)
         return training_step
 
-    def _validate(self) -> None:  # a validation that a resumed checkpoint was saved before (val_pending)
+    def _validate(self) -> None:  # an unsized epoch's last validation; one a resumed checkpoint was saved before
         evaluation_loop(self.trainer, self.run, "validation", self.val_loader, self.trainer.limit_val_batches)
 
     def _epoch_val_due(self) -> bool:
