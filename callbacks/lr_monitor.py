@@ -86,7 +86,7 @@ class LearningRateMonitor(Callback):
         if stats:
             trainer.callback_metrics.update(stats)
             for logger in trainer.loggers:
-                logger.log_metrics(stats, trainer.global_step)
+                logger.log_metrics(stats, trainer.state.log_step)
 
     @staticmethod
     def _names(trainer: Trainer) -> tuple[list[str], list[torch.optim.Optimizer], list[str | None]]:

@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     reloaded = RingGAN.load_from_checkpoint(path)  # both networks, built from the saved hparams
     modes, median = coverage(reloaded)
     print(
-        f"\nafter {trainer.global_step} steps (each a discriminator and a generator step): the generator covers "
+        f"\nafter {trainer.global_step} optimizer steps ({trainer.state.batches_stepped} batches, each a discriminator "
+        f"and a generator step): the generator covers "
         f"{modes} of {MODES} modes; its samples' median distance to the nearest mode is {median:.1f} spreads"
     )
     print(f"checkpoint: {path}\nTensorBoard logs: {trainer.run_dir}  (tensorboard --logdir {args.log_dir})")

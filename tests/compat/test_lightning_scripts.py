@@ -104,7 +104,7 @@ def test_gan_with_manual_optimization_steps_both_networks():
     g0, d0 = copy.deepcopy(model.generator), copy.deepcopy(model.discriminator)
     trainer = L.Trainer(max_epochs=1, log_every_n_steps=1, log_dir=None, enable_progress_bar=False, enable_checkpointing=False)
     trainer.fit(model, DataLoader(tiny_mnist(32), batch_size=8))
-    assert trainer.global_step == 4  # a batch in which the optimizers stepped counts one step
+    assert trainer.global_step == 8  # every optimizer.step() counts: two a batch
     assert not torch.equal(g0[0].weight, model.generator[0].weight) and not torch.equal(d0[0].weight, model.discriminator[0].weight)
     assert {"g_loss", "d_loss"} <= set(trainer.callback_metrics) and {"g_loss", "d_loss"} <= trainer.prog_bar_names
     assert all(p.requires_grad for p in model.parameters())  # untoggled

@@ -11,18 +11,19 @@ from tests.examples._run import load_example, only_run_dir, run_example, scalar_
 
 pytestmark = pytest.mark.slow  # each test runs the example in a fresh Python (and DDP workers)
 
-TINY = ("--samples", "256", "--batch-size", "32", "--hidden", "16", "--max-steps", "10", "--log-dir", "tb")
+TINY = ("--samples", "256", "--batch-size", "32", "--hidden", "16", "--max-steps", "20", "--log-dir", "tb")
 
 
 @pytest.mark.parametrize("strategy", ["single", "ddp"])
 def test_trains_both_networks_and_reports_its_coverage(strategy, script_env):
     devices = "2" if strategy == "ddp" else "1"
     output = run_example("gan", *TINY, "--strategy", strategy, "--devices", devices, env=script_env)
-    assert "after 10 steps (each a discriminator and a generator step): the generator covers" in output, output
+    # max_steps counts every optimizer.step(), as in Lightning: 20 steps are 10 batches, an epoch and 2
+    assert "after 20 optimizer steps (10 batches, each a discriminator and a generator step): the generator covers" in output, output
 
     run_dir = only_run_dir("tb")
     ckpt = torch.load(os.path.join(run_dir, "checkpoints", "last.ckpt"), weights_only=True)
-    assert ckpt["global_step"] == 10 and ckpt["steadytrainer"]["loop"]["world_size"] == int(devices)
+    assert ckpt["global_step"] == 20 and ckpt["steadytrainer"]["loop"]["world_size"] == int(devices)
     assert len(ckpt["optimizer_states"]) == 2  # the generator's and the discriminator's Adam
     assert all(len(state["state"]) == 6 for state in ckpt["optimizer_states"])  # 3 layers x (weight, bias) each
     gan = load_example("gan")
@@ -44,5 +45,5 @@ def test_the_generator_learns_the_ring():
     before = gan.coverage(model)
     loader = DataLoader(gan.ring_data(8192, 8, seed=0), batch_size=128, shuffle=True)
     Trainer(max_epochs=20, enable_progress_bar=False, log_dir=None, enable_checkpointing=False).fit(model, loader)
-    modes, median = gan.coverage(model)  # 1280 steps; untrained: no mode, about 37 spreads away
+    modes, median = gan.coverage(model)  # 1280 batches (2560 steps); untrained: no mode, about 37 spreads away
     assert modes >= 7 and median < 8, (before, (modes, median))

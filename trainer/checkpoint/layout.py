@@ -40,7 +40,8 @@ def to_file(state: dict[str, Any]) -> dict[str, Any]:
     if "model" in state:  # a sharded checkpoint's shards hold the weights and optimizer states
         file["state_dict"] = state["model"]
     file["loops"] = lightning_loops(
-        loop.get("epoch", 0), loop.get("batch_in_epoch", 0), step, loop.get("batches", math.inf), loop.get("automatic", True)
+        loop.get("epoch", 0), loop.get("batch_in_epoch", 0), step, loop.get("batches", math.inf), loop.get("automatic", True),
+        loop.get("batches_stepped"),
     )
     weights_only = bool(state.get("weights_only")) or "loop" not in state  # 0.1's save_checkpoint(weights_only=True) kept no loop
     if not weights_only:
@@ -69,7 +70,10 @@ def to_file(state: dict[str, Any]) -> dict[str, Any]:
         "format": FORMAT,
         "version": state.get("version"),
         "weights_only": weights_only,
-        "loop": {k: loop[k] for k in ("epoch", "batch_in_epoch", "global_step", "world_size", "val_pending") if k in loop},
+        "loop": {
+            k: loop[k] for k in ("epoch", "batch_in_epoch", "global_step", "batches_stepped", "world_size", "val_pending")
+            if k in loop
+        },
         "metrics": state.get("metrics", {}),
         "strategy": state.get("strategy"),
         "trainer": state.get("trainer", {}),
@@ -109,11 +113,15 @@ def read(ckpt: dict[str, Any]) -> dict[str, Any]:
         return to_file(ckpt)
     step = ckpt.get("global_step", 0)
     epoch, batch = loop_position(ckpt.get("loops"), ckpt.get("epoch", 0))
+    stepped = batches_stepped(ckpt.get("loops"))
     ckpt[KEY] = {
         "format": None,  # written by Lightning
         "version": ckpt.get("pytorch-lightning_version"),
         "weights_only": "optimizer_states" not in ckpt,
-        "loop": {"epoch": epoch, "batch_in_epoch": batch, "global_step": step},
+        "loop": {
+            "epoch": epoch, "batch_in_epoch": batch, "global_step": step,
+            **({} if stepped is None else {"batches_stepped": stepped}),
+        },
         "metrics": {},
         "hparams_left_out": [],
     }
@@ -154,11 +162,28 @@ def loop_position(loops: dict[str, Any] | None, epoch: int) -> tuple[int, int]:
     return done, 0
 
 
-def lightning_loops(epoch: int, batch: int, step: int, batches: float, automatic: bool) -> dict[str, Any]:
+def batches_stepped(loops: dict[str, Any] | None) -> int | None:
+    """A manual-optimization file's logging step (Lightning's ``_batches_that_stepped``, which
+    Lightning raises by one when it resumes a file saved before its batch completed, as in
+    ``on_train_batch_end``); None for automatic optimization's, where it is ``global_step``."""
+    fit = (loops or {}).get("fit_loop") or {}
+    manual = fit.get("epoch_loop.manual_optimization.optim_step_progress", {}).get("total", {}).get("completed", 0)
+    stepped = fit.get("epoch_loop.state_dict", {}).get("_batches_that_stepped")
+    if not manual or stepped is None:
+        return None
+    batches = fit.get("epoch_loop.batch_progress", {}).get("total", {})
+    return int(stepped) + (1 if batches.get("completed", 0) < batches.get("processed", 0) else 0)
+
+
+def lightning_loops(
+    epoch: int, batch: int, step: int, batches: float, automatic: bool, stepped: int | None = None,
+) -> dict[str, Any]:
     """Lightning's ``loops`` entry for a run ``batch`` batches into ``epoch`` after ``step``
-    optimizer steps, in the form Lightning itself writes at that point: at an epoch's end (batch
-    0 of the next) that of a finished fit, mid-epoch that of a save at a batch's end. Lightning
+    optimizer steps (and ``stepped`` batches that stepped, under manual optimization; else
+    ``step``), in the form Lightning itself writes at that point: at an epoch's end (batch 0 of
+    the next) that of a finished fit, mid-epoch that of a save at a batch's end. Lightning
     resumes it at the same epoch and step; mid-epoch it runs the epoch's remaining batches."""
+    stepped = step if stepped is None else stepped
     per_epoch = int(batches) if batches != math.inf else 0
     total = epoch * per_epoch + batch  # batches trained in all (a guess with an unsized loader)
     if batch == 0:
@@ -168,14 +193,13 @@ def lightning_loops(epoch: int, batch: int, step: int, batches: float, automatic
             "total": _progress(total, total, total, total), "current": _progress(current, current, current, current),
             "is_last_batch": bool(epoch and per_epoch),
         }
-        stepped = step
     else:  # saved at a batch's end: Lightning counts that batch as not yet completed
         epochs = _progress(epoch + 1, epoch + 1, epoch, epoch)
         batch_progress = {
             "total": _progress(total, total, total, total - 1), "current": _progress(batch, batch, batch, batch - 1),
             "is_last_batch": batch == per_epoch,
         }
-        stepped = max(step - 1, 0)  # Lightning adds the batch that stepped when it restarts
+        stepped = max(stepped - 1, 0)  # Lightning adds the batch that stepped when it restarts
     auto, manual = (step, 0) if automatic else (0, step)
     fit_loop = {
         "state_dict": {},

@@ -230,6 +230,7 @@ def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
     ours = layout.ours(ckpt)
     loop = ours["loop"]
     trainer.state.global_step = loop["global_step"]
+    trainer.state.batches_stepped = loop.get("batches_stepped")  # manual optimization's (an older file: global_step)
     trainer.state.current_epoch = loop["epoch"]
     trainer.state.batch_in_epoch = _batch_position(loop, trainer.strategy.world_size)
     if "sharded" not in ours:  # a sharded folder's optimizer states were read with the weights
@@ -294,9 +295,11 @@ def evaluate_checkpoint(trainer: Trainer, run: Run, ckpt_path: Any) -> tuple[int
     ckpt = ckpt_io.load(path)
     load_model(strategy, ckpt)
     _load_datamodule(trainer.datamodule, ckpt)
-    state, before = trainer.state, (trainer.state.global_step, trainer.state.current_epoch)
+    state = trainer.state
+    before = (state.global_step, state.current_epoch, state.batches_stepped)
     loop = layout.ours(ckpt)["loop"]
     state.global_step, state.current_epoch = loop.get("global_step", 0), loop.get("epoch", 0)
+    state.batches_stepped = loop.get("batches_stepped")
     if strategy.is_global_zero:
         log.info("Evaluating %s (step %d, epoch %d).", path, state.global_step, state.current_epoch)
     return before
@@ -355,6 +358,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "loop": {
             "epoch": epoch, "batch_in_epoch": batch, "global_step": state.global_step,
+            **({} if state.batches_stepped is None else {"batches_stepped": state.batches_stepped}),
             "world_size": strategy.world_size,
             # for Lightning's "epoch" and "loops": its current_epoch, its optimization, the epoch's length
             "current_epoch": state.current_epoch, "automatic": opt is None or opt.automatic,

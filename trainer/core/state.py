@@ -76,9 +76,14 @@ class TrainerState:
     """Where the run is. The Trainer owns it; callbacks and users only read it.
 
     ``status``, ``fn`` and ``stage`` are Lightning's (``stage`` is None between entry points and
-    ``fn`` keeps the last one's). ``global_step`` counts optimizer steps. ``batch_in_epoch``
-    counts training batches already consumed in ``current_epoch``; a checkpoint taken mid-epoch
-    stores it, so that a resumed run skips exactly those batches.
+    ``fn`` keeps the last one's). ``global_step`` counts optimizer steps: under manual
+    optimization every ``optimizer.step()``, so two optimizers stepping once a batch make two
+    (Lightning's). ``batches_stepped`` is Lightning's ``_batches_that_stepped`` where it differs
+    from ``global_step``: under manual optimization, the training batches run, which is the step
+    the loggers see and the one ``log_every_n_steps`` counts (None: ``global_step``, as under
+    automatic optimization). ``batch_in_epoch`` counts training batches already consumed in
+    ``current_epoch``; a checkpoint taken mid-epoch stores it, so that a resumed run skips
+    exactly those batches.
     """
 
     status: TrainerStatus = TrainerStatus.INITIALIZING
@@ -86,10 +91,16 @@ class TrainerState:
     stage: RunningStage | None = None
     global_step: int = 0
     current_epoch: int = 0
+    batches_stepped: int | None = None
     batch_in_epoch: int = 0
     should_stop: bool = False
     # Why the run stopped early, if it did: "early_stopping", "timer", "signal", ...
     stop_reason: str | None = None
+
+    @property
+    def log_step(self) -> int:
+        """The step the loggers write and ``log_every_n_steps`` counts (Lightning's ``_batches_that_stepped``)."""
+        return self.global_step if self.batches_stepped is None else self.batches_stepped
 
     @property
     def finished(self) -> bool:

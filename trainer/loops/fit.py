@@ -88,8 +88,8 @@ class FitLoop(StopRules, Publishing):
                     scheduler step (interval="step")
                     at step 1 and every log_every_n_steps steps: NaN/Inf loss check, on_train_log
                 (manual optimization: training_step runs its own backward passes and steps,
-                and the loop none of the above from zero_grad; a batch in which an
-                optimizer stepped counts one step, then the log cadence as above)
+                and the loop none of the above from zero_grad; each optimizer.step() counts
+                a step, and each batch a logging step: the log cadence as above)
                 on_train_batch_end(outputs)       # {"loss": loss detached, ...}; step checkpoints
                 validation loop after every val_check_interval-th batch (counted across epochs
                     when check_val_every_n_epoch=None; the epoch's last one by default), or on
@@ -137,7 +137,10 @@ class FitLoop(StopRules, Publishing):
         # Batches run in earlier epochs: with check_val_every_n_epoch=None, val_check_interval counts across epochs.
         batches = trainer.num_training_batches
         self._batches_before = trainer.state.current_epoch * batches if batches != math.inf else 0
-        step = trainer.state.global_step
+        state = trainer.state
+        if run.manual is None or state.batches_stepped is None:  # Lightning's _batches_that_stepped (core/state.py)
+            state.batches_stepped = None if run.manual is None else state.global_step
+        step = state.log_step
         self._logged_step = step  # the last step on_train_log saw; the next one it sees:
         self._next_log = 1 if step == 0 else step - step % trainer.log_every_n_steps + trainer.log_every_n_steps
         if trainer.is_global_zero:
@@ -181,7 +184,7 @@ class FitLoop(StopRules, Publishing):
                     cut_short = self._train_epoch(sink)
                 finally:
                     set_sink(previous_sink)
-                if state.global_step > self._logged_step and hooks.on_train_log:  # no loss check: no sync for it
+                if state.log_step > self._logged_step and hooks.on_train_log:  # no loss check: no sync for it
                     self._at_log_step(None)
                 if cut_short:
                     self._stop_mid_epoch()
@@ -322,7 +325,7 @@ class FitLoop(StopRules, Publishing):
                             state.global_step += 1
                         elif stepper is None:  # unscale, hooks, clip, step, count
                             steps.step(optimizer, loss)
-                        if state.global_step >= next_log:
+                        if (state.global_step if stepper is None else state.log_step) >= next_log:
                             run.samples_seen = samples
                             self._at_log_step(loss)
                             next_log = self._next_log

@@ -47,7 +47,7 @@ class LogWriter(Callback):
         self._saved = time.perf_counter()  # the first save a second in: a short fit's is its teardown's
         hparams = _hparams(trainer, module)
         for logger in self.loggers:
-            getattr(logger, "_resume_at", lambda step: None)(trainer.global_step)  # a resumed fit drops what came after
+            getattr(logger, "_resume_at", lambda step: None)(trainer.state.log_step)  # a resumed fit drops what came after
             if isinstance(logger, TensorBoardLogger):
                 logger.log_hyperparams(hparams)
             else:
@@ -68,12 +68,12 @@ class LogWriter(Callback):
                 "the first step and each epoch's last. Trainer(log_every_n_steps=%d) gives about 10 points.",
                 steps, every, max(1, math.ceil(steps / 10)),
             )
-        self._clock = (time.perf_counter(), trainer.global_step, trainer.samples_seen)
+        self._clock = (time.perf_counter(), trainer.state.log_step, trainer.samples_seen)
         if getattr(trainer, "compile", None) is not None:  # the first steps compile: throughput starts at the first log step
             self._clock = None
 
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
-        step, samples, now = trainer.state.global_step, trainer.samples_seen, time.perf_counter()
+        step, samples, now = trainer.state.log_step, trainer.samples_seen, time.perf_counter()
         values = dict(metrics)
         for i, opt in enumerate(trainer.optimizers):  # lr, lr/group1, lr/optimizer1, lr/optimizer1/group1
             prefix = "lr" if len(trainer.optimizers) == 1 else f"lr/optimizer{i}"
@@ -97,7 +97,7 @@ class LogWriter(Callback):
         if means:
             trainer._run.logged_metrics.update(means)
             for logger in self.loggers:
-                logger.log_metrics(dict(means), trainer.global_step)
+                logger.log_metrics(dict(means), trainer.state.log_step)
         self._save_if_due()
 
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -120,7 +120,7 @@ class LogWriter(Callback):
         values = trainer._run.eval_metrics
         if values:
             for logger in self.loggers:
-                logger.log_metrics(dict(values), trainer.global_step)
+                logger.log_metrics(dict(values), trainer.state.log_step)
         self._save_if_due()
 
     def _save_if_due(self) -> None:

@@ -32,7 +32,7 @@ class Publishing:
         trainer = self.trainer
         if not self.run.step_skipped and loss is not None:  # a skipped step's loss was judged already
             self._check_finite(loss)
-        step, every = trainer.state.global_step, trainer.log_every_n_steps
+        step, every = trainer.state.log_step, trainer.log_every_n_steps
         self._logged_step, self._next_log = step, step - step % every + every
         metrics = self._publish_step_metrics()
         for fn in self.run.hooks.on_train_log:
@@ -41,7 +41,7 @@ class Publishing:
     def _publish_step_metrics(self) -> dict[str, float]:
         """This step's logged values, into ``callback_metrics`` (once per step)."""
         trainer, run = self.trainer, self.run
-        step = trainer.state.global_step
+        step = trainer.state.log_step
         if self._published[0] != step:
             metrics = trainer.step_metrics()
             if trainer.strategy.world_size > 1:  # what monitors read must be the same on every rank

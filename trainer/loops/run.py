@@ -70,7 +70,7 @@ class Run:
         self.hooks = Hooks([])
         self.fetching = Fetching(True)  # batched fetching, with data_on_device on the device
         self.signals = StopSignals()  # SIGTERM/SIGINT during fit
-        self.counters: tuple[int, int] | None = None  # the Trainer's step and epoch, while evaluating a checkpoint's
+        self.counters: tuple[int, int, int | None] | None = None  # the Trainer's counters, while evaluating a checkpoint's
         # --- fit's -------------------------------------------------------------------------
         self.opt: OptimizerSetup | None = None
         self.manual: ManualOptimization | None = None  # under automatic_optimization=False
@@ -173,6 +173,7 @@ def _new_run(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) 
         done = trainer.state
         trainer.state = TrainerState(
             TrainerStatus.RUNNING, TrainerFn.FITTING, RunningStage.TRAINING, done.global_step, done.current_epoch,
+            done.batches_stepped,
         )
     else:
         fresh, run = run, copy.copy(previous)
@@ -226,7 +227,8 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
         restore_steps(model, adapted)
         run.fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
         if run.counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
-            trainer.state.global_step, trainer.state.current_epoch = run.counters
+            state = trainer.state
+            state.global_step, state.current_epoch, state.batches_stepped = run.counters
         run.hooks.call("teardown", trainer, model, stage)
         if datamodule is not None:
             datamodule.teardown(stage)

@@ -54,6 +54,16 @@ def test_the_loops_written_read_back_as_the_same_position(epoch, batch, step):
     assert manual["epoch_loop.manual_optimization.optim_step_progress"]["total"]["completed"] == step
 
 
+@pytest.mark.parametrize("epoch, batch, stepped", [(0, 3, 3), (1, 1, 9), (2, 0, 16)])
+def test_a_manual_files_batches_that_stepped_read_back_as_the_loggers_step(epoch, batch, stepped):
+    # Two optimizers: twice as many optimizer steps as batches; the loggers' step counts batches.
+    loops = layout.lightning_loops(epoch, batch, 2 * stepped, batches=8, automatic=False, stepped=stepped)
+    assert layout.batches_stepped(loops) == stepped
+    file = layout.read({"global_step": 2 * stepped, "epoch": epoch, "loops": loops, "state_dict": {}})
+    assert file["steadytrainer"]["loop"]["batches_stepped"] == stepped
+    assert layout.batches_stepped(layout.lightning_loops(epoch, batch, stepped, batches=8, automatic=True)) is None
+
+
 def _progress(ready, started, processed, completed):
     return {"ready": ready, "started": started, "processed": processed, "completed": completed}
 

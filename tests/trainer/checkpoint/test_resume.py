@@ -218,15 +218,20 @@ def test_fsdp_kill9_mid_epoch_then_restart_is_bit_exact(tmp_path, script_env, re
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "args, resumed_at",
+    "args, pause, resumed_at",
     [
-        pytest.param(["--manual"], (0, 3), id="single"),  # 8 batches an epoch: the step-3 checkpoint
-        pytest.param(["--manual", *DDP, *DDP_EPOCHS], (1, 4), id="ddp"),  # 4 a rank: epoch 0's end
+        # Two optimizer steps a batch (Lightning's count), 8 batches an epoch: killed after the 4th
+        # batch, resumed from the step-6 checkpoint (every 3 steps: after the 3rd batch).
+        pytest.param(["--manual"], "batch_end:8", (0, 6), id="single"),
+        # 4 batches a rank: killed 1 batch into epoch 1, resumed from epoch 0's end (step 8).
+        pytest.param(["--manual", *DDP, *DDP_EPOCHS], "batch_end:10", (1, 8), id="ddp"),
     ],
 )
-def test_kill9_with_two_optimizers_stepped_by_hand_then_restart_is_bit_exact(args, resumed_at, tmp_path, script_env, reference):
+def test_kill9_with_two_optimizers_stepped_by_hand_then_restart_is_bit_exact(
+    args, pause, resumed_at, tmp_path, script_env, reference,
+):
     ref = reference(args)
-    killed_at(args, "batch_end:5", tmp_path, script_env)  # mid-epoch
+    killed_at(args, pause, tmp_path, script_env)  # mid-epoch
     job = run(args, tmp_path, script_env)
     assert resumed_from(job)[1:] == resumed_at
     assert len(torch.load(ref / "final.pt")) == 4

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 import torch
 from torch import nn
@@ -43,24 +45,53 @@ def test_a_gan_stepped_by_hand_matches_a_hand_written_loop(clip):
     trainer.fit(model, gan_loader())
     _gan_by_hand(by_hand, [b for _ in range(2) for b in gan_loader()], clip=clip)
     _assert_same_weights(model, by_hand)
-    # One global step per batch in which the optimizers stepped, however many of them stepped.
-    assert trainer.global_step == 2 * len(gan_loader())
+    # Lightning's count: every optimizer.step(), two a batch here.
+    assert trainer.global_step == 2 * 2 * len(gan_loader())
     assert set(trainer.callback_metrics) >= {"d_loss", "g_loss"}
     if clip is not None:
         assert trainer.grad_norm is not None and trainer.grad_norm > 0  # the norm before clipping
 
 
-def test_global_step_counts_only_batches_that_stepped_and_max_steps_follows_it(tmp_path):
-    model = TinyGAN(step_every=2)  # steps on even batches only
+def test_global_step_counts_every_optimizer_step_and_max_steps_and_checkpoints_follow_it(tmp_path):
+    model = TinyGAN(step_every=2)  # both optimizers step on even batches only
     trainer = Trainer(
-        max_steps=3, log_dir=tmp_path, enable_progress_bar=False,
-        callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=-1)],
+        max_steps=5, log_dir=tmp_path, enable_progress_bar=False,
+        callbacks=[ModelCheckpoint(every_n_train_steps=2, save_top_k=-1)],
     )
-    trainer.fit(model, gan_loader(n=64, batch_size=8))  # 8 batches: steps at 0, 2, 4 -> stop after batch 4
-    assert trainer.global_step == 3
+    trainer.fit(model, gan_loader(n=64, batch_size=8))  # 8 batches: 2 steps at 0, 2, 4 -> 6 >= 5 after batch 4
+    assert trainer.global_step == 6
     assert trainer.state.batch_in_epoch == 5
+    assert trainer.state.batches_stepped == 5  # the loggers' step: every batch (Lightning's _batches_that_stepped)
     saved = sorted(p.name for p in tmp_path.rglob("epoch=*.ckpt"))
-    assert saved == ["epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "epoch=0-step=3.ckpt"]
+    assert saved == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "epoch=0-step=6.ckpt"]
+
+
+def test_under_manual_optimization_the_loggers_step_counts_batches_not_optimizer_steps(tmp_path):
+    from loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path)
+    trainer = Trainer(max_epochs=1, logger=logger, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(TinyGAN(), gan_loader(n=64, batch_size=8))  # 8 batches, 16 optimizer steps
+    assert trainer.global_step == 16
+    with open(tmp_path / "lightning_logs" / "version_0" / "metrics.csv", newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("g_loss")]
+    steps = [int(row["step"]) for row in rows]
+    assert steps == sorted(set(steps)) and max(steps) <= 8  # one point per logged batch, not per optimizer step
+    assert steps[-1] == 8
+
+
+def test_a_manual_checkpoint_keeps_both_counters_for_the_resume_and_for_lightning(tmp_path):
+    trainer = Trainer(max_steps=6, log_dir=tmp_path, enable_progress_bar=False)
+    trainer.fit(TinyGAN(), gan_loader(n=64, batch_size=8))  # 3 batches, 6 steps: stopped mid-epoch
+    path = next(tmp_path.rglob("last.ckpt"))
+    ckpt = torch.load(path, weights_only=True)
+    assert ckpt["global_step"] == 6
+    fit_loop = ckpt["loops"]["fit_loop"]
+    assert fit_loop["epoch_loop.manual_optimization.optim_step_progress"]["total"]["completed"] == 6
+    assert fit_loop["epoch_loop.state_dict"]["_batches_that_stepped"] == 2  # Lightning adds the saving batch back
+    resumed = Trainer(max_steps=10, log_dir=tmp_path, enable_progress_bar=False)
+    resumed.fit(TinyGAN(), gan_loader(n=64, batch_size=8), ckpt_path=path)
+    assert (resumed.global_step, resumed.state.batches_stepped) == (10, 5)
 
 
 class _Recorder(TrainModule):
@@ -117,7 +148,7 @@ def test_resuming_a_gan_restores_both_optimizers_and_is_bit_exact(tmp_path):
     trainer = Trainer(max_epochs=3, log_dir=tmp_path, enable_progress_bar=False)
     trainer.fit(resumed, gan_loader(), ckpt_path="last")
     _assert_same_weights(resumed, straight)
-    assert trainer.global_step == 3 * len(gan_loader())
+    assert trainer.global_step == 2 * 3 * len(gan_loader())
 
 
 def test_several_optimizers_with_automatic_optimization_say_how_to_step_them():
@@ -200,7 +231,7 @@ def test_a_gan_under_ddp_matches_one_device_with_the_doubled_batch(clip):
     Trainer(max_epochs=2, **quiet()).fit(single, gan_loader(batch_size=16))
     for (name, a), b in zip(spread.state_dict().items(), single.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
-    assert trainer.global_step == 2 * len(gan_loader(batch_size=16))
+    assert trainer.global_step == 2 * 2 * len(gan_loader(batch_size=16))
 
 
 class _WithLBFGS(TrainModule):

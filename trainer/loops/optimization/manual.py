@@ -11,9 +11,11 @@ the loop does around an automatic step:
 - the float16 gradient scaler unscales, checks for inf/nan and updates, once per batch;
 - ``on_before_optimizer_step`` hooks run (in the order of ``StepSequence.manual_step``, step.py).
 
-A training batch in which at least one optimizer stepped advances ``global_step`` by one: a GAN's
-discriminator and generator steps on one batch are one step (Lightning counts each optimizer's
-step, so there ``max_steps=1000`` ends a GAN after 500 batches).
+Every ``step()`` advances ``global_step`` by one, as in Lightning: a GAN's discriminator and
+generator steps on one batch are two steps, so ``max_steps=1000`` ends it after 500 batches, and
+``ModelCheckpoint(every_n_train_steps=...)`` counts the same steps. The loggers' step and
+``log_every_n_steps`` count training batches instead (``TrainerState.batches_stepped``,
+Lightning's ``_batches_that_stepped``), so a GAN's curves have one point per batch.
 """
 
 from __future__ import annotations
@@ -74,10 +76,12 @@ class ManualOptimizer:
                     "optimizer.step(closure) with precision='16-mixed': the gradient scaler cannot step with "
                     "a closure. Use precision='bf16-mixed' or '32', or step without a closure."
                 )
-            return self.optimizer.step(lambda: self._closure(closure))
+            result = self.optimizer.step(lambda: self._closure(closure))
+            manual.trainer.state.global_step += 1
+            return result
         manual.sequence.manual_step(self.optimizer, self.prepare)
         self._prepared = False
-        manual.stepped = True
+        manual.trainer.state.global_step += 1
         return None
 
     def _closure(self, closure: Any) -> Any:
@@ -87,7 +91,6 @@ class ManualOptimizer:
 
         loss = self._manual.sequence.manual_closure(self.optimizer, prepare, closure)
         self._prepared = False
-        self._manual.stepped = True
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -103,7 +106,6 @@ class ManualOptimization:
     ) -> None:
         self.trainer, self.run, self.module, self.sequence = trainer, run, module, sequence
         self.optimizers = [ManualOptimizer(opt, self) for opt in optimizers]
-        self.stepped = False  # an optimizer stepped in this batch's training_step
         self._unscaled: set[int] = set()  # optimizers unscaled since the scaler's last update
 
     def before_unscale(self, optimizer: torch.optim.Optimizer) -> None:
@@ -116,20 +118,20 @@ class ManualOptimization:
 
     def end_batch(self, output: Any) -> tuple[torch.Tensor | None, bool]:
         """After ``training_step``: the loss it returned (for the NaN check and the bar; None if
-        it returned none), and whether it stepped. A step advances ``global_step`` here."""
-        stepped, self.stepped = self.stepped, False
+        it returned none), and True: every batch counts for the loggers' step, stepped or not
+        (Lightning's), and ends where the loop checks ``max_steps`` and stop requests."""
+        state = self.trainer.state
+        state.batches_stepped = (state.batches_stepped or 0) + 1
         if self._unscaled:
             self.run.precision.update()
             self._unscaled.clear()
-        if stepped:
-            self.sequence.count_step()
         for opt in self.optimizers:
             opt._prepared = False
         if isinstance(output, torch.Tensor):
-            return output, stepped
+            return output, True
         if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
-            return output["loss"], stepped
-        return None, stepped
+            return output["loss"], True
+        return None, True
 
 
 def manual_backward(module: TrainModule, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
