@@ -162,12 +162,13 @@ class Precision:
         self.scaler.step(optimizer)
         self.scaler.update()
 
-    def step_only(self, optimizer: torch.optim.Optimizer) -> None:
-        """Step without updating the scale: several optimizers step, then one ``update()``."""
+    def step_only(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> None:
+        """Step without updating the scale: several optimizers step, then one ``update()``.
+        ``kwargs`` go to the optimizer's ``step`` (``opt.step(optim="sgd")`` under manual optimization)."""
         if self.scaler is None:
-            optimizer.step()
+            optimizer.step(**kwargs)
         else:
-            self.scaler.step(optimizer)
+            self.scaler.step(optimizer, **kwargs)
 
     def update(self) -> None:
         if self.scaler is not None:

@@ -339,3 +339,46 @@ def test_optimizers_may_share_parameters_under_manual_optimization():
     trainer = Trainer(max_steps=2, **quiet())
     trainer.fit(model, loader(32, 16))
     assert len(trainer.optimizers) == 2 and not torch.equal(before, model.net[0].weight)
+
+
+class _PlateauWithMonitor(PlateauByHand):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+        return [opt], [{"scheduler": plateau, "monitor": "train_loss", "interval": "step"}]
+
+
+def test_a_monitor_given_under_manual_optimization_is_ignored_with_lightnings_warning():
+    trainer = Trainer(max_steps=3, **quiet())
+    with pytest.warns(RuntimeWarning, match=r"\['monitor'\], but the keys will be ignored"):
+        trainer.fit(_PlateauWithMonitor(), loader(64, 16))
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**2)  # the module's steps only
+
+
+class _StepKeywords(Classifier):
+    """Lightning's LightningOptimizer.step(closure, **kwargs): the keywords reach the optimizer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        loss = nn.functional.cross_entropy(self(batch[0]), batch[1])
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step(scale=0.5)
+
+    def configure_optimizers(self):
+        class HalfStepSGD(torch.optim.SGD):
+            def step(self, closure=None, scale=1.0):
+                self.seen = scale
+                return super().step(closure)
+
+        return HalfStepSGD(self.parameters(), lr=0.1)
+
+
+def test_keywords_given_to_a_manual_step_reach_the_optimizer():
+    trainer = Trainer(max_steps=2, **quiet())
+    trainer.fit(_StepKeywords(), loader(32, 16))
+    assert trainer.optimizers[0].seen == 0.5 and trainer.global_step == 2

@@ -68,7 +68,8 @@ class ManualOptimizer:
     def params(self) -> list[torch.nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
-    def step(self, closure: Any = None) -> Any:
+    def step(self, closure: Any = None, **kwargs: Any) -> Any:
+        """Lightning's ``LightningOptimizer.step``: ``kwargs`` go to the optimizer's ``step``."""
         manual = self._manual
         if closure is not None:  # e.g. LBFGS: the closure recomputes the loss, and its backward needs the sync
             if manual.run.precision.scaler is not None:
@@ -76,10 +77,10 @@ class ManualOptimizer:
                     "optimizer.step(closure) with precision='16-mixed': the gradient scaler cannot step with "
                     "a closure. Use precision='bf16-mixed' or '32', or step without a closure."
                 )
-            result = self.optimizer.step(lambda: self._closure(closure))
+            result = self.optimizer.step(closure=lambda: self._closure(closure), **kwargs)
             manual.trainer.state.global_step += 1
             return result
-        manual.sequence.manual_step(self.optimizer, self.prepare)
+        manual.sequence.manual_step(self.optimizer, self.prepare, **kwargs)
         self._prepared = False
         manual.trainer.state.global_step += 1
         return None

@@ -9,6 +9,7 @@ The shapes are Lightning's: an optimizer; ``(optimizer, scheduler)``; a dict
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -116,6 +117,8 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
         where = f"{type(module).__name__}.configure_optimizers() returned {result!r:.200}"
     setup = _parse(result, where)
     setup.automatic = getattr(module, "automatic_optimization", True)
+    if not setup.automatic:
+        _warn_ignored_keys(result)
     # The Trainer steps a ReduceLROnPlateau on its monitor; under manual optimization the module steps it.
     if setup.automatic and any(c.needs_metric and c.monitor is None for c in setup.schedulers):
         raise MisconfigurationException(
@@ -128,6 +131,27 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
 
 
 _OWN = ("optimizer_step", "optimizer_zero_grad", "lr_scheduler_step", "configure_gradient_clipping")
+_TRAINER_STEPPING_KEYS = ("reduce_on_plateau", "monitor", "strict")  # what only the Trainer's own stepping reads
+
+
+def _warn_ignored_keys(result: Any) -> None:
+    """Lightning's warning: under manual optimization the module steps its schedulers, so a
+    scheduler dict's ``monitor`` (``strict``, ``reduce_on_plateau``) is read by nobody."""
+    items = [result] if isinstance(result, dict) else list(result) if isinstance(result, (list, tuple)) else []
+    configs = []
+    for item in items:
+        if isinstance(item, dict) and "lr_scheduler" in item:  # {"optimizer", "lr_scheduler", "monitor"}
+            inner = item["lr_scheduler"]
+            configs.append({**(inner if isinstance(inner, dict) else {}), **({"monitor": 0} if "monitor" in item else {})})
+        elif isinstance(item, (list, tuple)):  # ([optimizers], [schedulers or scheduler dicts])
+            configs += [c for c in item if isinstance(c, dict)]
+    for config in configs:
+        keys = [k for k in config if k in _TRAINER_STEPPING_KEYS]
+        if keys:
+            warnings.warn(
+                f"The lr scheduler dict contains the key(s) {keys}, but the keys will be ignored. You need to call "
+                "`lr_scheduler.step()` manually in manual optimization.", RuntimeWarning, stacklevel=2,
+            )
 
 
 def _parse(result: Any, where: str) -> OptimizerSetup:
