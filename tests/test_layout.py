@@ -168,6 +168,7 @@ def test_callbacks_read_no_underscore_name_of_the_trainer_or_the_run(path):
     assert not bad, f"{path} reads private names of the Trainer or its run ({', '.join(bad)}): use public ones"
 
 
+@pytest.mark.slow
 def test_the_trainer_package_has_no_circle_through_its_init(script_env):
     """Importing the package loads only the bottom rooms: no loop, strategy or callback."""
     code = (
@@ -180,6 +181,7 @@ def test_the_trainer_package_has_no_circle_through_its_init(script_env):
     assert done.stdout.strip() == "[]", done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", ["trainer", "strategies", "callbacks", "trainer.data", "trainer.loops", "strategies.ddp", "callbacks.model_checkpoint"])
 def test_any_package_can_be_imported_first(first, script_env):
     code = f"import {first}; from trainer import Trainer; from strategies import DDPStrategy; from callbacks import ModelCheckpoint"
@@ -219,6 +221,7 @@ def test_public_names_are_pinned(package):
 HEAVY = ("torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy", "jsonargparse", "torchmetrics")
 
 
+@pytest.mark.slow
 def test_importing_the_packages_and_the_trainer_loads_no_heavy_module(script_env):
     """fsdp's DTensor and DCP, compile's dynamo (and the sympy they pull in), the CLI's
     jsonargparse: each is imported where it is used, so `import trainer` stays cheap

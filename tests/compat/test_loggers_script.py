@@ -77,6 +77,7 @@ RENAMES = {
 }
 
 
+@pytest.mark.slow
 def test_a_lightning_script_with_loggers_lr_monitor_and_a_stopping_threshold_runs_renamed(tmp_path, script_env):
     script = LIGHTNING_SCRIPT
     for old, new in RENAMES.items():

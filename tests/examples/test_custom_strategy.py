@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
 import torch
 
 from tests.examples._run import load_example, only_run_dir, run_example, scalar_tags
 
 
+@pytest.mark.slow
 def test_bf16_ddp_runs_on_two_processes_and_halves_the_bytes(script_env):
     output = run_example("custom_strategy", "--devices", "2", "--max-steps", "4", "--n-train", "512", "--log-dir", "tb", env=script_env)
 

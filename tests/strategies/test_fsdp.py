@@ -27,6 +27,7 @@ def _pair(**kw):
     return sharded, single
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, dict(accumulate_grad_batches=2, gradient_clip_val=0.3)], ids=["plain", "accumulate-clip"])
 def test_fsdp_on_two_processes_trains_to_the_weights_of_one_device_with_the_doubled_batch(options):
     # SGD, whose step scales with the gradient: a reduce-scatter that sums instead of averaging
@@ -38,6 +39,7 @@ def test_fsdp_on_two_processes_trains_to_the_weights_of_one_device_with_the_doub
     _close(sharded, single)
 
 
+@pytest.mark.slow
 def test_its_checkpoint_is_the_bare_models_and_resumes_under_single_and_fsdp(tmp_path):
     sharded, single = _pair(optimizer="adam", lr=0.01)
     first = Trainer(strategy="fsdp", devices=2, max_epochs=1, log_dir=tmp_path / "fsdp", enable_progress_bar=False)
@@ -70,6 +72,7 @@ def test_its_checkpoint_is_the_bare_models_and_resumes_under_single_and_fsdp(tmp
     _close(on_fsdp, straight)
 
 
+@pytest.mark.slow
 def test_sharded_checkpoints_are_whole_folders_and_resume_bit_exact(tmp_path):
     def sharded():
         return FSDPStrategy(checkpoint="sharded", shard=[nn.Linear])
@@ -109,6 +112,7 @@ def test_sharded_checkpoints_are_whole_folders_and_resume_bit_exact(tmp_path):
         Trainer(max_epochs=4, **quiet()).fit(Classifier(), loader(), ckpt_path=str(folder / "last.ckpt"))
 
 
+@pytest.mark.slow
 def test_validate_test_and_predict_run_sharded_with_uneven_shards():
     model = Classifier()
     data = loader(n=33, batch_size=4)  # 17 and 16 samples: 5 batches on rank 0, 4 on rank 1
@@ -121,6 +125,7 @@ def test_validate_test_and_predict_run_sharded_with_uneven_shards():
     assert torch.equal(torch.cat(trainer.predict(model, data)), torch.cat(Trainer(**quiet()).predict(model, data)))
 
 
+@pytest.mark.slow
 def test_a_gan_stepped_by_hand_under_fsdp_matches_one_device():
     torch.manual_seed(0)
     sharded, single = TinyGAN(clip=0.05), TinyGAN(clip=0.05)
@@ -130,6 +135,7 @@ def test_a_gan_stepped_by_hand_under_fsdp_matches_one_device():
     _close(sharded, single)
 
 
+@pytest.mark.slow
 def test_compile_under_fsdp_trains_to_the_same_weights():
     sharded, single = _pair()
     Trainer(strategy="fsdp", devices=2, max_epochs=2, compile=dict(backend="eager"), **quiet()).fit(sharded, loader(n=96, batch_size=8))
@@ -145,6 +151,7 @@ class OnMeta(Classifier):
             super().__init__()
 
 
+@pytest.mark.slow
 def test_a_model_built_on_the_meta_device_is_materialised_shard_by_shard(tmp_path):
     model = OnMeta()
     assert all(p.is_meta for p in model.parameters())
@@ -161,8 +168,10 @@ def test_a_model_built_on_the_meta_device_is_materialised_shard_by_shard(tmp_pat
         (lambda: FSDPStrategy(shard="Linear"), TypeError, r"shard='Linear'\) must be a list of module classes"),
         (lambda: FSDPStrategy(reduce_dtype="bf16"), TypeError, r"reduce_dtype='bf16'\) must be a floating torch.dtype"),
         (lambda: FSDPStrategy(checkpoint="folder"), ValueError, r"checkpoint='folder'\): 'full' .* or 'sharded'"),
-        (lambda: Trainer(strategy=FSDPStrategy(cpu_offload=True), devices=2, max_epochs=1, **quiet()).fit(Classifier(), loader()),
-         Exception, r"cpu_offload=True\) moves shards from GPU to CPU memory"),
+        pytest.param(
+            lambda: Trainer(strategy=FSDPStrategy(cpu_offload=True), devices=2, max_epochs=1, **quiet()).fit(Classifier(), loader()),
+            Exception, r"cpu_offload=True\) moves shards from GPU to CPU memory", marks=pytest.mark.slow,  # two processes
+        ),
     ],
 )
 def test_bad_options_say_what_to_pass(make, error, message):
@@ -170,6 +179,7 @@ def test_bad_options_say_what_to_pass(make, error, message):
         make()
 
 
+@pytest.mark.slow
 def test_bf16_mixed_computes_in_bf16_and_keeps_float32_weights():
     sharded, single = _pair()
     Trainer(strategy="fsdp", devices=2, max_epochs=2, precision="bf16-mixed", **quiet()).fit(sharded, loader(n=96, batch_size=8))

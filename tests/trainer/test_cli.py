@@ -136,6 +136,7 @@ def test_link_arguments_and_hooks():
     assert cli.model.hparams["hidden"] == 11 and calls == [("before", 0), ("after", 4)]
 
 
+@pytest.mark.slow
 def test_without_jsonargparse_building_the_cli_is_one_sentence_and_import_trainer_does_not_need_it(script_env):
     code = (
         "import sys; sys.modules['jsonargparse'] = None\n"

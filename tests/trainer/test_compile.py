@@ -80,6 +80,7 @@ def test_a_compiled_submodule_saves_plain_keys_and_its_checkpoint_resumes_a_plai
         assert torch.equal(inside.state_dict()[k.replace("net.", "net._orig_mod.", 1)], v), k
 
 
+@pytest.mark.slow
 def test_compile_under_ddp_trains_and_hands_back_plain_weights(tmp_path):
     torch.manual_seed(0)
     spread, single = Classifier(), Classifier()

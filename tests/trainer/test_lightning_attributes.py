@@ -249,6 +249,7 @@ class RanksToFile(Callback):
             json.dump(facts, f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_distributed_sampler", [True, False])
 def test_ranks_and_sampler_under_ddp_with_two_processes(use_distributed_sampler):
     trainer = Trainer(

@@ -45,6 +45,7 @@ def _wait_training(proc: subprocess.Popen, cwd: Path, timeout: float = 180) -> N
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("logger", [True, False], ids=["version-folder", "logger-false"])
 def test_a_second_run_in_a_folder_being_written_stops_with_a_sentence_and_kill_9_leaves_no_lock(logger, tmp_path, script_env):
     common = [] if logger else ["--no-logger"]

@@ -80,6 +80,7 @@ def test_a_nan_optimizer_state_is_refused_too_and_save_checkpoint_keeps_the_file
         assert f.read() == before
 
 
+@pytest.mark.slow
 def test_under_ddp_every_rank_refuses_the_save_together(tmp_path):
     # Each rank checks its own tensors, one all-reduce decides: no rank waits in a save the others skip.
     with pytest.raises(Exception, match=r"Not saving a checkpoint .* at step 4 \(epoch 1\): the weight 'net.0.weight'"):

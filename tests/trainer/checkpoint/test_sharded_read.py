@@ -37,6 +37,9 @@ def _model() -> Classifier:
     return Classifier(optimizer="adam", lr=0.01)
 
 
+pytestmark = pytest.mark.slow  # the folder comes from a fit on two processes
+
+
 @pytest.fixture(scope="module")
 def sharded_folder(tmp_path_factory) -> Path:
     """One epoch under fsdp on 2 processes, saved as a sharded folder (written once per module)."""

@@ -221,6 +221,7 @@ def test_toggle_optimizer_keeps_the_other_networks_gradients_out():
     assert all(p.requires_grad for p in model.parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("clip", [None, 0.05])
 def test_a_gan_under_ddp_matches_one_device_with_the_doubled_batch(clip):
     torch.manual_seed(0)
