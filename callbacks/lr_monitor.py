@@ -54,19 +54,22 @@ class LearningRateMonitor(Callback):
         self.lrs = {name: [] for name in self._names(trainer)[0]}
 
     def wants(self, hook: str) -> bool:
-        if hook == "on_train_log":
+        if hook == "on_train_batch_start":
             return self.logging_interval != "epoch"
         if hook == "on_train_epoch_start":
             return self.logging_interval != "step"
         return True
 
-    def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
-        self._log(trainer, "step" if self.logging_interval is None else "any")
+    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+        # Lightning's: before a step whose row the loggers get, the rates that step uses, at that row's step
+        step = trainer.state.log_step
+        if (step + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop:
+            self._log(trainer, "step" if self.logging_interval is None else "any", step)
 
     def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._log(trainer, "epoch" if self.logging_interval is None else "any")
+        self._log(trainer, "epoch" if self.logging_interval is None else "any", trainer.state.log_step)
 
-    def _log(self, trainer: Trainer, interval: str) -> None:
+    def _log(self, trainer: Trainer, interval: str, step: int) -> None:
         names, optimizers, intervals = self._names(trainer)
         stats: dict[str, float] = {}
         i = 0
@@ -86,7 +89,7 @@ class LearningRateMonitor(Callback):
         if stats:
             trainer.callback_metrics.update(stats)
             for logger in trainer.loggers:
-                logger.log_metrics(stats, trainer.state.log_step)
+                logger.log_metrics(stats, step)
 
     @staticmethod
     def _names(trainer: Trainer) -> tuple[list[str], list[torch.optim.Optimizer], list[str | None]]:

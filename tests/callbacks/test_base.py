@@ -51,22 +51,20 @@ def _fit(**options) -> tuple[Recorder, Trainer]:
 def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limits():
     rec, trainer = _fit(max_epochs=2, accumulate_grad_batches=2, limit_train_batches=5, limit_val_batches=2)
     # Batches 0-4 form accumulation groups [0, 1], [2, 3] and the short [4]: three optimizer steps.
-    # on_train_log (log_every_n_steps=50): at step 1, and for each epoch's last step.
-    def epoch(first_step_logs: list[str]) -> list[str]:
-        return (
-            ["on_train_epoch_start"]
-            + FIRST + ["on_train_batch_end"]
-            + BATCH + ["on_before_optimizer_step", *first_step_logs, "on_train_batch_end"]
-            + FIRST + ["on_train_batch_end"]
-            + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
-            + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]
-            + VALIDATION_2  # after the last batch's on_train_batch_end (Lightning's val_check_batch)
-            + ["on_train_log"]
-            + ["on_train_epoch_end"]
-        )
+    # on_train_log (log_every_n_steps=50): never in 6 steps (Lightning's rows come at the 50th).
+    epoch = (
+        ["on_train_epoch_start"]
+        + FIRST + ["on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + FIRST + ["on_train_batch_end"]
+        + BATCH + ["on_before_optimizer_step", "on_train_batch_end"]
+        + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]
+        + VALIDATION_2  # after the last batch's on_train_batch_end (Lightning's val_check_batch)
+        + ["on_train_epoch_end"]
+    )
 
     start = ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start"]
-    expected = start + epoch(["on_train_log"]) + epoch([]) + ["on_train_end", "on_fit_end", "teardown"]
+    expected = start + epoch + epoch + ["on_train_end", "on_fit_end", "teardown"]
     assert rec.events == expected
     assert trainer.global_step == 6 and trainer.current_epoch == 2
     counts = Counter(rec.events)
@@ -79,15 +77,15 @@ def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limi
 
 
 def test_validation_due_mid_epoch_runs_after_that_batch_end_and_only_on_its_schedule():
-    rec, trainer = _fit(max_epochs=1, limit_train_batches=5, limit_val_batches=2, val_check_interval=2)
+    rec, trainer = _fit(max_epochs=1, limit_train_batches=5, limit_val_batches=2, val_check_interval=2, log_every_n_steps=2)
     expected = (
         ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start", "on_train_epoch_start"]
-        + FIRST + ["on_before_optimizer_step", "on_train_log", "on_train_batch_end"]  # step 1 is on the curves
-        + FIRST + ["on_before_optimizer_step", "on_train_batch_end"] + VALIDATION_2
+        + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]  # step 1: no row (Lightning's)
+        # the row after on_train_batch_end (what it logs is in it), before the validation
+        + FIRST + ["on_before_optimizer_step", "on_train_batch_end", "on_train_log"] + VALIDATION_2
         + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]
-        + FIRST + ["on_before_optimizer_step", "on_train_batch_end"] + VALIDATION_2
+        + FIRST + ["on_before_optimizer_step", "on_train_batch_end", "on_train_log"] + VALIDATION_2
         + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]  # batch 5 of 5: no multiple of 2, no validation
-        + ["on_train_log"]  # the epoch's last step
         + ["on_train_epoch_end", "on_train_end", "on_fit_end", "teardown"]
     )
     assert rec.events == expected
@@ -200,13 +198,13 @@ class RecordsItsLoss(Classifier):
         return loss
 
 
-def test_on_train_log_runs_at_step_1_and_every_log_every_n_steps_optimizer_steps_with_the_logged_floats():
+def test_on_train_log_runs_every_log_every_n_steps_optimizer_steps_with_the_logged_floats():
     watcher, model = LogWatcher(), RecordsItsLoss()
     trainer = Trainer(**quiet(callbacks=[watcher], max_epochs=1, accumulate_grad_batches=2, log_every_n_steps=2))
     trainer.fit(model, loader(64, batch_size=8))  # 8 batches, 4 optimizer steps
     # Once per logged optimizer step, not once per micro-batch, with the step's last micro-batch's value.
-    assert [step for step, _ in watcher.calls] == [1, 2, 4]
-    assert [m["train_loss"] for _, m in watcher.calls] == [model.losses[1], model.losses[3], model.losses[7]]
+    assert [step for step, _ in watcher.calls] == [2, 4]
+    assert [m["train_loss"] for _, m in watcher.calls] == [model.losses[3], model.losses[7]]
     assert all(set(m) == {"train_loss"} and type(m["train_loss"]) is float for _, m in watcher.calls)
 
 

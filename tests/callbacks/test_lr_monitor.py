@@ -63,11 +63,13 @@ def test_keys_follow_lightning_per_optimizer_and_param_group():
     keys = {"lr-Adam/pg1", "lr-Adam/pg2", "lr-SGD", "lr-Adam/pg1-momentum", "lr-SGD-momentum", "lr-Adam/pg2-weight_decay"}
     assert keys <= set(rows[0])
     by_step = {int(r["step"]): r for r in rows}
+    # Lightning's: before each batch whose row is logged (every 2nd), at that row's step.
+    assert sorted(s for s, r in by_step.items() if r.get("lr-SGD")) == [1, 3, 5, 7]  # 8 batches
     # Manual optimization steps its own scheduler never here, so the rates stay as configured.
-    assert float(by_step[2]["lr-Adam/pg1"]) == 0.1 and float(by_step[2]["lr-Adam/pg2"]) == 0.01
-    assert float(by_step[2]["lr-SGD"]) == 0.2 and float(by_step[2]["lr-SGD-momentum"]) == 0.9
-    assert float(by_step[2]["lr-Adam/pg1-momentum"]) == 0.9 and float(by_step[2]["lr-Adam/pg2-weight_decay"]) == 0.5
-    assert monitor.lrs["lr-SGD"] == [0.2] * 5 and trainer.callback_metrics["lr-SGD"] == 0.2
+    assert float(by_step[1]["lr-Adam/pg1"]) == 0.1 and float(by_step[1]["lr-Adam/pg2"]) == 0.01
+    assert float(by_step[1]["lr-SGD"]) == 0.2 and float(by_step[1]["lr-SGD-momentum"]) == 0.9
+    assert float(by_step[1]["lr-Adam/pg1-momentum"]) == 0.9 and float(by_step[1]["lr-Adam/pg2-weight_decay"]) == 0.5
+    assert monitor.lrs["lr-SGD"] == [0.2] * 4 and trainer.callback_metrics["lr-SGD"] == 0.2
 
 
 class Scheduled(Classifier):

@@ -34,12 +34,12 @@ def test_trains_logs_checkpoints_and_prints_a_sample(script_env):
     every = steps // 4  # val_check_interval=0.25
     run_dir = only_run_dir("tb")
     scalars = scalar_tags(run_dir)
-    assert [step for step, _ in scalars["train_loss"]] == list(range(1, 2 * steps + 1))  # every step
+    assert [step for step, _ in scalars["train_loss"]] == list(range(2 * steps))  # every step, step n at n - 1
     # Validation 4 times per epoch, and at its end: TensorBoard draws no curve of only 2 points
     # (one per epoch) while "Ignore outliers in chart scaling" is on, its default.
     expected = [e * steps + k * every for e in range(2) for k in range(1, 5) if k * every < steps] + [steps, 2 * steps]
     for tag in ("val_bpc", "val_loss"):
-        assert [step for step, _ in scalars[tag]] == sorted(expected), tag
+        assert [step for step, _ in scalars[tag]] == sorted(s - 1 for s in expected), tag  # at the step before
     assert len(scalars["val_bpc"]) >= 8
     bpc = [value for _, value in scalars["val_bpc"]]
     assert all(0 < v < 8 for v in bpc) and bpc[-1] < bpc[0]  # bits per character, falling

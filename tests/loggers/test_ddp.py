@@ -49,4 +49,4 @@ def test_rank_zero_writes_and_the_other_rank_gets_a_logger_that_does_nothing():
     assert tb.log_dir == trainer.log_dir == folder and csv_logger.version == 0
     assert glob.glob(os.path.join(folder, "checkpoints", "*.ckpt"))
     with open(os.path.join("csv", "lightning_logs", "version_0", "metrics.csv"), newline="") as f:
-        assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [0, 1, 2, 3]  # step n's row at n - 1

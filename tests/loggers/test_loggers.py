@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from callbacks import ModelCheckpoint
+from callbacks import Callback, ModelCheckpoint
 from loggers import CSVLogger, DummyExperiment, Logger, TensorBoardLogger, rank_zero_experiment, rank_zero_only
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -35,13 +35,15 @@ def test_csv_logger_writes_one_row_per_logged_step_and_the_hparams_beside_it():
     folder = os.path.join("logs", "exp", "version_0")
     assert trainer.log_dir == folder and trainer.logger.log_dir == folder
     rows = _rows(os.path.join(folder, "metrics.csv"))
-    assert [int(r["step"]) for r in rows] == [1, 2, 4, 6, 8]  # step 1, then every 2; epoch means and validation share a step's row
+    # Lightning's axis: step n's row at n - 1, every 2nd step; the epoch means and the validation
+    # share the epoch's last step's row.
+    assert [int(r["step"]) for r in rows] == [1, 3, 5, 7]
     header = list(rows[0])
     assert header[0] == "step" and header[1:] == sorted(header[1:])
     assert {"train_loss", "train_loss_epoch", "val_loss", "val_acc", "lr", "epoch", "throughput/steps_per_sec"} <= set(header)
-    assert [r["val_loss"] != "" for r in rows] == [False, False, True, False, True]  # empty where not logged
+    assert [r["val_loss"] != "" for r in rows] == [False, True, False, True]  # empty where not logged
     assert float(rows[-1]["val_loss"]) == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
-    assert [float(r["lr"]) for r in rows] == [pytest.approx(0.1)] * 5 and [r["epoch"] for r in rows] == ["0", "0", "0", "1", "1"]
+    assert [float(r["lr"]) for r in rows] == [pytest.approx(0.1)] * 4 and [r["epoch"] for r in rows] == ["0", "0", "1", "1"]
     yaml_text = open(os.path.join(folder, "hparams.yaml")).read()
     assert yaml_text.splitlines() == [
         "features: 8", "hidden: 12", "classes: 2", "dropout: 0.0", "lr: 0.1", 'optimizer: "adam"',
@@ -58,7 +60,8 @@ def test_a_second_fit_with_a_new_column_rewrites_the_header_and_keeps_the_rows()
     assert "val_loss" not in _rows(path)[0]
     trainer.validate(Classifier(), loader(16))
     rows = _rows(path)
-    assert [int(r["step"]) for r in rows] == [1, 2] and rows[0]["val_loss"] == "" and rows[1]["val_loss"] != ""
+    # fit's rows at 0 and 1 (step n's at n - 1); the validate after it at the steps taken, 2
+    assert [int(r["step"]) for r in rows] == [0, 1, 2] and [r["val_loss"] != "" for r in rows] == [False, False, True]
     assert rows[0]["train_loss"] != ""
 
 
@@ -72,7 +75,7 @@ def test_several_loggers_get_everything_and_the_first_names_the_folders():
     assert glob.glob(os.path.join("tb", "run", "version_0", "checkpoints", "*.ckpt"))
     acc = EventAccumulator(tb.log_dir)
     acc.Reload()
-    assert [e.step for e in acc.Scalars("train_loss")] == [1, 2, 4, 6, 8]  # step 1, then every 2
+    assert [e.step for e in acc.Scalars("train_loss")] == [1, 3, 5, 7]  # every 2nd step, step n at n - 1
     # Lightning's default: an hp_metric of -1 for the HParams tab (the Trainer's own logger leaves it out).
     assert [(e.step, e.value) for e in acc.Scalars("hp_metric")] == [(0, -1.0)]
     rows = _rows(os.path.join("csv", "lightning_logs", "version_0", "metrics.csv"))
@@ -148,8 +151,8 @@ def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
     assert kinds[0] == "hparams" and kinds[-1] == "finalize" and logger.calls[-1] == ("finalize", "success")
     assert logger.calls[0][1]["hidden"] == 16 and not any(k.startswith("trainer/") for k in logger.calls[0][1])
     steps = [(c[1], sorted(c[2])) for c in logger.calls if c[0] == "metrics"]
-    assert steps[0][0] == 1 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])  # the curves start at step 1
-    assert (4, ["val_acc", "val_loss"]) in steps and (4, ["train_loss_epoch"]) in steps
+    assert steps[0][0] == 1 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])  # the 2nd step's row, at 1
+    assert (3, ["val_acc", "val_loss"]) in steps and (3, ["train_loss_epoch"]) in steps  # at the last step's
     # Checkpoints: <log_dir>/<name>/<version>/checkpoints, as Lightning puts them for any logger.
     assert glob.glob(os.path.join("recording", "run-1", "checkpoints", "*.ckpt"))
     assert isinstance(logger.experiment, DummyExperiment) and trainer.log_dir == os.getcwd()  # no folder of its own
@@ -209,7 +212,7 @@ def test_a_resumed_fit_carries_on_in_a_user_loggers_folder_without_the_rows_afte
                     logger=CSVLogger("logs"))
     again.fit(Classifier(), loader(64), loader(32), ckpt_path=ckpt)
     assert again.log_dir == first.log_dir
-    assert [int(r["step"]) for r in _rows(os.path.join(first.log_dir, "metrics.csv"))] == [1, 2, 4, 6, 8]
+    assert [int(r["step"]) for r in _rows(os.path.join(first.log_dir, "metrics.csv"))] == [1, 3, 5, 7]
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -269,3 +272,19 @@ def test_the_csv_writer_updates_a_written_row_when_its_step_comes_again():
         {"step": "1", "acc": "", "loss": "0.5", "é/ü": "2.0"},
         {"step": "2", "acc": "0.9", "loss": "0.25", "é/ü": ""},
     ]
+
+
+class LogsAtBatchEnd(Callback):
+    """Logs the batch index in on_train_batch_end, as Lightning's docs' callbacks log their values."""
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        module.log("seen_batch", float(batch_idx))
+
+
+def test_a_value_logged_in_on_train_batch_end_is_in_that_steps_row_at_lightnings_step():
+    logger = CSVLogger("logs")
+    trainer = Trainer(max_epochs=1, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False,
+                      logger=logger, callbacks=[LogsAtBatchEnd()])
+    trainer.fit(Classifier(), loader(64))  # 4 steps: rows for steps 2 and 4, at 1 and 3
+    rows = [r for r in _rows(os.path.join(logger.log_dir, "metrics.csv")) if r["train_loss"]]
+    assert [(int(r["step"]), float(r["seen_batch"])) for r in rows] == [(1, 1.0), (3, 3.0)]  # its own batch's, not the one before

@@ -69,27 +69,28 @@ def test_a_default_run_writes_every_tag_with_the_values_training_computed():
     acc = _read(trainer.run_dir)
     assert set(acc.Tags()["scalars"]) == DEFAULT_TAGS | {"grad_norm"}
 
-    # Per step, at step 1 and every log_every_n_steps=2 optimizer steps: the loss of the batch that made step N.
+    # Every log_every_n_steps=2 optimizer steps, Lightning's axis: step n's row at n - 1, with
+    # the loss of the batch that made step n.
     train_loss = _series(acc, "train_loss")
-    assert [s for s, _ in train_loss] == [1, 2, 4, 6, 8]
+    assert [s for s, _ in train_loss] == [1, 3, 5, 7]
     for step, value in train_loss:
-        assert value == pytest.approx(model.losses[step - 1], rel=1e-6)
-    # Epoch means at each epoch's last step; 4 equal batches per epoch.
+        assert value == pytest.approx(model.losses[step], rel=1e-6)
+    # Epoch means at each epoch's last step's; 4 equal batches per epoch.
     epoch_means = _series(acc, "train_loss_epoch")
-    assert [s for s, _ in epoch_means] == [4, 8]
+    assert [s for s, _ in epoch_means] == [3, 7]
     for (_, value), first in zip(epoch_means, (0, 4)):
         assert value == pytest.approx(sum(model.losses[first:first + 4]) / 4, rel=1e-6)
     # Validation means, once per epoch; the last one is what fit left in callback_metrics.
     val_loss = _series(acc, "val_loss")
-    assert [s for s, _ in val_loss] == [4, 8]
+    assert [s for s, _ in val_loss] == [3, 7]
     assert val_loss[-1][1] == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
 
-    assert _series(acc, "lr") == [(s, pytest.approx(0.1)) for s in (1, 2, 4, 6, 8)]
-    assert _series(acc, "epoch") == [(1, 0.0), (2, 0.0), (4, 0.0), (6, 1.0), (8, 1.0)]
+    assert _series(acc, "lr") == [(s, pytest.approx(0.1)) for s in (1, 3, 5, 7)]
+    assert _series(acc, "epoch") == [(1, 0.0), (3, 0.0), (5, 1.0), (7, 1.0)]
     assert all(v > 0 for _, v in _series(acc, "grad_norm"))
     steps_per_sec = dict(_series(acc, "throughput/steps_per_sec"))
     samples_per_sec = dict(_series(acc, "throughput/samples_per_sec"))
-    assert sorted(steps_per_sec) == [1, 2, 4, 6, 8]
+    assert sorted(steps_per_sec) == [1, 3, 5, 7]
     for step, rate in steps_per_sec.items():  # 16 samples per step on one process
         assert rate > 0 and samples_per_sec[step] == pytest.approx(16 * rate, rel=1e-4)
 
@@ -118,10 +119,10 @@ def test_param_groups_get_their_own_lr_tags_and_accumulation_writes_each_step_on
     assert {"lr/group0", "lr/group1"} <= tags and "lr" not in tags
     assert "grad_norm" not in tags  # no clipping, no norm
     assert not {t for t in tags if t.startswith("val_")}
-    assert _series(acc, "lr/group0") == [(1, pytest.approx(0.1)), (2, pytest.approx(0.1))]
-    assert _series(acc, "lr/group1") == [(1, pytest.approx(0.01)), (2, pytest.approx(0.01))]
-    # 4 batches, 2 per step: steps 1 and 2, once each, with the loss of the batch that completed them.
-    assert _series(acc, "train_loss") == [(1, pytest.approx(model.losses[1], rel=1e-6)), (2, pytest.approx(model.losses[3], rel=1e-6))]
+    assert _series(acc, "lr/group0") == [(0, pytest.approx(0.1)), (1, pytest.approx(0.1))]
+    assert _series(acc, "lr/group1") == [(0, pytest.approx(0.01)), (1, pytest.approx(0.01))]
+    # 4 batches, 2 per step: steps 1 and 2 (rows 0 and 1), once each, with the loss of the batch that completed them.
+    assert _series(acc, "train_loss") == [(0, pytest.approx(model.losses[1], rel=1e-6)), (1, pytest.approx(model.losses[3], rel=1e-6))]
 
 
 class TwoGroups(RecordsLosses):
@@ -138,7 +139,7 @@ def test_validate_and_test_after_fit_land_at_the_fit_step_and_predict_writes_not
     assert sorted(os.listdir("lightning_logs")) == ["version_0"]  # predict made no folder
     assert trainer.global_step == 4  # evaluation moved no counter
     acc = _read(trainer.run_dir)
-    assert [s for s, _ in _series(acc, "val_loss")] == [4, 4]  # fit's validation, then validate's
+    assert [s for s, _ in _series(acc, "val_loss")] == [3, 4]  # fit's validation at its last step's, then validate's at the steps taken
     assert _series(acc, "test_loss") == [(4, pytest.approx(trainer.callback_metrics["test_loss"], rel=1e-6))]
 
     fresh = Trainer(enable_progress_bar=False)
@@ -162,8 +163,8 @@ def test_a_resumed_run_continues_its_curves_in_the_same_folder_without_repeated_
     resumed.fit(RecordsLosses(), loader(64), loader(32), ckpt_path=after_epoch_0)
     assert resumed.run_dir == first.run_dir
     acc = _read(first.run_dir)
-    assert [s for s, _ in _series(acc, "train_loss")] == list(range(1, 13))
-    assert [s for s, _ in _series(acc, "val_loss")] == [4, 8, 12]
+    assert [s for s, _ in _series(acc, "train_loss")] == list(range(12))
+    assert [s for s, _ in _series(acc, "val_loss")] == [3, 7, 11]
 
 
 class FailsInEpoch1(RecordsLosses):
@@ -178,7 +179,7 @@ def test_a_crashed_run_keeps_what_it_logged():
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(FailsInEpoch1(), loader(64), loader(32))
     acc = _read(trainer.run_dir)
-    assert [s for s, _ in _series(acc, "train_loss")] == [1, 2, 3, 4]
+    assert [s for s, _ in _series(acc, "train_loss")] == [0, 1, 2, 3]
     tags = acc.PluginTagToContent(metadata.PLUGIN_NAME)
     assert metadata.SESSION_START_INFO_TAG in tags  # its options, though it failed before any save
     assert metadata.SESSION_END_INFO_TAG not in tags  # not marked finished
@@ -274,8 +275,8 @@ def test_short_epochs_hand_their_values_to_the_writer_at_most_once_a_second_and_
     # Epochs of milliseconds: one epoch end wakes the writer, the rest wait (a flush is due once a second).
     assert len(set(counter.during)) <= 1 + int(counter.took), (counter.during, counter.took)
     acc = _read(trainer.run_dir)
-    assert [step for step, _ in _series(acc, "train_loss_epoch")] == [4, 8, 12, 16, 20, 24]
-    assert [step for step, _ in _series(acc, "val_loss")] == [4, 8, 12, 16, 20, 24]
+    assert [step for step, _ in _series(acc, "train_loss_epoch")] == [3, 7, 11, 15, 19, 23]
+    assert [step for step, _ in _series(acc, "val_loss")] == [3, 7, 11, 15, 19, 23]
 
 
 class ListsEventFiles(Callback):
@@ -297,7 +298,7 @@ def test_the_event_file_is_opened_after_the_first_step_and_gets_the_hparams_and_
     trainer, _ = _fit(max_epochs=1, log_every_n_steps=1, callbacks=[files])
     assert files.seen == [("before the first step", 0), ("after the first epoch", 1)]
     acc = _read(trainer.run_dir)
-    assert [step for step, _ in _series(acc, "train_loss")] == [1, 2, 3, 4]
+    assert [step for step, _ in _series(acc, "train_loss")] == [0, 1, 2, 3]
     assert metadata.SESSION_START_INFO_TAG in acc.PluginTagToContent(metadata.PLUGIN_NAME)
 
 
@@ -314,10 +315,10 @@ class TensorLR(Classifier):
         return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5), "interval": "step"}
 
 
-def test_the_lr_written_is_the_lr_of_that_step():
+def test_the_lr_written_is_read_after_that_steps_scheduler_step():
     trainer = Trainer(max_epochs=1, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False)
-    trainer.fit(TensorLR(), loader(n=96, batch_size=16))
-    assert dict(_series(_read(trainer.run_dir), "lr")) == pytest.approx({1: 0.1 / 2, 2: 0.1 / 4, 4: 0.1 / 16, 6: 0.1 / 64})
+    trainer.fit(TensorLR(), loader(n=96, batch_size=16))  # 6 steps: rows of steps 2, 4 and 6 at 1, 3 and 5
+    assert dict(_series(_read(trainer.run_dir), "lr")) == pytest.approx({1: 0.1 / 4, 3: 0.1 / 16, 5: 0.1 / 64})
 
 
 @pytest.mark.skipif(importlib.util.find_spec("boto3") is None, reason="boto3 is not installed")
@@ -345,37 +346,32 @@ class EpochLR(RecordsLosses):
         return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.1)}
 
 
-def test_a_48_step_run_with_the_default_interval_has_loss_and_lr_curves_from_its_first_step_to_its_last(trainer_log):
+def test_a_48_step_run_with_the_default_interval_gets_its_epoch_values_and_a_hint_for_its_curves(trainer_log):
     model = EpochLR()
     trainer = Trainer(max_epochs=2, enable_progress_bar=False, enable_checkpointing=False)  # log_every_n_steps=50
     trainer.fit(model, loader(n=48, batch_size=2))  # 24 steps an epoch
     acc = _read(trainer.run_dir)
-
-    # The first step, and each epoch's last: the values of the batches that made those steps ...
-    loss = _series(acc, "train_loss")
-    assert [s for s, _ in loss] == [1, 24, 48]
-    for step, value in loss:
-        assert value == pytest.approx(model.losses[step - 1], rel=1e-6)
-    # ... and the learning rate those steps used (epoch 1's, after the scheduler's step, at 48).
-    assert _series(acc, "lr") == [(1, pytest.approx(0.1)), (24, pytest.approx(0.1)), (48, pytest.approx(0.01))]
+    # Lightning's rows come every 50th step: none here; the epoch values at each epoch's last step's.
+    assert "train_loss" not in acc.Tags()["scalars"] and "lr" not in acc.Tags()["scalars"]
+    assert [s for s, _ in _series(acc, "train_loss_epoch")] == [23, 47]
     hints = [line for line in trainer_log if "fewer than log_every_n_steps=50" in line]
     assert hints == [
-        "This fit makes 48 optimizer steps, fewer than log_every_n_steps=50: its per-step curves get the first "
-        "step and each epoch's last. Trainer(log_every_n_steps=5) gives about 10 points."
+        "This fit makes 48 optimizer steps, fewer than log_every_n_steps=50: its per-step curves get no "
+        "point, only the epoch values do. Trainer(log_every_n_steps=5) gives about 10 points."
     ]
 
 
 def test_a_2_step_run_cut_by_max_steps_has_both_steps_on_its_curves():
     model = RecordsLosses()
-    trainer = Trainer(max_steps=2, enable_progress_bar=False, enable_checkpointing=False)
+    trainer = Trainer(max_steps=2, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
     trainer.fit(model, loader(n=64, batch_size=8))  # stops inside the first epoch
     acc = _read(trainer.run_dir)
-    assert _series(acc, "train_loss") == [(1, pytest.approx(model.losses[0])), (2, pytest.approx(model.losses[1]))]
-    assert [s for s, _ in _series(acc, "lr")] == [1, 2]
+    assert _series(acc, "train_loss") == [(0, pytest.approx(model.losses[0])), (1, pytest.approx(model.losses[1]))]
+    assert [s for s, _ in _series(acc, "lr")] == [0, 1]
 
 
 def test_a_run_as_long_as_the_interval_gets_no_hint_and_no_extra_points(trainer_log):
     trainer = Trainer(max_epochs=1, log_every_n_steps=4, enable_progress_bar=False, enable_checkpointing=False)
     trainer.fit(RecordsLosses(), loader(n=64, batch_size=8))  # 8 steps: 4 and 8 are on the interval
-    assert [s for s, _ in _series(_read(trainer.run_dir), "train_loss")] == [1, 4, 8]
+    assert [s for s, _ in _series(_read(trainer.run_dir), "train_loss")] == [3, 7]
     assert not [line for line in trainer_log if "log_every_n_steps" in line]

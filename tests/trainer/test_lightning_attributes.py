@@ -323,12 +323,13 @@ def test_publish_step_metrics_puts_this_steps_values_into_callback_metrics_betwe
 
     class Publish(Callback):
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            before = trainer.callback_metrics["train_loss"]
+            before = trainer.callback_metrics.get("train_loss")
             seen.append((before, trainer.publish_step_metrics()["train_loss"], trainer.callback_metrics["train_loss"]))
 
     trainer = Trainer(max_steps=3, log_every_n_steps=50, **quiet(callbacks=[Publish()]))
     trainer.fit(Classifier(), loader(64))
-    (_, step1, _), (before, published, after), _ = seen
+    (before1, step1, after1), (before, published, after), _ = seen
+    assert before1 is None and step1 == after1  # no row before step 50: nothing until published
     assert before == step1 and published == after != before  # step 1's until step 2's is published
     assert Trainer(**quiet()).publish_step_metrics() == {}  # outside fit: nothing to publish
 

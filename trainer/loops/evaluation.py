@@ -127,6 +127,8 @@ def evaluation_loop(
         run.training_rng = rng
     profiler = trainer.profiler
     start = time.perf_counter()
+    if publish and run.publish_step_metrics is not None and previous is not RunningStage.SANITY_CHECKING:
+        run.publish_step_metrics()  # fit's validation: its hooks see the last step's training values (Lightning's)
     try:
         return run_evaluation(trainer, run, phase, loaders, limit, publish)
     finally:

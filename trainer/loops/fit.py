@@ -86,17 +86,17 @@ class FitLoop(StopRules, Publishing):
                     unscale, on_before_optimizer_step, clip (or the model's configure_gradient_clipping),
                     optimizer step (or the model's optimizer_step)
                     scheduler step (interval="step")
-                    at step 1 and every log_every_n_steps steps: NaN/Inf loss check, on_train_log
+                    at step 1 and every log_every_n_steps steps: NaN/Inf loss check
                 (manual optimization: training_step runs its own backward passes and steps,
                 and the loop none of the above from zero_grad; each optimizer.step() counts
                 a step, and each batch a logging step: the log cadence as above)
                 on_train_batch_end(outputs)       # {"loss": loss detached, ...}; step checkpoints
+                every log_every_n_steps-th step: on_train_log (the loggers' row, at the step before)
                 validation loop after every val_check_interval-th batch (counted across epochs
                     when check_val_every_n_epoch=None; the epoch's last one by default), or on
                     should_stop once min_epochs/min_steps are met
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
             (an unsized loader that ran out inside an accumulation group: optimizer step)
-            on_train_log for the epoch's last step, if not yet (every run's curves end there)
             if the epoch was cut short: save last.ckpt, stop
             epoch means of self.log values
             (an unsized loader: the validation loop if check_val_every_n_epoch is due)
@@ -141,7 +141,6 @@ class FitLoop(StopRules, Publishing):
         if run.manual is None or state.batches_stepped is None:  # Lightning's _batches_that_stepped (core/state.py)
             state.batches_stepped = None if run.manual is None else state.global_step
         step = state.log_step
-        self._logged_step = step  # the last step on_train_log saw; the next one it sees:
         self._next_log = 1 if step == 0 else step - step % trainer.log_every_n_steps + trainer.log_every_n_steps
         if trainer.is_global_zero:
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
@@ -184,8 +183,6 @@ class FitLoop(StopRules, Publishing):
                     cut_short = self._train_epoch(sink)
                 finally:
                     set_sink(previous_sink)
-                if state.log_step > self._logged_step and hooks.on_train_log:  # no loss check: no sync for it
-                    self._at_log_step(None)
                 if cut_short:
                     self._stop_mid_epoch()
                     break
@@ -325,10 +322,6 @@ class FitLoop(StopRules, Publishing):
                             state.global_step += 1
                         elif stepper is None:  # unscale, hooks, clip, step, count
                             steps.step(optimizer, loss)
-                        if (state.global_step if stepper is None else state.log_step) >= next_log:
-                            run.samples_seen = samples
-                            self._at_log_step(loss)
-                            next_log = self._next_log
                     due = val_every and (val_before + batch_idx + 1) % val_every == 0
                     if batch_end:  # Lightning's outputs: {"loss": the loss, detached, ...}
                         outputs = {"loss": output.detach()} if type(output) is tensor and accumulate == 1 else (
@@ -336,6 +329,10 @@ class FitLoop(StopRules, Publishing):
                         run.val_pending = due  # a checkpoint saved here resumes with the validation below
                         for fn in batch_end:
                             fn(trainer, model, outputs, batch, batch_idx)
+                    if completes and (state.global_step if stepper is None else state.log_step) >= next_log:
+                        run.samples_seen = samples  # after on_train_batch_end: what it logs is in this step's row
+                        self._at_log_step(loss)
+                        next_log = self._next_log
                     if due or val_every and state.should_stop and self._can_stop_early():
                         run.val_pending = False  # Lightning's _should_check_val_fx: after on_train_batch_end
                         evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches, keep_rng=not due)

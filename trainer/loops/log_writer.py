@@ -47,7 +47,7 @@ class LogWriter(Callback):
         self._saved = time.perf_counter()  # the first save a second in: a short fit's is its teardown's
         hparams = _hparams(trainer, module)
         for logger in self.loggers:
-            getattr(logger, "_resume_at", lambda step: None)(trainer.state.log_step)  # a resumed fit drops what came after
+            getattr(logger, "_resume_at", lambda step: None)(row_step(trainer))  # a resumed fit drops what came after
             if isinstance(logger, TensorBoardLogger):
                 logger.log_hyperparams(hparams)
             else:
@@ -65,7 +65,7 @@ class LogWriter(Callback):
         if self.loggers and trainer.global_step == 0 and 2 <= steps < every:
             log.info(
                 "This fit makes %d optimizer steps, fewer than log_every_n_steps=%d: its per-step curves get "
-                "the first step and each epoch's last. Trainer(log_every_n_steps=%d) gives about 10 points.",
+                "no point, only the epoch values do. Trainer(log_every_n_steps=%d) gives about 10 points.",
                 steps, every, max(1, math.ceil(steps / 10)),
             )
         self._clock = (time.perf_counter(), trainer.state.log_step, trainer.samples_seen)
@@ -89,7 +89,7 @@ class LogWriter(Callback):
             values["throughput/samples_per_sec"] = (samples - n0) * trainer.world_size / (now - t0)
         self._clock = (now, step, samples)
         for logger in self.loggers:
-            logger.log_metrics(values, step)
+            logger.log_metrics(values, row_step(trainer))
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         # Lightning's names: "<name>_epoch" for a name logged with on_step and on_epoch, else "<name>"
@@ -97,7 +97,7 @@ class LogWriter(Callback):
         if means:
             trainer._run.logged_metrics.update(means)
             for logger in self.loggers:
-                logger.log_metrics(dict(means), trainer.state.log_step)
+                logger.log_metrics(dict(means), row_step(trainer))
         self._save_if_due()
 
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -115,12 +115,12 @@ class LogWriter(Callback):
         self._write_eval(trainer)
 
     def _write_eval(self, trainer: Trainer) -> None:
-        # After fit, global_step is where training ended: a later validate/test lands at the
+        # After fit, at the step count where training ended: a later validate/test lands at the
         # end of the curves, where the weights it evaluated belong.
         values = trainer._run.eval_metrics
         if values:
             for logger in self.loggers:
-                logger.log_metrics(dict(values), trainer.state.log_step)
+                logger.log_metrics(dict(values), row_step(trainer))
         self._save_if_due()
 
     def _save_if_due(self) -> None:
@@ -150,3 +150,11 @@ def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, Any]:
         if owner is not None and getattr(owner, "_log_hyperparams", True):  # save_hyperparameters(logger=False)
             params.update({k: v for k, v in (getattr(owner, "hparams", None) or {}).items() if is_plain(v)})
     return params
+
+
+def row_step(trainer: Trainer) -> int:
+    """The step a row is written at, Lightning's (``_batches_that_stepped``): during fit, that of the
+    step just taken (step n's row is at n - 1: the first row of log_every_n_steps=50 is at 49),
+    the epoch's values at its last step's; outside fit (validate, test), the steps taken."""
+    step = trainer.state.log_step
+    return max(step - 1, 0) if trainer.state.fn == "fit" else step

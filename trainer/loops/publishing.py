@@ -1,6 +1,6 @@
 """What fit publishes of the logged values, and when: into ``callback_metrics`` and to the
-``on_train_log`` hooks (the loggers), at step 1, every ``log_every_n_steps`` steps and at each
-epoch's last step; the epoch values at each epoch's end."""
+``on_train_log`` hooks (the loggers) every ``log_every_n_steps`` steps, after
+``on_train_batch_end`` (Lightning's rows); the epoch values at each epoch's end."""
 
 from __future__ import annotations
 
@@ -23,17 +23,20 @@ class Publishing:
     run: Run
     model: TrainModule
     _published: tuple[int, dict[str, float]]
-    _logged_step: int
     _next_log: int
 
     def _at_log_step(self, loss: torch.Tensor | None) -> None:
-        """At step 1 and every ``log_every_n_steps`` steps: check the loss, and publish the
-        step's logged values (also at an epoch's end, for its last step, with no ``loss``)."""
-        trainer = self.trainer
-        if not self.run.step_skipped and loss is not None:  # a skipped step's loss was judged already
+        """At step 1 and every ``log_every_n_steps`` steps: check the loss; every
+        ``log_every_n_steps``-th step (Lightning's cadence, none at step 1), publish the step's
+        logged values, those logged in ``on_train_batch_end`` included, to the ``on_train_log`` hooks."""
+        trainer, run = self.trainer, self.run
+        if not run.step_skipped and loss is not None:  # a skipped step's loss was judged already
             self._check_finite(loss)
         step, every = trainer.state.log_step, trainer.log_every_n_steps
-        self._logged_step, self._next_log = step, step - step % every + every
+        self._next_log = step - step % every + every
+        if step % every:  # step 1: checked only
+            return
+        run.step_cache, self._published = (-1, {}), (-1, {})  # read again: on_train_batch_end may have logged
         metrics = self._publish_step_metrics()
         for fn in self.run.hooks.on_train_log:
             fn(trainer, self.model, metrics)

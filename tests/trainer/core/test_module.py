@@ -140,8 +140,8 @@ def test_values_logged_in_epoch_end_hooks_reach_callback_metrics_and_tensorboard
     assert trainer.callback_metrics["val_epoch_acc"] == pytest.approx(expected)
     assert trainer.callback_metrics["batches_seen"] == 4 and trainer.callback_metrics["twice"] == 8
     scalars = _scalars(trainer.run_dir)
-    assert [s for s, _ in scalars["val_epoch_acc"]] == [4, 8]
-    assert scalars["batches_seen"] == [(4, 4.0), (8, 4.0)] and "batches_seen_epoch" not in scalars  # Lightning's name
+    assert [s for s, _ in scalars["val_epoch_acc"]] == [3, 7]  # each epoch's last step's (Lightning's axis)
+    assert scalars["batches_seen"] == [(3, 4.0), (7, 4.0)] and "batches_seen_epoch" not in scalars  # Lightning's name
     assert trainer.validate(model, loader(n=32)) == [{"val_epoch_acc": pytest.approx(expected)}]
 
 
