@@ -165,9 +165,18 @@ def not_scalar(name: str, tensor: torch.Tensor) -> ValueError:
     )
 
 
-def not_a_number(name: str, value: Any) -> TypeError:
+class UnloggableValue(TypeError, ValueError):
+    """A value ``self.log`` cannot record: Lightning raises ValueError, and this project raised
+    TypeError; it is both, so either ``except`` keeps working."""
+
+
+def not_a_number(name: str, value: Any) -> UnloggableValue:
     hint = " Strings are not logged: put text in the logger's own API, e.g. print or a file." if isinstance(value, str) else ""
-    return TypeError(f"self.log({name!r}, value={value!r:.80}): value must be a number, a scalar tensor or a torchmetrics Metric.{hint}")
+    lightnings = f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged."
+    return UnloggableValue(
+        f"{lightnings} self.log({name!r}, value={value!r:.80}): value must be a number, a scalar tensor or a torchmetrics "
+        f"Metric.{hint}"
+    )
 
 
 def outside(name: Any) -> RuntimeError:

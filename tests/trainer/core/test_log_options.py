@@ -4,6 +4,7 @@ and the sentences for what cannot be logged."""
 
 from __future__ import annotations
 
+import re
 import pytest
 import torch
 import torchmetrics
@@ -107,6 +108,10 @@ def _fit_logging(value, where="training_step"):
 def test_what_cannot_be_logged_gets_a_sentence_naming_the_call():
     with pytest.raises(TypeError, match=r"self.log\('bad', value='text'\).*Strings are not logged"):
         _fit_logging("text")
+    # Lightning's sentence first, and its ValueError: an `except ValueError` written for Lightning catches it.
+    for value in (None, {"a": 1}, [1, 2, 3]):
+        with pytest.raises(ValueError, match=re.escape(f"`self.log(bad, {value})` was called, but")):
+            _fit_logging(value)
     with pytest.raises(ValueError, match=r"self.log\('bad', value\).*shape \(3,\).*value.mean\(\)"):
         _fit_logging(torch.ones(3))
     with pytest.raises(RuntimeError, match=r"self.log\('lr', ...\) was called from Logs.configure_optimizers"):
