@@ -26,8 +26,8 @@ class ProgressBar(Callback):
     """One bar per training epoch (batches, step, loss, ``prog_bar=True`` values) and a
     short-lived one for each validation, test or predict run. Global rank 0 only.
 
-    Values are labelled with their TensorBoard tags: during the epoch ``train_loss`` is the
-    last batch's value, and at its end ``train_loss_epoch`` is the epoch's mean. An epoch
+    Values are labelled with their TensorBoard tags: ``train_loss`` is the last batch's value
+    (at the epoch's end too, as Lightning's bar), a ``<name>_epoch`` the epoch's mean. An epoch
     that ends fit says why (``max_steps=60``, or the ``trainer.state.stop_reason`` a
     callback gave, such as ``early_stopping``) and, if cut short, at which batch.
 

@@ -45,7 +45,7 @@ def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns
     lines = _lines(err)
     assert len(lines) == 2
     # The step, and the epoch means of the values logged with prog_bar=True, under their TensorBoard tag.
-    assert re.fullmatch(rf"epoch 0 done in {TOOK} step=4 train_loss_epoch=\d\.\d+", lines[0])
+    assert re.fullmatch(rf"epoch 0 done in {TOOK} step=4 train_loss=\d\.\d+", lines[0])
     assert lines[1].startswith("epoch 1 done in ") and " step=8 " in lines[1]
 
 
@@ -134,12 +134,13 @@ def test_in_a_log_a_batch_value_and_an_epoch_mean_have_the_labels_of_their_tenso
     batch_line, epoch_line = lines[-2], lines[-1]
     assert re.search(r" train_loss=\d\.\d+ ", batch_line)  # the batch's own value
     labels = dict(item.split("=") for item in epoch_line.split() if "=" in item)
-    assert set(labels) == {"step", "train_loss_epoch", "val_acc"} and labels["step"] == "4"
-    # The same numbers under the same names in TensorBoard.
+    assert set(labels) == {"step", "train_loss", "val_acc"} and labels["step"] == "4"
+    # train_loss: the last step's (Lightning's bar; training_step's default has no epoch value) ...
+    assert float(labels["train_loss"]) == pytest.approx(trainer.callback_metrics["train_loss"], rel=1e-3)
+    # ... and the epoch's validation mean, under its TensorBoard name.
     acc = EventAccumulator(trainer.run_dir)
     acc.Reload()
-    for name in ("train_loss_epoch", "val_acc"):
-        assert float(labels[name]) == pytest.approx(acc.Scalars(name)[-1].value, rel=1e-3)
+    assert float(labels["val_acc"]) == pytest.approx(acc.Scalars("val_acc")[-1].value, rel=1e-3)
 
 
 def test_a_configured_bar_replaces_the_built_in_and_prints_at_its_own_pace(capsys):
@@ -219,7 +220,7 @@ def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar
     out = b"".join(chunks).decode(errors="replace")
     assert "\r" in out  # redrawn in place, not line by line
     assert "Epoch 0: 100%" in out and "Epoch 1: 100%" in out and "4/4" in out
-    assert re.search(r"step=4, .*train_loss_epoch=\d\.\d+", out)  # the epoch's final postfix: the mean
+    assert re.search(r"step=4, .*train_loss=\d\.\d+", out)  # the epoch's final postfix: the last step's, as Lightning's
     assert re.search(r"loss=\d\.\d+", out)
     assert "Validation" in out
     assert "Epoch 0 (stopped: max_steps=2):  50%" in out and "2/4" in out  # the second fit, cut short

@@ -162,4 +162,5 @@ def test_boring_model_under_ddp_with_two_processes():
     assert os.path.isfile(trainer.checkpoint_callback.best_model_path)
     assert trainer.checkpoint_callback.last_model_path == ""  # as in Lightning: no last.ckpt unless save_last
     scalars = _scalars("logs")  # 4 steps an epoch, under log_every_n_steps=50: epoch values only
-    assert len(scalars["train_loss_epoch"]) == len(scalars["valid_loss"]) == 2
+    assert len(scalars["valid_loss"]) == 2  # training_step's defaults have none (Lightning's on_epoch=False)
+    assert "train_loss" not in scalars and "train_loss_epoch" not in scalars

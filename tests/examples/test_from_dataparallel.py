@@ -23,8 +23,8 @@ def test_dp_run_writes_logs_and_a_checkpoint_the_bare_net_loads(script_env):
 
     run_dir = only_run_dir("tb")
     scalars = scalar_tags(run_dir)
-    # 3 batches per epoch: max_steps=3 ends the epoch, so it has its means (a cut epoch would not).
-    assert "train_loss_epoch" in scalars  # per-step values every 4 steps: none yet
+    # 3 batches per epoch, per-step values every 4 steps: none yet; training_step's defaults have no epoch value.
+    assert "train_loss" not in scalars and "train_loss_epoch" not in scalars
     # val_check_interval=0.25 of 3 batches: after batches 1 and 2, and at the epoch's end (at the step before)
     assert [step for step, _ in scalars["val_acc"]] == [0, 1, 2]
 

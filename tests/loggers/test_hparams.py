@@ -54,15 +54,15 @@ def test_a_finished_fit_lists_its_validation_and_epoch_values_first_and_lr_once(
     trainer = _fit(gradient_clip_val=1.0)
     experiment = _experiment(os.path.dirname(trainer.run_dir))
     metrics = [m.name.tag for m in experiment.metric_infos]
-    # Means first (2 points each), then the per-step loss (5 points), then the Trainer's own values.
+    # Means first (2 points each), then the per-step loss (4 points), then the Trainer's own values.
     assert metrics == [
-        "train_loss_epoch", "val_acc", "val_loss", "train_loss",
+        "val_acc", "val_loss", "train_loss",
         "epoch", "grad_norm", "throughput/samples_per_sec", "throughput/steps_per_sec",
     ]
     # `lr` is the model's hyperparameter; the learning rate's curve stays in the Time Series tab.
     assert "lr" not in metrics and "lr" in {h.name for h in experiment.hparam_infos}
     hparams, ticked = _ticked(experiment)
-    assert ticked == ["train_loss_epoch", "val_acc", "val_loss", "train_loss", "epoch"]
+    assert ticked == ["val_acc", "val_loss", "train_loss", "epoch", "grad_norm"]
     assert hparams == ["classes", "dropout", "features", "hidden", "lr"]  # the model's, before trainer/...
 
     types = {h.name: h.type for h in experiment.hparam_infos}
@@ -99,12 +99,12 @@ class ChoosesItsColumns(Classifier):
 
 def test_metrics_given_to_log_hyperparams_come_first_and_the_placeholder_last():
     chosen = _fit(ChoosesItsColumns(), logger=TensorBoardLogger("tb", default_hp_metric=False))
-    assert [m.name.tag for m in _experiment(chosen.logger.log_dir).metric_infos][:3] == ["hp/acc", "hp/loss", "train_loss_epoch"]
+    assert [m.name.tag for m in _experiment(chosen.logger.log_dir).metric_infos][:3] == ["hp/acc", "hp/loss", "val_acc"]
 
     # TensorBoardLogger()'s placeholder hp_metric=-1, never logged again, goes with the Trainer's values.
     placeholder = _fit(logger=TensorBoardLogger("placeholder"))
     metrics = [m.name.tag for m in _experiment(placeholder.logger.log_dir).metric_infos]
-    assert metrics[:4] == ["train_loss_epoch", "val_acc", "val_loss", "train_loss"] and metrics[4:6] == ["epoch", "hp_metric"]
+    assert metrics[:3] == ["val_acc", "val_loss", "train_loss"] and metrics[3:5] == ["epoch", "hp_metric"]
 
 
 def test_each_fit_of_the_default_logger_lists_its_own_columns_once():
@@ -119,7 +119,7 @@ def test_each_fit_of_the_default_logger_lists_its_own_columns_once():
     acc.Reload()
     assert len(acc.Tensors(metadata.EXPERIMENT_TAG)) == 1
     columns = metadata.parse_experiment_plugin_data(acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.EXPERIMENT_TAG])
-    assert [m.name.tag for m in columns.metric_infos][:2] == ["train_loss_epoch", "train_loss"]
+    assert [m.name.tag for m in columns.metric_infos][:2] == ["train_loss", "epoch"]
 
 
 def test_a_fit_that_fails_lists_no_columns():

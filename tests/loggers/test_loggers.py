@@ -40,7 +40,8 @@ def test_csv_logger_writes_one_row_per_logged_step_and_the_hparams_beside_it():
     assert [int(r["step"]) for r in rows] == [1, 3, 5, 7]
     header = list(rows[0])
     assert header[0] == "step" and header[1:] == sorted(header[1:])
-    assert {"train_loss", "train_loss_epoch", "val_loss", "val_acc", "lr", "epoch", "throughput/steps_per_sec"} <= set(header)
+    assert {"train_loss", "val_loss", "val_acc", "lr", "epoch", "throughput/steps_per_sec"} <= set(header)
+    assert "train_loss_epoch" not in header  # training_step's defaults: no epoch value (Lightning's)
     assert [r["val_loss"] != "" for r in rows] == [False, True, False, True]  # empty where not logged
     assert float(rows[-1]["val_loss"]) == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
     assert [float(r["lr"]) for r in rows] == [pytest.approx(0.1)] * 4 and [r["epoch"] for r in rows] == ["0", "0", "1", "1"]
@@ -152,7 +153,7 @@ def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
     assert logger.calls[0][1]["hidden"] == 16 and not any(k.startswith("trainer/") for k in logger.calls[0][1])
     steps = [(c[1], sorted(c[2])) for c in logger.calls if c[0] == "metrics"]
     assert steps[0][0] == 1 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])  # the 2nd step's row, at 1
-    assert (3, ["val_acc", "val_loss"]) in steps and (3, ["train_loss_epoch"]) in steps  # at the last step's
+    assert (3, ["val_acc", "val_loss"]) in steps  # at the last step's
     # Checkpoints: <log_dir>/<name>/<version>/checkpoints, as Lightning puts them for any logger.
     assert glob.glob(os.path.join("recording", "run-1", "checkpoints", "*.ckpt"))
     assert isinstance(logger.experiment, DummyExperiment) and trainer.log_dir == os.getcwd()  # no folder of its own

@@ -59,8 +59,7 @@ def options_for(
     """The options for ``name``, or None for a plain series (a default ``self.log`` call).
 
     Lightning's defaults per hook: in ``training_step`` ``on_step=True, on_epoch=False``; in the
-    evaluation steps and every epoch-end hook ``on_step=False, on_epoch=True``. A plain series
-    in training also keeps its epoch mean, which the logger writes as ``<name>_epoch``.
+    evaluation steps and every epoch-end hook ``on_step=False, on_epoch=True``.
     """
     for flag, given in (("on_step", on_step), ("on_epoch", on_epoch)):
         if given is not None and not isinstance(given, bool):

@@ -246,8 +246,8 @@ class MetricSink:
         options = self.options
         for name, series in self._series.items():
             opts = options.get(name) if options else None
-            if opts is not None and opts.epoch_name is None:
-                continue
+            if opts is None and self.training or opts is not None and opts.epoch_name is None:
+                continue  # training_step's defaults have no epoch value (Lightning's on_epoch=False)
             series.collapse()
             total = torch.as_tensor(series.total, dtype=torch.float64).reshape(())
             weight = torch.tensor(series.weight, dtype=torch.float64)
@@ -275,11 +275,6 @@ class MetricSink:
             means[name] = float(total) if name in sums else float(total) / w if w > 0 else math.nan
         means.update(local)
         return means
-
-    def defaults_in_training(self) -> set[str]:
-        """The names logged in training_step with the defaults: Lightning keeps no epoch value of
-        them (``on_epoch=False``); their mean is ours, for the loggers only, as ``<name>_epoch``."""
-        return {name for name in self._series if name not in self.options} if self.training else set()
 
     def for_callbacks(self, values: dict[str, float]) -> dict[str, float]:
         """``values`` plus, for a name logged with both on_step and on_epoch, the plain name."""

@@ -63,9 +63,7 @@ class Publishing:
         into ``callback_metrics``, after the last step's (a value with no epoch value keeps it)."""
         strategy, run = self.trainer.strategy, self.run
         self._publish_step_metrics()
-        means = sink.epoch_means(strategy.reduce_metrics)
-        plain = sink.defaults_in_training()  # callback_metrics[name] stays the last step's, as in Lightning
-        run.callback_metrics.update(sink.for_callbacks({n: v for n, v in means.items() if n not in plain}))
-        means = {f"{n}_epoch" if n in plain else n: v for n, v in means.items()}
+        means = sink.epoch_means(strategy.reduce_metrics)  # none of training_step's defaults: on_epoch=False
+        run.callback_metrics.update(sink.for_callbacks(means))
         run.train_epoch_metrics = sink.for_logger(means)  # logger=False: callback_metrics only
         run.prog_bar_names |= sink.prog_bar

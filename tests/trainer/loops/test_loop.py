@@ -256,7 +256,7 @@ class LogsEverything(TrainModule):
 
     def training_step(self, batch, batch_idx):
         x = batch[0]
-        self.log("n", float(x.shape[0]))  # plain numbers work too
+        self.log("n", float(x.shape[0]), on_epoch=True)  # plain numbers work too; n_step and n_epoch
         return (self.w * x).mean()
 
     def configure_optimizers(self):
