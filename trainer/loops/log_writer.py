@@ -74,6 +74,7 @@ class LogWriter(Callback):
 
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
         step, samples, now = trainer.state.log_step, trainer.samples_seen, time.perf_counter()
+        trainer._run.logged_metrics.update(metrics)  # the user's values (Lightning's: not lr, epoch, throughput)
         values = dict(metrics)
         for i, opt in enumerate(trainer.optimizers):  # lr, lr/group1, lr/optimizer1, lr/optimizer1/group1
             prefix = "lr" if len(trainer.optimizers) == 1 else f"lr/optimizer{i}"

@@ -192,3 +192,24 @@ def test_a_stops_own_validation_leaves_the_random_numbers_where_they_were():
     trainer.fit(DrawsInValidation(), loader(64, batch_size=8), loader(16))
     assert stop.validated_at == 3 and trainer.global_step == 3  # it validated at the stop, mid-epoch
     assert torch.equal(stop.rng, torch.get_rng_state())
+
+
+class LogsEveryKind(Classifier):
+    """Lightning's test__training_step__log, small: each on_step/on_epoch combination."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("s", loss)  # the defaults: on_step=True, on_epoch=False
+        self.log("e", loss, on_step=False, on_epoch=True)
+        self.log("se", loss, on_step=True, on_epoch=True)
+        return loss
+
+
+def test_logged_metrics_after_fit_hold_every_name_the_loggers_were_given_under_lightnings_names():
+    from loggers import CSVLogger
+
+    trainer = Trainer(max_epochs=2, log_every_n_steps=1, logger=CSVLogger("logs"), enable_progress_bar=False,
+                      enable_checkpointing=False)
+    trainer.fit(LogsEveryKind(), loader(64))
+    assert set(trainer.logged_metrics) == {"train_loss", "s", "e", "se_step", "se_epoch"}  # no s_epoch, no train_loss_epoch
+    assert {"s", "e", "se", "se_step", "se_epoch"} <= set(trainer.callback_metrics)
