@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -130,8 +131,7 @@ def _find_last(folders: list[str]) -> str | None:
         f for folder in folders for f in glob.glob(os.path.join(glob.escape(folder), "*.ckpt"))
         if os.path.exists(f)  # no dangling link
     ]
-    # Newest first; last.ckpt is a hard link to the newest top-k file, so it wins their tie.
-    files.sort(key=lambda f: (os.stat(f).st_mtime_ns, os.path.basename(f) == LAST), reverse=True)
+    files.sort(key=_newest_first, reverse=True)
     skipped: list[str] = []
     found = None
     for f in files:
@@ -146,6 +146,18 @@ def _find_last(folders: list[str]) -> str | None:
     for skip in skipped:
         warnings.warn(f"ckpt_path='last': {skip} {instead}", stacklevel=3)
     return found
+
+
+_STEP = re.compile(r"step=(\d+)")
+
+
+def _newest_first(path: str) -> tuple[int, bool, int]:
+    """Newest first. A file's time has the kernel's clock tick (4 ms at HZ=250), so saves a few
+    fast steps apart can tie: ``last.ckpt``, a hard link to the newest save, wins a tie, then the
+    higher ``step=`` in the name (an epoch-end file and the step save after it, in one tick)."""
+    name = os.path.basename(path)
+    step = _STEP.search(name)
+    return os.stat(path).st_mtime_ns, name == LAST, int(step.group(1)) if step else -1
 
 
 def load_good(path: str, mmap: bool = False) -> dict[str, Any]:

@@ -393,3 +393,18 @@ def test_a_checkpoint_saved_on_a_gpu_holds_cpu_tensors_so_a_machine_without_one_
     tensors = [*ckpt["state_dict"].values(), *(v for s in ckpt["optimizer_states"][0]["state"].values() for v in s.values())]
     assert len(tensors) > 4 and all(t.device.type == "cpu" for t in tensors)
     assert next(trainer.module.parameters()).device.type == "cuda"  # the live model stayed on the GPU
+
+
+def test_last_resumes_the_highest_step_when_saves_share_a_clock_tick(tmp_path, trainer_log):
+    # A file's mtime has the kernel's tick (4 ms at HZ=250): fast steps' saves can tie; the name's step decides.
+    first = Trainer(max_steps=4, log_dir=tmp_path, enable_progress_bar=False,
+                    callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=-1)])
+    first.fit(Classifier(), loader(64))
+    files = sorted(glob.glob(os.path.join(first.run_dir, "checkpoints", "*.ckpt")))
+    assert len(files) == 4
+    tick = os.stat(files[0]).st_mtime_ns
+    for path in files:
+        os.utime(path, ns=(tick, tick))
+    again = Trainer(max_steps=6, log_dir=tmp_path, enable_progress_bar=False)
+    again.fit(Classifier(), loader(64), ckpt_path="last")
+    assert any("epoch=0-step=4.ckpt at epoch 0, step 4." in line for line in trainer_log), trainer_log
