@@ -98,7 +98,7 @@ class EarlyStopping(Callback):
             self._reset()  # a checkpoint being resumed loads its state after this
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.state.fn == "fit" and not self._at_epoch_end(trainer):
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and not self._at_epoch_end(trainer):
             self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:

@@ -192,8 +192,8 @@ class ModelCheckpoint(Callback):
         self._save(trainer)
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.state.fn != "fit":
-            return  # trainer.validate() saves nothing
+        if trainer.state.fn != "fit" or trainer.sanity_checking:
+            return  # trainer.validate() and the sanity check save nothing
         self._monitor_due = True  # from now on a save whose monitor is missing is an error that lists what was logged
         epoch_due = not self._at_epoch_end and self._epoch_due(trainer)
         if not (epoch_due or self._waiting) or trainer.global_step == self._last_step_saved:

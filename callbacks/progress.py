@@ -177,7 +177,7 @@ class ProgressBar(Callback):
             self._eval_bar = None
 
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._eval_start("Validation")
+        self._eval_start("Sanity Checking" if trainer.sanity_checking else "Validation")
 
     def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch()

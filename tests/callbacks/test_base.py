@@ -63,14 +63,15 @@ def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limi
         + ["on_train_epoch_end"]
     )
 
-    start = ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start"]
+    # The sanity check's 2 batches run the validation hooks, as in Lightning.
+    start = ["setup", "on_fit_start", "on_sanity_check_start", *VALIDATION_2, "on_sanity_check_end", "on_train_start"]
     expected = start + epoch + epoch + ["on_train_end", "on_fit_end", "teardown"]
     assert rec.events == expected
     assert trainer.global_step == 6 and trainer.current_epoch == 2
     counts = Counter(rec.events)
     assert counts["on_train_batch_start"] == counts["on_train_batch_end"] == 10
     assert counts["on_before_optimizer_step"] == 6
-    assert counts["on_validation_batch_end"] == 4
+    assert counts["on_validation_batch_end"] == 2 + 4  # the sanity check's, then 2 a validation
     # Hooks of other stages, checkpoints and errors never ran.
     assert not {h for h in HOOKS if h.startswith(("on_test", "on_predict"))} & set(counts)
     assert "on_save_checkpoint" not in counts and "on_exception" not in counts
@@ -79,7 +80,8 @@ def test_fit_runs_the_hooks_of_the_docstring_in_order_with_accumulation_and_limi
 def test_validation_due_mid_epoch_runs_after_that_batch_end_and_only_on_its_schedule():
     rec, trainer = _fit(max_epochs=1, limit_train_batches=5, limit_val_batches=2, val_check_interval=2, log_every_n_steps=2)
     expected = (
-        ["setup", "on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start", "on_train_epoch_start"]
+        ["setup", "on_fit_start", "on_sanity_check_start", *VALIDATION_2, "on_sanity_check_end", "on_train_start",
+         "on_train_epoch_start"]
         + FIRST + ["on_before_optimizer_step", "on_train_batch_end"]  # step 1: no row (Lightning's)
         # the row after on_train_batch_end (what it logs is in it), before the validation
         + FIRST + ["on_before_optimizer_step", "on_train_batch_end", "on_train_log"] + VALIDATION_2

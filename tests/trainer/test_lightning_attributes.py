@@ -75,7 +75,8 @@ def test_what_callbacks_read_during_and_after_fit():
     start = rec.seen["train_start"]
     assert rec.seen["sanity"]["stage"] == (False, False, False, False, True)
     assert start["stage"] == (True, False, False, False, False)
-    assert rec.seen["validation"] == [(False, True, False, False, False)] * 2
+    # the sanity check's validation first, its hooks run with sanity_checking True (Lightning's)
+    assert rec.seen["validation"] == [(False, False, False, False, True)] + [(False, True, False, False, False)] * 2
     assert start["lightning_module"] and start["model"]  # one process: the model is the module itself
     assert start["optimizers"] == trainer.optimizers and len(start["optimizers"]) == 1
     assert start["num_training_batches"] == 3 and start["num_val_batches"] == [1, 1]  # after limit_val_batches

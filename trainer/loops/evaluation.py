@@ -13,7 +13,7 @@ import torch
 from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
 from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.core.seed import seeded_workers
-from trainer.loops.hooks import Hooks, batch_transfer
+from trainer.loops.hooks import batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
 from trainer.data.loaders import Loaders, check_dataloader_idx, stage_loader
@@ -261,9 +261,9 @@ def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
     that a bug in ``validation_step`` shows in seconds, not after the first epoch.
 
     It changes nothing that training sees: every RNG (and each loader's own generator) is put
-    back, nothing it logs is kept, and the callbacks see only ``on_sanity_check_start/end``,
-    not the validation hooks (the model's own hooks do run), so that no callback has to
-    tell a sanity run from a real one.
+    back and nothing it logs is kept. The callbacks and the model see the validation hooks
+    between ``on_sanity_check_start`` and ``on_sanity_check_end``, as in Lightning, with
+    ``trainer.sanity_checking`` True: the built-in ones save, stop and write nothing then.
     """
     steps = trainer.num_sanity_val_steps
     if loaders is None or steps == 0 or trainer.limit_val_batches == 0:
@@ -275,11 +275,9 @@ def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
     stage, trainer.state.stage = trainer.state.stage, RunningStage.SANITY_CHECKING  # on_sanity_check_start to _end
     try:
         hooks.call("on_sanity_check_start", trainer, model)
-        run.hooks = Hooks([], model)
         try:
             evaluation_loop(trainer, run, "validation", loaders, limit, publish=False)
         finally:
-            run.hooks = hooks
             set_rng_state(rng)
             for loader, states in zip(loaders, generators):
                 set_generator_states(loader, states)

@@ -66,7 +66,8 @@ class FitLoop(StopRules, Publishing):
         setup("fit")                              (fit_stage, through run.stage_hooks)
         configure_model, the model on its device and wrapped by the strategy
         on_fit_start
-        sanity check: num_sanity_val_steps validation batches, the RNG left as it was
+        sanity check: on_sanity_check_start, num_sanity_val_steps validation batches with
+            their hooks, on_sanity_check_end; the RNG left as it was
         if max_epochs or max_steps is reached already (a second fit): on_fit_end, and no more
         on_train_start
         for each epoch until max_epochs, max_steps or a stop request (honoured once

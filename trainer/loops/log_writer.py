@@ -105,6 +105,8 @@ class LogWriter(Callback):
         self._paused_at = time.perf_counter()
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if trainer.sanity_checking:  # writes nothing (the clock starts at on_train_start, after it)
+            return
         if self._paused_at is not None and self._clock is not None and trainer.state.fn == "fit":
             # Throughput measures training: move the clock's start past the validation.
             t0, s0, n0 = self._clock

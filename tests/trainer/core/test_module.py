@@ -82,7 +82,7 @@ def test_the_callbacks_hooks_run_before_the_models_for_every_hook():
     assert events == [  # Lightning's order (an ordinary callback: first at on_train_epoch_end too)
         ("callback", "setup", "fit"), ("model", "setup", "fit"),
         ("callback", "on_fit_start"), ("model", "on_fit_start"),
-        ("model", "on_validation_epoch_end"),  # the sanity check's: the model's hooks only
+        ("callback", "on_validation_epoch_end"), ("model", "on_validation_epoch_end"),  # the sanity check's
         ("callback", "on_train_epoch_start"), ("model", "on_train_epoch_start"),
         ("callback", "on_before_optimizer_step"), ("model", "on_before_optimizer_step"),
         ("callback", "on_train_batch_end", 0), ("model", "on_train_batch_end", 0),

@@ -59,12 +59,14 @@ def test_fn_status_and_stage_during_and_after_each_entry_point():
     trainer.fit(model, loader(n=16), loader(n=16))
     assert trainer.state.finished and trainer.state.fn == TrainerFn.FITTING and trainer.state.stage is None
     running = TrainerStatus.RUNNING
-    assert seen.seen[:3] == [
+    assert seen.seen[:4] == [
         ("setup", "fit", running, RunningStage.TRAINING, (True, False, False, False, False)),
         ("sanity", "fit", running, RunningStage.SANITY_CHECKING, (False, True, False, False, False)),
+        # the sanity check's batch: the validation hooks run, with sanity_checking True (Lightning's)
+        ("val_batch", "fit", running, RunningStage.SANITY_CHECKING, (False, True, False, False, False)),
         ("train_batch", "fit", running, RunningStage.TRAINING, (True, False, False, False, False)),
     ]
-    assert seen.seen[3] == ("val_batch", "fit", running, RunningStage.VALIDATING, (False, False, True, False, False))
+    assert seen.seen[4] == ("val_batch", "fit", running, RunningStage.VALIDATING, (False, False, True, False, False))
     for entry, hook, flags in (
         (trainer.validate, "val_batch", (False, False, True, False, False)),
         (trainer.test, "test_batch", (False, False, False, True, False)),

@@ -29,11 +29,12 @@ class Count(Callback):
         self.train_batches += 1
 
     def on_validation_start(self, trainer, module):
-        self.val_runs += 1
-        self.steps_at_val.append(trainer.global_step)
+        if not trainer.sanity_checking:  # the sanity check runs these hooks too (Lightning's)
+            self.val_runs += 1
+            self.steps_at_val.append(trainer.global_step)
 
     def on_validation_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.val_batches += 1
+        self.val_batches += 0 if trainer.sanity_checking else 1
 
 
 def fit(model=None, train=None, val=None, **options) -> tuple[Trainer, Count]:
