@@ -73,3 +73,11 @@ def trainer_log():
     logger.addHandler(handler)
     yield lines
     logger.removeHandler(handler)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """With workers (``-n auto``), the slow tests first, in collection order: each worker ends
+    on short tests, and neither sits idle while the other runs a long one to the end."""
+    if getattr(config.option, "numprocesses", None):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
