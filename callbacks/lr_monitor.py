@@ -39,6 +39,9 @@ class LearningRateMonitor(Callback):
         self.log_momentum = flag("LearningRateMonitor(log_momentum)", log_momentum)
         self.log_weight_decay = flag("LearningRateMonitor(log_weight_decay)", log_weight_decay)
         self.lrs: dict[str, list[float]] = {}
+        # Lightning's: the last value logged of each group's momentum and weight decay (None: not logged)
+        self.last_momentum_values: dict[str, float | None] = {}
+        self.last_weight_decay_values: dict[str, float | None] = {}
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         if not trainer.loggers:
@@ -51,7 +54,10 @@ class LearningRateMonitor(Callback):
             import warnings
 
             warnings.warn("LearningRateMonitor(log_momentum=True): an optimizer has no momentum; 0 is logged for it.", RuntimeWarning, stacklevel=2)
-        self.lrs = {name: [] for name in self._names(trainer)[0]}
+        names = self._names(trainer)[0]
+        self.lrs = {name: [] for name in names}
+        self.last_momentum_values = {f"{name}-momentum": None for name in names}
+        self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
 
     def wants(self, hook: str) -> bool:
         if hook == "on_train_batch_start":
@@ -83,9 +89,13 @@ class LearningRateMonitor(Callback):
                 stats[name] = float(group["lr"])
                 self.lrs.setdefault(name, []).append(stats[name])
                 if self.log_momentum:
-                    stats[f"{name}-momentum"] = float(group["betas"][0] if "betas" in opt.defaults else group.get("momentum", 0))
+                    key = f"{name}-momentum"
+                    stats[key] = self.last_momentum_values[key] = float(
+                        group["betas"][0] if "betas" in opt.defaults else group.get("momentum", 0)
+                    )
                 if self.log_weight_decay:
-                    stats[f"{name}-weight_decay"] = float(group.get("weight_decay", 0))
+                    key = f"{name}-weight_decay"
+                    stats[key] = self.last_weight_decay_values[key] = float(group.get("weight_decay", 0))
         if stats:
             trainer.callback_metrics.update(stats)
             for logger in trainer.loggers:

@@ -70,6 +70,9 @@ def test_keys_follow_lightning_per_optimizer_and_param_group():
     assert float(by_step[1]["lr-SGD"]) == 0.2 and float(by_step[1]["lr-SGD-momentum"]) == 0.9
     assert float(by_step[1]["lr-Adam/pg1-momentum"]) == 0.9 and float(by_step[1]["lr-Adam/pg2-weight_decay"]) == 0.5
     assert monitor.lrs["lr-SGD"] == [0.2] * 4 and trainer.callback_metrics["lr-SGD"] == 0.2
+    # Lightning's record of the last momentum and weight decay logged, per group
+    assert monitor.last_momentum_values == {"lr-Adam/pg1-momentum": 0.9, "lr-Adam/pg2-momentum": 0.9, "lr-SGD-momentum": 0.9}
+    assert monitor.last_weight_decay_values["lr-Adam/pg2-weight_decay"] == 0.5
 
 
 class Scheduled(Classifier):
