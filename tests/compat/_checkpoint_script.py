@@ -2,9 +2,10 @@
 
 ``python _checkpoint_script.py SIDE write FOLDER``: train 2 epochs of 8 steps, saving every 3
 steps and at each epoch's end, then ``trainer.save_checkpoint(FOLDER/end.ckpt)``.
-``python _checkpoint_script.py SIDE read FILE OUT``: load FILE as a user would (the model's
-and the DataModule's ``load_from_checkpoint``, ``test(ckpt_path=...)``, ``fit(ckpt_path=...)``)
-and write what each saw to the JSON file OUT.
+``python _checkpoint_script.py SIDE read OUT FILE...``: load each FILE as a user would (the
+model's and the DataModule's ``load_from_checkpoint``, ``test(ckpt_path=...)``,
+``fit(ckpt_path=...)``) and write what each saw to ``OUT/<FILE's name>.json``. One process reads
+them all: importing Lightning takes seconds.
 
 SIDE is ``lightning`` (the real package: only this process imports it) or ``ours`` (this
 project, through the renamed imports of docs/migrating-from-lightning.md): the code below is
@@ -146,20 +147,20 @@ def write(folder: str) -> None:
     trainer.save_checkpoint(os.path.join(folder, "end.ckpt"))
 
 
-def read(path: str, out: str) -> None:
+def read_one(path: str, out: str) -> None:
     model = Net.load_from_checkpoint(path)
     data = Data.load_from_checkpoint(path)
     seen = {
         "hparams": dict(model.hparams), "data_hparams": dict(data.hparams), "data_served": data.served,
         "weights": [p.detach().flatten().tolist() for p in model.parameters()], "extra": model.seen_extra,
     }
-    tester = Trainer(default_root_dir=os.path.dirname(out), **QUIET)
+    tester = Trainer(default_root_dir=out + ".runs", **QUIET)
     seen["test"] = tester.test(Net(hidden=6), datamodule=Data(batch_size=8), ckpt_path=path, verbose=False)[0]
     seen["test_ckpt_path"] = os.fspath(tester.ckpt_path)
     resumed = callbacks()
     stopper, counter, start = resumed  # Lightning's Trainer appends its default ones to the list
     data = Data(batch_size=8)
-    trainer = Trainer(max_epochs=3, default_root_dir=os.path.dirname(out), callbacks=resumed, **QUIET)
+    trainer = Trainer(max_epochs=3, default_root_dir=out + ".runs", callbacks=resumed, **QUIET)
     module = Net(hidden=6)
     trainer.fit(module, datamodule=data, ckpt_path=path)
     seen.update(
@@ -169,6 +170,11 @@ def read(path: str, out: str) -> None:
     )
     with open(out, "w") as f:
         json.dump(seen, f)
+
+
+def read(out: str, *paths: str) -> None:
+    for path in paths:
+        read_one(path, os.path.join(out, os.path.basename(path) + ".json"))
 
 
 if __name__ == "__main__":

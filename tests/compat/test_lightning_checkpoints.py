@@ -45,12 +45,13 @@ def _round_trip(writer: str, reader: str, tmp_path, script_env) -> dict[str, tup
     folder = tmp_path / writer
     _run(writer, "write", str(folder), env=script_env, cwd=tmp_path)
     assert {n for n in os.listdir(folder) if n.endswith(".ckpt")} >= set(POSITIONS)
-    seen = {}
-    for name in POSITIONS:
-        out = tmp_path / f"{name}.json"
-        _run(reader, "read", str(folder / name), str(out), env=script_env, cwd=tmp_path)
-        seen[name] = (torch.load(folder / name, weights_only=True), json.loads(out.read_text()))
-    return seen
+    out = tmp_path / "read"
+    out.mkdir()
+    _run(reader, "read", str(out), *(str(folder / name) for name in POSITIONS), env=script_env, cwd=tmp_path)
+    return {
+        name: (torch.load(folder / name, weights_only=True), json.loads((out / f"{name}.json").read_text()))
+        for name in POSITIONS
+    }
 
 
 def _check(seen: dict[str, tuple[dict, dict]]) -> None:
