@@ -314,6 +314,9 @@ def compare(wl: Workload, log_dir: str, peers: dict[str, Callable[[Workload, str
         if rep % 2:
             order.reverse()
         nets = {}
+        if rep == 0:  # what the warm-up imported and built lives on: later collections skip it
+            gc.collect()
+            gc.freeze()
         for side in order:
             gc.collect()  # the previous run's garbage is collected now, not during our steps
             t0 = _workloads.CLOCK()
