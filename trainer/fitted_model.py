@@ -7,6 +7,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from trainer.core.distributed import rank_zero_warn
 from trainer.data.loaders import LOADER_METHOD, defines
 
 if TYPE_CHECKING:
@@ -41,6 +42,11 @@ def fitted_sources(trainer: Trainer, stage: str, dataloaders: Any, datamodule: A
         if best and os.path.exists(best):
             ckpt_path = best
             weights = f"the best checkpoint's weights ({best})"
+            rank_zero_warn(  # Lightning's
+                f"`.{stage}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call "
+                f"will be used. You can pass `.{stage}(ckpt_path='best')` to use the best model or "
+                f"`.{stage}(ckpt_path='last')` to use the last model. If you pass a value, this warning will be silenced.",
+            )
         else:
             weights = "the weights fit left in the model (no best checkpoint was saved)"
     else:

@@ -236,7 +236,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         ckpt_path = self._select_ckpt_path(ckpt_path)
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":
-            ckpt_path = best_checkpoint(self.checkpoint_callback)
+            ckpt_path = best_checkpoint(self.checkpoint_callback, stage)
         tune_before(self, stage, model, dataloaders, None, datamodule)  # a BatchSizeFinder's search
         results = self._launch(stage, model, dataloaders, None, ckpt_path, datamodule, keep)
         if verbose and stage != "predict" and self.is_global_zero:

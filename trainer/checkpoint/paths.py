@@ -4,7 +4,6 @@ fit's folder), ``"best"`` (the checkpoint callback's), or a path; and whether a 
 from __future__ import annotations
 
 import glob
-import logging
 import os
 import re
 import warnings
@@ -13,27 +12,37 @@ from typing import TYPE_CHECKING, Any
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
+from trainer.core.distributed import rank_zero_warn
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
-log = logging.getLogger("trainer")
 LAST = "last.ckpt"
 
 
-def best_checkpoint(callback: Any) -> str:
+def best_checkpoint(callback: Any, stage: str) -> str:
     """``ckpt_path="best"`` for evaluation: the checkpoint callback's best file."""
     if callback is None:
         raise ValueError(
-            "ckpt_path='best' needs the ModelCheckpoint callback that ranked the checkpoints, and this Trainer "
-            "has none (enable_checkpointing=False). Pass the file's path, or 'last'."
+            f'`.{stage}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured. This Trainer has no '
+            "ModelCheckpoint callback to rank the checkpoints (enable_checkpointing=False). Pass the file's path, or 'last'."
         )
     if not callback.best_model_path:
         raise ValueError(
-            "ckpt_path='best': no checkpoint has been saved by this Trainer's ModelCheckpoint yet. Run "
-            "trainer.fit(...) first, or pass a checkpoint's path, or 'last'."
+            f'`.{stage}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured to save the best model. '
+            "It has saved no checkpoint yet (or save_top_k=0): run trainer.fit(...) first, or pass a checkpoint's "
+            "path, or 'last'."
         )
     return callback.best_model_path
+
+
+def warn_no_last(stage: str, where: str) -> None:
+    """``ckpt_path="last"`` found nothing: Lightning's warning (not an error, so that a relaunch
+    script can always pass it), and where we looked."""
+    rank_zero_warn(
+        f'.{stage}(ckpt_path="last") is set, but there is no last checkpoint available. No checkpoint will be '
+        f"loaded. HINT: Set `ModelCheckpoint(..., save_last=True)`. (Looked for one: {where}; starting from scratch.)"
+    )
 
 
 def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
@@ -46,12 +55,8 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
         return path
     strategy = trainer.strategy
     folder, path = last_checkpoint(trainer)
-    if path is None and strategy.is_global_zero:
-        if folder is None:
-            where = f"no earlier fit in {runs_base(trainer)[0]}"
-        else:
-            where = f"no checkpoint in {folder}"
-        log.info("ckpt_path='last': %s; starting from scratch.", where)
+    if path is None:
+        warn_no_last("fit", f"no earlier fit in {runs_base(trainer)[0]}" if folder is None else f"no checkpoint in {folder}")
     return path
 
 

@@ -26,7 +26,7 @@ from trainer.data.rng import (
 )
 from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
-from trainer.checkpoint.paths import last_checkpoint, load_good, runs_base
+from trainer.checkpoint.paths import last_checkpoint, load_good, runs_base, warn_no_last
 from trainer.data.batches import SkipBatches, rebuild_loader
 from trainer.data.fetch import Fetching, batches
 from trainer.core.hparams import checkpoint_hparams
@@ -287,9 +287,10 @@ def evaluate_checkpoint(trainer: Trainer, run: Run, ckpt_path: Any) -> tuple[int
     strategy = trainer.strategy
     if path == "last":
         folder, found = last_checkpoint(trainer)
-        if found is None:
+        if found is None:  # the model as it is, as Lightning does
             where = folder or f"{runs_base(trainer)[0]} (no fit of that name with checkpoints)"
-            raise ValueError(f"ckpt_path='last': no checkpoint found in {where}. Pass a checkpoint's path instead.")
+            warn_no_last(run.stage, f"no checkpoint in {where}")
+            return None
         path = found
     run.ckpt_path = path
     ckpt = ckpt_io.load(path)

@@ -196,12 +196,13 @@ def test_a_truncated_file_passed_explicitly_is_an_error_naming_it():
         fit(epochs=2, ckpt_path="broken.ckpt")
 
 
-def test_last_with_no_checkpoint_starts_fresh_and_says_where_it_looked(trainer_log):
+def test_last_with_no_checkpoint_starts_fresh_and_says_where_it_looked():
     start = StartStep()
-    fit(epochs=1, ckpt_path="last", callbacks=[start])
+    with pytest.warns(UserWarning, match=r'^.fit\(ckpt_path="last"\) is set, but there is no last checkpoint available. '
+                      r"No checkpoint will be loaded. .*no checkpoint in .*checkpoints.*; starting from scratch"):
+        t = fit(epochs=1, ckpt_path="last", callbacks=[start])
 
-    assert start.step == 0
-    assert any(re.search(r"no checkpoint in .*checkpoints.*; starting from scratch", line) for line in trainer_log)
+    assert start.step == 0 and t.ckpt_path is None
 
 
 def test_last_of_a_run_that_reached_max_epochs_trains_nothing_and_says_so_in_one_line(trainer_log):

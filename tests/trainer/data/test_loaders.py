@@ -242,14 +242,25 @@ def test_validate_with_ckpt_path_best_last_or_a_file_evaluates_those_weights_at_
 
 
 def test_ckpt_path_best_explains_when_there_is_no_best():
-    with pytest.raises(ValueError, match=r"ckpt_path='best': no checkpoint has been saved by this Trainer's ModelCheckpoint yet"):
+    # Lightning's sentences first, then ours
+    with pytest.raises(ValueError, match=r'^`.validate\(ckpt_path="best"\)` is set but `ModelCheckpoint` is not configured to '
+                       r"save the best model. It has saved no checkpoint yet"):
         Trainer(log_dir=None, enable_progress_bar=False).validate(Classifier(), loader(), ckpt_path="best")
-    with pytest.raises(ValueError, match=r"ckpt_path='best' needs the ModelCheckpoint callback .* \(enable_checkpointing=False\)"):
-        Trainer(**quiet()).validate(Classifier(), loader(), ckpt_path="best")
+    with pytest.raises(ValueError, match=r'^`.test\(ckpt_path="best"\)` is set but `ModelCheckpoint` is not configured. '
+                       r".*\(enable_checkpointing=False\)"):
+        Trainer(**quiet()).test(Classifier(), loader(), ckpt_path="best")
     with pytest.raises(ValueError, match=r"ckpt_path='best' is for validate, test and predict"):
         Trainer(max_epochs=1, **quiet()).fit(Classifier(), loader(), ckpt_path="best")
-    with pytest.raises(ValueError, match=r"ckpt_path='last': no checkpoint found"):
-        Trainer(enable_progress_bar=False).test(Classifier(), loader(), ckpt_path="last")
+
+
+def test_ckpt_path_last_with_no_checkpoint_warns_and_evaluates_the_model_as_it_is(tmp_path):
+    model = Classifier()
+    trainer = Trainer(enable_progress_bar=False, log_dir=tmp_path)
+    with pytest.warns(UserWarning, match=r'^.test\(ckpt_path="last"\) is set, but there is no last checkpoint available. '
+                      r"No checkpoint will be loaded. .*starting from scratch"):
+        metrics = trainer.test(model, loader(32), ckpt_path="last", verbose=False)
+    assert trainer.ckpt_path is None
+    assert metrics == Trainer(**quiet()).test(model, loader(32), verbose=False)  # the model's own weights
     with pytest.raises(ValueError, match=r"ckpt_path='nope.ckpt' does not exist. Pass an existing file, 'best' or 'last', or None"):
         Trainer(**quiet()).test(Classifier(), loader(), ckpt_path="nope.ckpt")
 
