@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -53,19 +54,28 @@ class ProgressBar(Callback):
         self._epoch_open = False  # an epoch started and its line not yet written
         self._compiling = False  # Trainer(compile=...): until the first training batch ends
         self._leave = True  # an epoch's bar stays on screen after it ends
+        self._enabled = True  # Lightning's enable()/disable()
+        self._trainer: Trainer | None = None
+        # each stage's last total, for Lightning's train_progress_bar, val_progress_bar, ... (read after fit too)
+        self._totals: dict[str, int | float | None] = {}
+        self._eval_stage = "val"
+        self._eval_loader: int | None = None  # the evaluation loader the bar counts (Lightning's dataloader tracker)
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        self._active = trainer.is_global_zero
+        self._trainer = trainer
+        if not trainer.is_global_zero:  # Lightning's: the bar is rank 0's
+            self.disable()
+        self._active = self._enabled
         self._tty = sys.stderr.isatty()
         self._early_line = not self._tty
         self._compiling = stage == "fit" and getattr(trainer, "compile", None) is not None  # until the first batch ends
 
     # --- training ----------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        total = self._totals["train"] = self.total_train_batches
         if not self._active:
             self._next = float("inf")  # never due: other ranks only pay the comparison
             return
-        total = trainer.num_training_batches
         self._epoch_t0 = time.perf_counter()
         pace = self.refresh_s if self._tty else self.line_every_s
         if self._early_line:
@@ -113,9 +123,108 @@ class ProgressBar(Callback):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
             values["loss"] = f"{float(loss.detach()):.4g}"
-        for name, value in trainer.step_metrics(prog_bar_only=True).items():
-            values[name] = f"{value:.4g}"
+        for name, value in self.get_metrics(trainer, trainer.lightning_module).items():
+            values[name] = _shown(value)
         return values
+
+    # --- Lightning's ProgressBar API ---------------------------------------------------------
+    @property
+    def trainer(self) -> Trainer:
+        if self._trainer is None:
+            raise TypeError(f"The `{type(self).__name__}._trainer` reference has not been set yet.")
+        return self._trainer
+
+    def get_metrics(self, trainer: Trainer, pl_module: TrainModule) -> dict[str, Any]:
+        """What the bar shows besides the step and the loss (Lightning's): the logger's version as
+        ``v_num`` and the ``prog_bar=True`` values (``trainer.progress_bar_metrics``). Override it
+        to change what is shown."""
+        return {**_standard_metrics(trainer), **trainer.progress_bar_metrics}
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def disable(self) -> None:
+        self._enabled = self._active = False
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def is_disabled(self) -> bool:
+        return not self.is_enabled
+
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """Print without breaking the bar (``TrainModule.print`` comes here): through
+        ``tqdm.write`` while the bar is active (a stage running on rank 0), else plain ``print``."""
+        if not self._active:
+            print(*args, sep=sep, **kwargs)
+            return
+        from tqdm import tqdm
+
+        tqdm.write(sep.join(map(str, args)), **kwargs)
+
+    @property
+    def total_train_batches(self) -> int | float:
+        """The training batches of an epoch (Lightning's: with ``max_epochs=-1``, at most the steps left)."""
+        trainer = self.trainer
+        if trainer.max_epochs in (None, -1) and trainer.max_steps is not None and trainer.max_steps > 0:
+            return min(trainer.num_training_batches, trainer.max_steps - trainer.global_step)
+        return trainer.num_training_batches
+
+    @property
+    def total_val_batches_current_dataloader(self) -> int | float:
+        trainer = self.trainer
+        batches = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
+        return batches[self._eval_loader or 0] if batches else 0
+
+    @property
+    def total_test_batches_current_dataloader(self) -> int | float:
+        batches = self.trainer.num_test_batches
+        return batches[self._eval_loader or 0] if batches else 0
+
+    @property
+    def total_predict_batches_current_dataloader(self) -> int | float:
+        batches = self.trainer.num_predict_batches
+        return batches[self._eval_loader or 0] if batches else 0
+
+    @property
+    def total_val_batches(self) -> int | float:
+        """All validation loaders' batches in this epoch's validation (0 when the epoch has none)."""
+        trainer = self.trainer
+        every = trainer.check_val_every_n_epoch
+        if every is not None and (trainer.current_epoch + 1) % every != 0:
+            return 0
+        return sum(trainer.num_val_batches)
+
+    def _record(self, stage: str) -> Any:
+        """Lightning's ``<stage>_progress_bar``: the bar on screen, else a record of the last one's
+        total and count (a tqdm that draws nothing)."""
+        bar = self._bar if stage == "train" else self._eval_bar if stage == self._eval_stage else None
+        if bar is not None:
+            return bar
+        if stage not in self._totals:
+            raise TypeError(f"The `{type(self).__name__}._{stage}_progress_bar` reference has not been set yet.")
+        from tqdm import tqdm
+
+        total = self._totals[stage]
+        return tqdm(total=None if total in (None, float("inf")) else int(total), disable=True)
+
+    @property
+    def train_progress_bar(self) -> Any:
+        return self._record("train")
+
+    @property
+    def val_progress_bar(self) -> Any:
+        return self._record("val")
+
+    @property
+    def test_progress_bar(self) -> Any:
+        return self._record("test")
+
+    @property
+    def predict_progress_bar(self) -> Any:
+        return self._record("predict")
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not self._active:
@@ -161,13 +270,19 @@ class ProgressBar(Callback):
         _line(head + "".join(f" {k}={v}" for k, v in shown.items()))
 
     # --- validation, test, predict: a bar while they run, on a terminal ----------------
-    def _eval_start(self, desc: str) -> None:
+    def _eval_start(self, desc: str, stage: str) -> None:
+        self._eval_stage, self._eval_loader = stage, 0
+        self._totals[stage] = getattr(self, f"total_{stage}_batches_current_dataloader")
         if self._active and self._tty:
             from tqdm import tqdm
 
             self._eval_bar = tqdm(desc=desc, leave=False, dynamic_ncols=True, mininterval=self.refresh_s)
 
-    def _eval_batch(self) -> None:
+    def _eval_batch(self, dataloader_idx: int = 0) -> None:
+        if dataloader_idx != self._eval_loader:  # the next loader: its total
+            self._eval_loader = dataloader_idx
+            stage = self._eval_stage
+            self._totals[stage] = getattr(self, f"total_{stage}_batches_current_dataloader")
         if self._eval_bar is not None:
             self._eval_bar.update(1)  # tqdm itself redraws at most every mininterval
 
@@ -177,28 +292,28 @@ class ProgressBar(Callback):
             self._eval_bar = None
 
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._eval_start("Sanity Checking" if trainer.sanity_checking else "Validation")
+        self._eval_start("Sanity Checking" if trainer.sanity_checking else "Validation", "val")
 
     def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_batch()
+        self._eval_batch(dataloader_idx)
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._eval_end()
 
     def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._eval_start("Test")
+        self._eval_start("Test", "test")
 
     def on_test_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_batch()
+        self._eval_batch(dataloader_idx)
 
     def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._eval_end()
 
     def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._eval_start("Predict")
+        self._eval_start("Predict", "predict")
 
     def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_batch()
+        self._eval_batch(dataloader_idx)
 
     def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._eval_end()
@@ -208,6 +323,7 @@ class ProgressBar(Callback):
             if bar is not None:
                 bar.close()
         self._bar = self._eval_bar = None
+        self._active = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -227,12 +343,18 @@ class TQDMProgressBar(ProgressBar):
     def __init__(self, refresh_rate: int = 1, leave: bool = False, refresh_s: float = 0.2, line_every_s: float = 30.0) -> None:
         super().__init__(refresh_s=refresh_s, line_every_s=line_every_s)
         self.refresh_rate = positive_int("TQDMProgressBar(refresh_rate)", refresh_rate, minimum=0)
+        if "TQDM_MINITERS" in os.environ:  # tqdm's own setting, a lower bound (Lightning's)
+            self.refresh_rate = max(int(os.environ["TQDM_MINITERS"]), self.refresh_rate)
         self._leave = flag("TQDMProgressBar(leave)", leave)
         self._drawn_at = 0  # the batch of the last redraw
 
     @property
     def leave(self) -> bool:
         return self._leave
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled and self.refresh_rate > 0
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         super().setup(trainer, module, stage)
@@ -247,6 +369,19 @@ class TQDMProgressBar(ProgressBar):
             return
         self._drawn_at = batch_idx + 1
         super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
+
+
+def _standard_metrics(trainer: Trainer) -> dict[str, Any]:
+    """Lightning's ``get_standard_metrics``: the first logger's version as ``v_num`` (a string's
+    last 4 characters)."""
+    version = next((lg.version for lg in trainer.loggers if lg.version not in ("", None)), None) if trainer.loggers else None
+    if version is None:
+        return {}
+    return {"v_num": version[-4:] if isinstance(version, str) else version}
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value.item() if isinstance(value, torch.Tensor) else value)
 
 
 def _stop_reason(trainer: Trainer) -> str | None:

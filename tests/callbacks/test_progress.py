@@ -18,7 +18,7 @@ import time
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from callbacks import EarlyStopping, ProgressBar, Timer
+from callbacks import EarlyStopping, ProgressBar, Timer, TQDMProgressBar
 from callbacks.progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -185,7 +185,7 @@ def test_bad_pace_values_are_refused():
 
 
 _TTY_SCRIPT = """
-from callbacks import EarlyStopping, ProgressBar, Timer
+from callbacks import EarlyStopping, ProgressBar, Timer, TQDMProgressBar
 from callbacks.progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -223,7 +223,8 @@ def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar
     assert re.search(r"step=4, .*train_loss=\d\.\d+", out)  # the epoch's final postfix: the last step's, as Lightning's
     assert re.search(r"loss=\d\.\d+", out)
     assert "Validation" in out
-    assert "Epoch 0 (stopped: max_steps=2):  50%" in out and "2/4" in out  # the second fit, cut short
+    # the second fit, max_steps=2 and no max_epochs: the bar counts to the steps left, as Lightning's
+    assert "Epoch 0 (stopped: max_steps=2): 100%" in out and "2/2" in out
     assert not _lines(out)  # the no-terminal lines are not printed as well
 
 
@@ -244,3 +245,87 @@ def test_tqdm_progress_bar_refresh_rate_bounds_the_redraws_and_zero_turns_it_off
     assert "epoch 0" not in capfd.readouterr().err
     with pytest.raises(ValueError, match=r"TQDMProgressBar\(refresh_rate\)=-1"):
         TQDMProgressBar(refresh_rate=-1)
+
+
+# --- Lightning's ProgressBar API -------------------------------------------------------------------
+class NoVersion(ProgressBar):
+    """Lightning's documented customization: override get_metrics."""
+
+    def get_metrics(self, trainer, pl_module):
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        items["my_metric"] = 123
+        return items
+
+
+def test_get_metrics_is_the_version_and_the_prog_bar_values_and_an_override_changes_the_line(capsys, tmp_path):
+    plain = ProgressBar(line_every_s=0.001)
+    trainer = Trainer(max_epochs=1, log_dir=tmp_path, enable_checkpointing=False, callbacks=[plain])
+    model = Classifier()
+    trainer.fit(model, loader(64))
+    metrics = plain.get_metrics(trainer, model)
+    assert metrics == {"v_num": 0, "train_loss": pytest.approx(trainer.progress_bar_metrics["train_loss"])}
+    assert " v_num=0 " in _lines(capsys.readouterr().err)[0]
+
+    custom = NoVersion(line_every_s=0.001)
+    Trainer(max_epochs=1, log_dir=tmp_path, enable_checkpointing=False, callbacks=[custom]).fit(Classifier(), loader(64))
+    first = _lines(capsys.readouterr().err)[0]
+    assert " my_metric=123 " in first and "v_num" not in first
+
+
+class Counts(TQDMProgressBar):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.totals = []
+
+    def on_train_epoch_end(self, trainer, module):
+        super().on_train_epoch_end(trainer, module)
+        self.totals.append((self.train_progress_bar.total, self.total_val_batches))
+
+
+@pytest.mark.parametrize("refresh_rate", [1, 0])
+def test_the_bars_totals_as_lightning_code_reads_them(refresh_rate, capsys):
+    bar = Counts(refresh_rate=refresh_rate)
+    trainer = Trainer(max_epochs=3, check_val_every_n_epoch=2, limit_val_batches=1, log_dir=None,
+                      enable_checkpointing=False, num_sanity_val_steps=0, callbacks=[bar])
+    trainer.fit(Classifier(), loader(64), loader(32))
+    assert bar.totals == [(4, 0), (4, 1), (4, 0)]  # 4 batches an epoch; validation in the second epoch only
+    assert bar.val_progress_bar.total == 1
+    trainer.test(Classifier(), loader(48), verbose=False)
+    assert bar.test_progress_bar.total == 3 and bar.train_progress_bar.total == 4
+    with pytest.raises(TypeError, match="_predict_progress_bar` reference has not been set yet"):
+        bar.predict_progress_bar
+
+
+def test_with_max_steps_and_no_epoch_limit_the_bar_counts_to_max_steps():
+    bar = Counts()
+    Trainer(max_steps=6, log_dir=None, enable_checkpointing=False, callbacks=[bar]).fit(Classifier(), loader(64))
+    assert bar.train_progress_bar.total == 2  # the second epoch: 2 steps left of 6
+
+
+class Prints(Classifier):
+    def training_step(self, batch, batch_idx):
+        self.print("from training_step", end="")
+        return super().training_step(batch, batch_idx)
+
+
+def test_module_print_goes_under_the_bar_while_it_is_enabled(monkeypatch, capsys):
+    written = []
+    monkeypatch.setattr("tqdm.tqdm.write", lambda s, **kw: written.append((s, kw)))
+    bar = ProgressBar()
+    trainer = Trainer(max_steps=1, log_dir=None, enable_checkpointing=False, callbacks=[bar])
+    trainer.fit(Prints(), loader(64))
+    assert written == [("from training_step", {"end": ""})]
+
+    bar.disable()
+    assert bar.is_disabled
+    trainer = Trainer(max_steps=1, log_dir=None, enable_checkpointing=False, callbacks=[bar])
+    trainer.fit(Prints(), loader(64))
+    assert len(written) == 1 and "from training_step" in capsys.readouterr().out
+
+
+def test_tqdm_miniters_in_the_environment_is_a_lower_bound_on_the_refresh_rate(monkeypatch):
+    monkeypatch.setenv("TQDM_MINITERS", "2")
+    assert TQDMProgressBar(refresh_rate=1).refresh_rate == 2
+    assert TQDMProgressBar(refresh_rate=5).refresh_rate == 5
+    assert not TQDMProgressBar(refresh_rate=0).is_disabled  # 2 from the environment

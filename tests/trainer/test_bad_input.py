@@ -197,6 +197,7 @@ def checkpoint_files(tmp_path):
         (dict(options=dict(callbacks=[ModelCheckpoint(dirpath="ckpts", monitor="val_acc")]), trained=2), ValueError, ["monitor='val_acc'", "never logged", "['train_loss']"]),
         # ckpt_path: missing, not a file, not a checkpoint
         (dict(ckpt="missing.ckpt"), ValueError, ["ckpt_path='missing.ckpt' does not exist", "'last'"]),
+        (dict(ckpt="missing.ckpt"), FileNotFoundError, ["ckpt_path='missing.ckpt' does not exist"]),  # Lightning's type too
         (dict(ckpt="folder"), ValueError, ["ckpt_path='folder' is a folder", "last.ckpt"]),
         (dict(ckpt="notes.txt"), CheckpointError, ["ckpt_path='notes.txt' is not a checkpoint", "zip archive"]),
         (dict(ckpt="empty.ckpt"), CheckpointError, ["ckpt_path='empty.ckpt' is not a checkpoint"]),

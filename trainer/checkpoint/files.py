@@ -20,6 +20,10 @@ class CheckpointError(ValueError):
     """A checkpoint file is missing, unreadable, unsafe, or does not fit the model."""
 
 
+class MissingCheckpoint(CheckpointError, FileNotFoundError):
+    """A ``ckpt_path`` that does not exist: Lightning raises ``FileNotFoundError`` there."""
+
+
 def save_atomic(obj: dict[str, Any] | Encoded, path: str | os.PathLike) -> None:
     """Write ``obj`` (or the bytes ``freeze`` made of it) so that ``path`` is either the old
     file or the complete new one, and only ever a file that ``torch.load(weights_only=True)``
@@ -208,7 +212,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False,
 
 def _load_file(path: str, map_location: Any, mmap: bool, weights_only: bool = True) -> Any:
     if not os.path.isfile(path):
-        raise CheckpointError(f"ckpt_path={path!r} does not exist (or is not a file).")
+        raise MissingCheckpoint(f"ckpt_path={path!r} does not exist (or is not a file).")
     require_archive(path, repr(path))  # also what lets torch.load map it
     from trainer.checkpoint.integrity import verify  # integrity sits beside this module, and imports it
 
@@ -319,5 +323,5 @@ def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
     if os.path.isdir(path):
         raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or {choices}.")
     if not os.path.isfile(path):
-        raise ValueError(f"ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
+        raise MissingCheckpoint(f"ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
     require_archive(path, f"ckpt_path={path!r}")

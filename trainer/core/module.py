@@ -216,18 +216,19 @@ class TrainModule(HyperparametersMixin, nn.Module):
         self.__dict__["_example_input_array"] = value
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on global rank 0 only (under the progress bar, when one is drawing)."""
-        if self._trainer is not None and not self._trainer.is_global_zero:
+        """``print`` on global rank 0 only; through the progress bar's ``print`` while one is
+        enabled (under the bar, as Lightning's)."""
+        trainer = self._trainer
+        if trainer is None:
+            print(*args, **kwargs)
             return
-        try:
-            from tqdm import tqdm
-
-            if getattr(tqdm, "_instances", None) and "file" not in kwargs:
-                tqdm.write(kwargs.get("sep", " ").join(map(str, args)), end=kwargs.get("end", "\n"))
-                return
-        except ImportError:
-            pass
-        print(*args, **kwargs)
+        if not trainer.is_global_zero:
+            return
+        bar = trainer.progress_bar_callback
+        if bar is not None and bar.is_enabled:
+            bar.print(*args, **kwargs)
+        else:
+            print(*args, **kwargs)
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Each tensor of ``data`` (a tensor or a dict/list of them) from every process, stacked
