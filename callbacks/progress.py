@@ -127,7 +127,7 @@ class ProgressBar(Callback):
             values[name] = _shown(value)
         return values
 
-    # --- Lightning's ProgressBar API ---------------------------------------------------------
+    # --- Lightning's ProgressBar API: what a Lightning bar subclass overrides, and Lightning code reads
     @property
     def trainer(self) -> Trainer:
         if self._trainer is None:
@@ -135,10 +135,11 @@ class ProgressBar(Callback):
         return self._trainer
 
     def get_metrics(self, trainer: Trainer, pl_module: TrainModule) -> dict[str, Any]:
-        """What the bar shows besides the step and the loss (Lightning's): the logger's version as
-        ``v_num`` and the ``prog_bar=True`` values (``trainer.progress_bar_metrics``). Override it
-        to change what is shown."""
-        return {**_standard_metrics(trainer), **trainer.progress_bar_metrics}
+        """What the bar shows besides the step and the loss: the logger's version as ``v_num``
+        and ``trainer.progress_bar_metrics`` (Lightning's). Override it to change what is shown."""
+        version = next((lg.version for lg in trainer.loggers if lg.version not in ("", None)), None)
+        standard = {} if version is None else {"v_num": version[-4:] if isinstance(version, str) else version}
+        return {**standard, **trainer.progress_bar_metrics}
 
     def enable(self) -> None:
         self._enabled = True
@@ -146,60 +147,42 @@ class ProgressBar(Callback):
     def disable(self) -> None:
         self._enabled = self._active = False
 
-    @property
-    def is_enabled(self) -> bool:
-        return self._enabled
-
-    @property
-    def is_disabled(self) -> bool:
-        return not self.is_enabled
+    is_enabled = property(lambda self: self._enabled)
+    is_disabled = property(lambda self: not self.is_enabled)
 
     def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
-        """Print without breaking the bar (``TrainModule.print`` comes here): through
-        ``tqdm.write`` while the bar is active (a stage running on rank 0), else plain ``print``."""
+        """``print`` under the bar (``TrainModule.print`` comes here): ``tqdm.write`` while a stage runs."""
         if not self._active:
-            print(*args, sep=sep, **kwargs)
-            return
+            return print(*args, sep=sep, **kwargs)
         from tqdm import tqdm
 
         tqdm.write(sep.join(map(str, args)), **kwargs)
 
     @property
     def total_train_batches(self) -> int | float:
-        """The training batches of an epoch (Lightning's: with ``max_epochs=-1``, at most the steps left)."""
-        trainer = self.trainer
-        if trainer.max_epochs in (None, -1) and trainer.max_steps is not None and trainer.max_steps > 0:
-            return min(trainer.num_training_batches, trainer.max_steps - trainer.global_step)
-        return trainer.num_training_batches
-
-    @property
-    def total_val_batches_current_dataloader(self) -> int | float:
-        trainer = self.trainer
-        batches = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
-        return batches[self._eval_loader or 0] if batches else 0
-
-    @property
-    def total_test_batches_current_dataloader(self) -> int | float:
-        batches = self.trainer.num_test_batches
-        return batches[self._eval_loader or 0] if batches else 0
-
-    @property
-    def total_predict_batches_current_dataloader(self) -> int | float:
-        batches = self.trainer.num_predict_batches
-        return batches[self._eval_loader or 0] if batches else 0
+        """An epoch's training batches (with ``max_steps`` and no epoch limit, at most the steps left)."""
+        t = self.trainer
+        if t.max_epochs in (None, -1) and t.max_steps is not None and t.max_steps > 0:
+            return min(t.num_training_batches, t.max_steps - t.global_step)
+        return t.num_training_batches
 
     @property
     def total_val_batches(self) -> int | float:
         """All validation loaders' batches in this epoch's validation (0 when the epoch has none)."""
-        trainer = self.trainer
-        every = trainer.check_val_every_n_epoch
-        if every is not None and (trainer.current_epoch + 1) % every != 0:
-            return 0
-        return sum(trainer.num_val_batches)
+        every = self.trainer.check_val_every_n_epoch
+        due = every is None or (self.trainer.current_epoch + 1) % every == 0
+        return sum(self.trainer.num_val_batches) if due else 0
+
+    def _current(self, batches: list[int | float]) -> int | float:
+        return batches[self._eval_loader or 0] if batches else 0
+
+    total_val_batches_current_dataloader = property(lambda self: self._current(
+        self.trainer.num_sanity_val_batches if self.trainer.sanity_checking else self.trainer.num_val_batches))
+    total_test_batches_current_dataloader = property(lambda self: self._current(self.trainer.num_test_batches))
+    total_predict_batches_current_dataloader = property(lambda self: self._current(self.trainer.num_predict_batches))
 
     def _record(self, stage: str) -> Any:
-        """Lightning's ``<stage>_progress_bar``: the bar on screen, else a record of the last one's
-        total and count (a tqdm that draws nothing)."""
+        """``<stage>_progress_bar``: the bar on screen, else a tqdm that draws nothing, with the last total."""
         bar = self._bar if stage == "train" else self._eval_bar if stage == self._eval_stage else None
         if bar is not None:
             return bar
@@ -210,21 +193,10 @@ class ProgressBar(Callback):
         total = self._totals[stage]
         return tqdm(total=None if total in (None, float("inf")) else int(total), disable=True)
 
-    @property
-    def train_progress_bar(self) -> Any:
-        return self._record("train")
-
-    @property
-    def val_progress_bar(self) -> Any:
-        return self._record("val")
-
-    @property
-    def test_progress_bar(self) -> Any:
-        return self._record("test")
-
-    @property
-    def predict_progress_bar(self) -> Any:
-        return self._record("predict")
+    train_progress_bar = property(lambda self: self._record("train"))
+    val_progress_bar = property(lambda self: self._record("val"))
+    test_progress_bar = property(lambda self: self._record("test"))
+    predict_progress_bar = property(lambda self: self._record("predict"))
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not self._active:
@@ -369,15 +341,6 @@ class TQDMProgressBar(ProgressBar):
             return
         self._drawn_at = batch_idx + 1
         super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
-
-
-def _standard_metrics(trainer: Trainer) -> dict[str, Any]:
-    """Lightning's ``get_standard_metrics``: the first logger's version as ``v_num`` (a string's
-    last 4 characters)."""
-    version = next((lg.version for lg in trainer.loggers if lg.version not in ("", None)), None) if trainer.loggers else None
-    if version is None:
-        return {}
-    return {"v_num": version[-4:] if isinstance(version, str) else version}
 
 
 def _shown(value: Any) -> str:

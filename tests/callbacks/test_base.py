@@ -21,7 +21,7 @@ class Recorder(Callback):
 
 
 def _recording(name: str):
-    def hook(self: Recorder, trainer: Trainer, module, *args) -> None:
+    def hook(self: Recorder, trainer: Trainer, module, *args, **kwargs) -> None:
         self.events.append(name)
 
     return hook

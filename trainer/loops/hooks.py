@@ -47,10 +47,10 @@ class Hooks:
                 self.epoch_end_monitors = len(fns)
             setattr(self, name, fns + _overriding(after, name))
 
-    def call(self, name: str, *args: Any) -> None:
+    def call(self, name: str, *args: Any, **kwargs: Any) -> None:
         fns: list[Callable[..., Any]] = getattr(self, name)
         for fn in fns:
-            fn(*args)
+            fn(*args, **kwargs)
 
 
 # Lightning's "monitoring callbacks": at on_train_epoch_end they run after the model's hook.
@@ -69,8 +69,8 @@ def _module_hook(module: Any, name: str) -> Callable[..., Any] | None:
         return None
     own = getattr(module, name)
 
-    def call(trainer: Any, module: Any, *args: Any) -> Any:
-        return own(*args)
+    def call(trainer: Any, module: Any, *args: Any, **kwargs: Any) -> Any:
+        return own(*args, **kwargs)
 
     return call
 

@@ -208,8 +208,8 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
         datamodule.trainer = trainer
     prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait
     if datamodule is not None:
-        datamodule.setup(stage)
-    run.hooks.call("setup", trainer, model, stage)
+        datamodule.setup(stage=stage)
+    run.hooks.call("setup", trainer, model, stage=stage)  # by keyword, as Lightning calls them
     _model_on_device(trainer, run, model)
     on_device = trainer.data_on_device and strategy.root_device.type != "cpu"
     run.fetching = Fetching(trainer.batched_fetching, strategy.root_device if on_device else None)
@@ -229,9 +229,9 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
         if run.counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
             state = trainer.state
             state.global_step, state.current_epoch, state.batches_stepped = run.counters
-        run.hooks.call("teardown", trainer, model, stage)
+        run.hooks.call("teardown", trainer, model, stage=stage)
         if datamodule is not None:
-            datamodule.teardown(stage)
+            datamodule.teardown(stage=stage)
         if trainer.compile is not None:  # hand the model back as it came: nn.Module.compile() undone
             model._compiled_call_impl = None
 
