@@ -20,7 +20,7 @@ def fit_validates(trainer: Trainer) -> bool:
     epoch of unknown length never does). Then a monitored metric must come from training,
     and is due at each epoch's end; otherwise it is due once validation has run.
     """
-    if trainer.val_dataloaders is None or trainer.limit_val_batches == 0:
+    if not trainer.enable_validation:  # no validation_step or no data for it, or limit_val_batches=0
         return False
     if trainer.check_val_every_n_epoch is not None:
         return True

@@ -172,6 +172,8 @@ class TrainerProperties:
                 "trainer.estimated_stepping_batches is known once fit has its loaders: read it in "
                 "configure_optimizers (e.g. for OneCycleLR's total_steps) or later during fit."
             )
+        if self._run.load_train is not None:  # read in configure_optimizers: fit loads its training loader now
+            self._run.load_train()
         batches, epochs = self.num_training_batches, range(self.max_epochs or 0)
         scheduler = next((cb for cb in self.callbacks if isinstance(cb, GradientAccumulationScheduler)), None)
         groups = [self.accumulate_grad_batches if scheduler is None else scheduler.get_accumulate_grad_batches(e) for e in epochs]
@@ -346,7 +348,7 @@ RUN_VALUES = (
     "datamodule", "train_dataloader", "val_dataloaders", "test_dataloaders", "predict_dataloaders", "predict_loop", "optimizer", "optimizers", "lr_scheduler",
     "lr_schedulers", "num_training_batches", "num_val_batches", "num_test_batches", "num_predict_batches",
     "callback_metrics", "logged_metrics", "train_epoch_metrics", "prog_bar_names", "samples_seen", "grad_norm",
-    "is_last_batch", "run_dir",
+    "is_last_batch", "run_dir", "enable_validation",
 )
 
 

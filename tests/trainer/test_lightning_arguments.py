@@ -358,3 +358,66 @@ def test_a_limit_of_one_or_one_point_zero_says_which_it_means(trainer_log, name)
     said = [line for line in trainer_log if line.startswith(f"`Trainer({name}=")]
     assert len(said) == 2 and said[0].startswith(f"`Trainer({name}=1)` was configured so ")
     assert said[1].startswith(f"`Trainer({name}=1.0)` was configured so ") and ("100%" in said[1] or "end of the training epoch" in said[1])
+
+
+class RecordsLoads(Classifier):
+    """When each loader hook runs: (hook, epoch, sanity checking), in call order."""
+
+    def __init__(self, steps_estimate: bool = False) -> None:
+        super().__init__()
+        self.calls, self.steps_estimate = [], steps_estimate
+
+    def train_dataloader(self):
+        self.calls.append(("train", self.trainer.current_epoch, self.trainer.sanity_checking))
+        return loader(16)
+
+    def val_dataloader(self):
+        self.calls.append(("val", self.trainer.current_epoch, self.trainer.sanity_checking))
+        return loader(16)
+
+    def configure_optimizers(self):
+        if self.steps_estimate:  # as a OneCycleLR's total_steps does
+            self.calls.append(("estimate", self.trainer.estimated_stepping_batches))
+        return super().configure_optimizers()
+
+
+def test_the_sanity_check_loads_the_validation_loader_first_and_the_training_loader_comes_after():
+    model = RecordsLoads()
+    Trainer(max_epochs=1, num_sanity_val_steps=1, **quiet()).fit(model)
+    assert model.calls == [("val", 0, True), ("train", 0, False)]  # Lightning's order; the sanity check's loader is reused
+
+
+def test_estimated_stepping_batches_in_configure_optimizers_loads_the_training_loader_then():
+    model = RecordsLoads(steps_estimate=True)
+    Trainer(max_epochs=2, num_sanity_val_steps=1, **quiet()).fit(model)
+    assert model.calls == [("train", 0, False), ("estimate", 2), ("val", 0, True)]  # loaded once
+
+
+@pytest.mark.parametrize(
+    ("sanity", "every_val", "reload", "train", "val", "validated"),
+    [  # Lightning's own expectations (its test_dataloaders_load_every_n_epochs_infrequent_val)
+        (1, 1, 2, [0, 2, 4], [2, 4], [0, 1, 2, 3, 4, 5]),
+        (0, 3, 4, [0, 4], [2], [2, 5]),
+        (1, 3, 4, [0, 4], [2], [2, 5]),  # the sanity check's load is off the schedule: epoch 2 loads again
+        (1, 2, 1, [0, 1, 2, 3, 4, 5], [1, 3, 5], [1, 3, 5]),
+    ],
+)
+def test_the_validation_loader_reloads_counted_from_its_own_last_load(sanity, every_val, reload, train, val, validated):
+    class Counts(RecordsLoads):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            if not self.trainer.sanity_checking:
+                self.calls.append(("validated", self.trainer.current_epoch, False))
+            return super().validation_step(batch, batch_idx)
+
+    model = Counts()
+    Trainer(max_epochs=6, num_sanity_val_steps=sanity, check_val_every_n_epoch=every_val,
+            reload_dataloaders_every_n_epochs=reload, **quiet()).fit(model)
+    epochs = {kind: [e for k, e, sanity_checking in model.calls if k == kind and not sanity_checking] for kind in ("train", "val", "validated")}
+    assert epochs == {"train": train, "val": val, "validated": validated}
+    assert [c for c in model.calls if c[2]] == ([("val", 0, True)] if sanity else [])
+
+
+def test_without_validation_the_validation_loader_is_never_asked_for():
+    model = RecordsLoads()
+    Trainer(max_epochs=2, limit_val_batches=0, **quiet()).fit(model)
+    assert model.calls == [("train", 0, False)]

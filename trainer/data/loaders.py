@@ -213,15 +213,12 @@ def check_dataloader_idx(model: Any, prefix: str, hooks: tuple[str, ...], severa
             )
 
 
-def overfit_loaders(train: Any, val: Loaders | None, n: int | float) -> tuple[Any, Loaders | None]:
-    """``overfit_batches``, as Lightning 2 does it: the training loader and each validation loader
-    in order, so that every epoch trains and validates on the same first ``n`` batches of each
-    (the limits are set to ``n``). A loader that shuffles, or samples otherwise, is rebuilt with a
+def overfit_loader(loader: Any, prefix: str, n: int | float) -> Any:
+    """``overfit_batches``, as Lightning 2 does it, for the training loader and each validation
+    loader: every epoch trains and validates on the same first ``n`` batches of each (the limits
+    are set to ``n``). A loader that shuffles, or samples otherwise, is rebuilt with a
     ``SequentialSampler``, with Lightning's warning."""
-    train = _in_order([train], "train", n)[0]
-    if val is not None:
-        val.loaders = _in_order(val.loaders, "val", n)
-    return train, val
+    return _in_order([loader], prefix, n)[0]
 
 
 def _in_order(loaders: list[Any], prefix: str, n: int | float) -> list[Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -256,7 +256,7 @@ def run_evaluation(
     return run.predict_loop._predictions if phase == "predict" else None
 
 
-def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
+def sanity_check(trainer: Trainer, run: Run, get_loaders: Callable[[], Loaders | None] | None) -> None:
     """Before training: ``num_sanity_val_steps`` batches of each validation loader (-1: all), so
     that a bug in ``validation_step`` shows in seconds, not after the first epoch.
 
@@ -266,21 +266,23 @@ def sanity_check(trainer: Trainer, run: Run, loaders: Loaders | None) -> None:
     ``trainer.sanity_checking`` True: the built-in ones save, stop and write nothing then.
     """
     steps = trainer.num_sanity_val_steps
-    if loaders is None or steps == 0 or trainer.limit_val_batches == 0:
+    if get_loaders is None or steps == 0 or trainer.limit_val_batches == 0:
         return
     model, hooks, cap = run.module, run.hooks, trainer.limit_val_batches
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
     rng = rng_state()
-    generators = [generator_states(loader) for loader in loaders]
     stage, trainer.state.stage = trainer.state.stage, RunningStage.SANITY_CHECKING  # on_sanity_check_start to _end
     try:
         hooks.call("on_sanity_check_start", trainer, model)
-        try:
-            evaluation_loop(trainer, run, "validation", loaders, limit, publish=False)
-        finally:
-            set_rng_state(rng)
-            for loader, states in zip(loaders, generators):
-                set_generator_states(loader, states)
+        loaders = get_loaders()  # val_dataloader() sees trainer.sanity_checking, as in Lightning
+        if loaders is not None:
+            generators = [generator_states(loader) for loader in loaders]
+            try:
+                evaluation_loop(trainer, run, "validation", loaders, limit, publish=False)
+            finally:
+                set_rng_state(rng)
+                for loader, states in zip(loaders, generators):
+                    set_generator_states(loader, states)
         hooks.call("on_sanity_check_end", trainer, model)
     finally:
         trainer.state.stage = stage
@@ -304,11 +306,11 @@ def limited(n: int | None, limit: int | float | None, prefix: str = "") -> int |
     return min(total, limit)
 
 
-def val_check_batch(trainer: Trainer, val_loader: Any) -> int:
+def val_check_batch(trainer: Trainer, validates: bool) -> int:
     """Lightning's ``val_check_batch`` for fit's current epoch: validate after every n-th training
     batch (0: none in this epoch's batches; an unsized loader's epoch validates at its end)."""
     every, interval, batches = trainer.check_val_every_n_epoch, trainer.val_check_interval, trainer.num_training_batches
-    if val_loader is None or (every is not None and (trainer.state.current_epoch + 1) % every != 0):
+    if not validates or (every is not None and (trainer.state.current_epoch + 1) % every != 0):
         return 0
     if every is None and interval is None:  # no schedule at all (Lightning refuses this pair)
         return 0

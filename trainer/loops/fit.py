@@ -50,12 +50,10 @@ def fit_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: 
         resume_from = read_for_fit(trainer, ckpt_path)  # the DataModule's state, before its loaders (Lightning's order)
         FitLoop(trainer, run, model, FitLoaders(trainer, run, model, data), resume_from).fit()
         if trainer.fast_dev_run and trainer.is_global_zero:
-            batches, n = trainer.num_training_batches, trainer.fast_dev_run
-            log.info(
-                "fast_dev_run=%d: trained on %d batch(es) (%d optimizer step(s)) and validated on up to %d "
-                "batch(es) of each validation loader; wrote no logs and no checkpoints.",
-                n, batches, trainer.global_step, 0 if trainer.val_dataloaders is None else n,
-            )
+            n = trainer.fast_dev_run
+            log.info("fast_dev_run=%d: trained on %d batch(es) (%d optimizer step(s)) and validated on up to %d batch(es) "
+                     "of each validation loader; wrote no logs and no checkpoints.", n, trainer.num_training_batches,
+                     trainer.global_step, n if trainer.enable_validation else 0)
 
 
 class FitLoop(StopRules, Publishing):
@@ -66,13 +64,14 @@ class FitLoop(StopRules, Publishing):
         setup("fit")                              (fit_stage, through run.stage_hooks)
         configure_model, the model on its device and wrapped by the strategy
         on_fit_start
-        sanity check: on_sanity_check_start, num_sanity_val_steps validation batches with
-            their hooks, on_sanity_check_end; the RNG left as it was
+        sanity check: on_sanity_check_start, val_dataloader(), num_sanity_val_steps validation
+            batches with their hooks, on_sanity_check_end; the RNG left as it was
         if max_epochs or max_steps is reached already (a second fit): on_fit_end, and no more
         on_train_start
         for each epoch until max_epochs, max_steps or a stop request (honoured once
         min_epochs and min_steps are met):
-            every reload_dataloaders_every_n_epochs epochs: the loaders from their hooks again
+            every reload_dataloaders_every_n_epochs epochs: train_dataloader() again (the first
+                validation loads val_dataloader(), then the first every n epochs after the last)
             on_train_epoch_start
             for each batch (a resumed run skips the consumed ones at the sampler):
                 on_train_batch_start
@@ -116,10 +115,9 @@ class FitLoop(StopRules, Publishing):
         resume_from: tuple[str, dict[str, Any]] | None,
     ) -> None:
         self.trainer, self.run, self.model = trainer, run, model
-        self._loaders, self._loaded_at = loaders, 0  # reload_dataloaders_every_n_epochs: where they come from
-        self._told_min = False  # the min_epochs/min_steps message is logged once
-        self.train_loader, self.val_loader = loaders.load()
-        # configure_optimizers may read trainer.estimated_stepping_batches: after the loaders.
+        self._loaders, self._told_min = loaders, False  # the min_epochs/min_steps message is said once
+        # Loaded after the sanity check, as Lightning's; configure_optimizers reading trainer.estimated_stepping_batches loads it first.
+        run.load_train = loaders.train_now
         run.opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
         check_manual(trainer, model, len(opt.optimizers))
         run.optimizer, run.lr_scheduler = opt.optimizer, opt.scheduler
@@ -135,24 +133,20 @@ class FitLoop(StopRules, Publishing):
         run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers, steps)
         self.resume = Resume.load(trainer, run, resume_from)
         self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
-        # Batches run in earlier epochs: with check_val_every_n_epoch=None, val_check_interval counts across epochs.
-        batches = trainer.num_training_batches
-        self._batches_before = trainer.state.current_epoch * batches if batches != math.inf else 0
         state = trainer.state
         if run.manual is None or state.batches_stepped is None:  # Lightning's _batches_that_stepped (core/state.py)
             state.batches_stepped = None if run.manual is None else state.global_step
         step = state.log_step
         self._next_log = 1 if step == 0 else step - step % trainer.log_every_n_steps + trainer.log_every_n_steps
+
+    def _load_train(self) -> None:
+        trainer = self.trainer
+        self.train_loader = self._loaders.train_now()
+        # Batches run in earlier epochs: with check_val_every_n_epoch=None, val_check_interval counts across epochs.
+        batches = trainer.num_training_batches
+        self._batches_before = trainer.state.current_epoch * batches if batches != math.inf else 0
         if trainer.is_global_zero:
             log.info("%s", describe_fit(trainer.strategy, self.train_loader, trainer.accumulate_grad_batches))
-
-    def _maybe_reload(self) -> None:
-        """``reload_dataloaders_every_n_epochs``: new loaders from the model's or DataModule's hooks
-        at the start of every n-th epoch (loaders passed to fit are the same objects again)."""
-        every, epoch = self.trainer.reload_dataloaders_every_n_epochs, self.trainer.state.current_epoch
-        if every and epoch - self._loaded_at >= every:
-            self.train_loader, self.val_loader = self._loaders.load()
-            self._loaded_at = epoch
 
     def fit(self) -> None:
         trainer, run = self.trainer, self.run
@@ -162,7 +156,7 @@ class FitLoop(StopRules, Publishing):
         try:
             self._fit()
         finally:
-            run.publish_step_metrics = None  # the loop (and its loaders) must not outlive fit
+            run.publish_step_metrics = run.load_train = None  # the loop (and its loaders) must not outlive fit
 
     def _fit(self) -> None:
         trainer, run, model, hooks, state = self.trainer, self.run, self.model, self.run.hooks, self.trainer.state
@@ -170,13 +164,14 @@ class FitLoop(StopRules, Publishing):
             if not model.training:  # a model handed over in eval mode trains; submodules the
                 model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
             hooks.call("on_fit_start", trainer, model)
-            sanity_check(trainer, run, self.val_loader)
+            sanity_check(trainer, run, self._val_loaders if self._loaders.validates else None)
+            self._load_train()
             if self._done():  # a second fit of a finished run: nothing to train (Lightning's)
                 hooks.call("on_fit_end", trainer, model)
                 return
             hooks.call("on_train_start", trainer, model)
             while not self._done():
-                self._maybe_reload()
+                self.train_loader = self._loaders.train_now()  # again every reload_dataloaders_every_n_epochs
                 run.train_sink = sink = MetricSink(training=True)
                 previous_sink = set_sink(sink)
                 try:
@@ -236,10 +231,8 @@ class FitLoop(StopRules, Publishing):
         """An epoch cut short. Its end is left to the run that resumes it (so stopped and resumed
         does it once, like never stopped), from the ``last.ckpt`` written here. After reaching
         ``max_steps`` a run validates once more, after the save, to report where it ended."""
-        trainer = self.trainer
-        checkpoint = trainer.checkpoint_callback
-        if checkpoint is not None:
-            checkpoint.write_last(trainer, self.model)
+        if self.trainer.checkpoint_callback is not None:
+            self.trainer.checkpoint_callback.write_last(self.trainer, self.model)
 
     def _train_epoch(self, sink: MetricSink) -> bool:
         """One epoch's batches; returns True if fit must stop before the epoch's end.
@@ -253,8 +246,8 @@ class FitLoop(StopRules, Publishing):
         ``steps`` (optimization/step.py) runs the events around backward and the step.
         """
         trainer, run, model, state, strategy = self.trainer, self.run, self.model, self.trainer.state, self.trainer.strategy
-        loader, val_loader, limit = self.train_loader, self.val_loader, trainer.num_training_batches
-        val_every = val_check_batch(trainer, val_loader)  # Lightning's (0: none in this epoch's batches)
+        loader, limit = self.train_loader, trainer.num_training_batches
+        val_every = val_check_batch(trainer, self._loaders.validates)  # Lightning's (0: none in this epoch's batches)
         val_before = self._batches_before if trainer.check_val_every_n_epoch is None else 0  # counted across epochs
         batch_start, batch_end, signals = run.hooks.on_train_batch_start, run.hooks.on_train_batch_end, run.signals
         steps, backward, optimizer = self.steps, self.steps.backward_fn, run.opt.optimizer
@@ -336,7 +329,7 @@ class FitLoop(StopRules, Publishing):
                         next_log = self._next_log
                     if due or val_every and state.should_stop and self._can_stop_early():
                         run.val_pending = False  # Lightning's _should_check_val_fx: after on_train_batch_end
-                        evaluation_loop(trainer, run, "validation", val_loader, trainer.limit_val_batches, keep_rng=not due)
+                        self._validate(keep_rng=not due)
                     if completes and (
                         state.global_step >= max_steps
                         or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
@@ -389,9 +382,15 @@ class FitLoop(StopRules, Publishing):
             training_step = stepper.wrap(training_step)
         return training_step
 
-    def _validate(self) -> None:  # an unsized epoch's last validation; one a resumed checkpoint was saved before
-        evaluation_loop(self.trainer, self.run, "validation", self.val_loader, self.trainer.limit_val_batches)
+    def _validate(self, keep_rng: bool = False) -> None:  # keep_rng: one off the schedule leaves training's RNG as it was
+        loaders = self._val_loaders()
+        if loaders is not None:
+            evaluation_loop(self.trainer, self.run, "validation", loaders, self.trainer.limit_val_batches, keep_rng=keep_rng)
+
+    def _val_loaders(self) -> Any:  # loaded when first needed, again every reload_dataloaders_every_n_epochs
+        every = self.trainer.check_val_every_n_epoch
+        return self._loaders.val_now(every is None or (self.trainer.state.current_epoch + 1) % every == 0)
 
     def _epoch_val_due(self) -> bool:
         every = self.trainer.check_val_every_n_epoch
-        return self.val_loader is not None and every is not None and (self.trainer.state.current_epoch + 1) % every == 0
+        return self._loaders.validates and every is not None and (self.trainer.state.current_epoch + 1) % every == 0

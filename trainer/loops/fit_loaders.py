@@ -4,12 +4,13 @@ by the strategy; again every ``reload_dataloaders_every_n_epochs`` epochs."""
 from __future__ import annotations
 
 import collections.abc
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
 from trainer.core.seed import seeded_workers
 from trainer.data.batches import check_same_length, loader_length
-from trainer.data.loaders import Loaders, check_train_loader, overfit_loaders, stage_loader
+from trainer.data.loaders import LOADER_METHOD, Loaders, check_train_loader, defines, overfit_loader, stage_loader
 from trainer.loops.evaluation import check_val_interval, limited
 
 if TYPE_CHECKING:
@@ -19,54 +20,86 @@ if TYPE_CHECKING:
 
 
 class FitLoaders:
-    """The loaders passed to fit, a DataModule's or the model's hooks'. ``load()`` gives the
-    pair the loop iterates, and records in the run what Lightning code reads of them
-    (``train_dataloader``, ``num_training_batches``, ``val_dataloaders``, ``num_val_batches``)."""
+    """The loaders passed to fit, a DataModule's or the model's hooks', loaded when Lightning
+    loads them: the training loader as fit starts (``load_train``), the validation loaders when
+    the first validation (or the sanity check) needs them (``load_val``). Each load records in
+    the run what Lightning code reads of them (``train_dataloader``, ``num_training_batches``,
+    ``val_dataloaders``, ``num_val_batches``)."""
 
     def __init__(self, trainer: Trainer, run: Run, model: TrainModule, data: StageData) -> None:
         self.trainer, self.run, self.model, self.data = trainer, run, model, data
-        self._warned = False  # the missing validation_step is said once, not at each reload
+        # Whether fit validates: a validation_step and somewhere to get its data (Lightning's enable_validation)
+        steps = callable(getattr(model, "validation_step", None))
+        source = data.val_loader is not None or defines(data.datamodule or model, LOADER_METHOD["validate"])
+        if trainer.is_global_zero and source != steps:  # Lightning's two warnings
+            warnings.warn(
+                "You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop. (Define "
+                f"{type(model).__name__}.validation_step(self, batch, batch_idx) to validate, or leave the "
+                "validation loader out.)" if source else "You defined a `validation_step` but have no "
+                "`val_dataloader`. Skipping val loop.", UserWarning, stacklevel=5,
+            )
+        self.validates = run.enable_validation = steps and source and trainer.limit_val_batches != 0
+        self._train: Any = None
+        self._train_loaded_at: int | None = None
+        self._val: Loaders | None = None
+        self._val_loaded_at: float | None = None  # None: not loaded yet; -inf: loaded by a sanity check off schedule
 
-    def load(self) -> tuple[Any, Loaders | None]:
-        trainer, run, strategy = self.trainer, self.run, self.trainer.strategy
-        train, val = self._from_sources()
+    def train_now(self) -> Any:
+        """The training loader for the current epoch: loaded the first time (as the loop starts,
+        or when ``trainer.estimated_stepping_batches`` is read before), and again every
+        ``reload_dataloaders_every_n_epochs`` epochs (loaders passed to fit are the same objects)."""
+        self.run.load_train = None
+        every, epoch = self.trainer.reload_dataloaders_every_n_epochs, self.trainer.current_epoch
+        if self._train_loaded_at is None or every and epoch - self._train_loaded_at >= every:
+            self._train, self._train_loaded_at = self.load_train(), epoch
+        return self._train
+
+    def load_train(self) -> Any:
+        trainer, run, strategy, data = self.trainer, self.run, self.trainer.strategy, self.data
+        train = stage_loader("train", data.loader, self.model, data.datamodule)
+        if data.loader is None:  # the model's or DataModule's: checked here, where it was made
+            check_train_loader(train)
+        if trainer.overfit_batches:
+            train = overfit_loader(train, "train", trainer.overfit_batches)
+        seeded_workers(train, strategy.global_rank)  # seed_everything(workers=True)
         train = strategy.process_dataloader(train, "train")
-        val = None if val is None else val.map(lambda x: strategy.process_dataloader(x, "validate"))
         n = loader_length(train)
         if n == 0:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
         run.num_training_batches = limited(n, trainer.limit_train_batches, "train")
-        if val is not None:
+        if self.validates:
             check_val_interval(trainer)
         run.train_dataloader = train
+        check_same_length(strategy.gather_objects(run.num_training_batches))
+        return train
+
+    def val_now(self, epoch_validates: bool) -> Loaders | None:
+        """The validation loaders for a validation now: loaded by the first validation (or the
+        sanity check), and again by the first one ``reload_dataloaders_every_n_epochs`` epochs
+        after the last load. A sanity check's load counts only when its epoch validates
+        (``epoch_validates``), as in Lightning."""
+        trainer, every, epoch = self.trainer, self.trainer.reload_dataloaders_every_n_epochs, self.trainer.current_epoch
+        if not self.validates:
+            return None
+        if self._val_loaded_at is None or every and epoch - self._val_loaded_at >= every:
+            self._val = self.load_val()
+            self._val_loaded_at = epoch if epoch_validates or not trainer.sanity_checking else -math.inf
+        return self._val
+
+    def load_val(self) -> Loaders | None:
+        """The validation loaders (None if the source gives none)."""
+        trainer, run, strategy, data = self.trainer, self.run, self.trainer.strategy, self.data
+        found = stage_loader("validate", data.val_loader, self.model, data.datamodule)
+        val = None if found is None or found == [] else Loaders(found)
+        if val is not None:
+            if trainer.overfit_batches:
+                val.loaders = [overfit_loader(x, "val", trainer.overfit_batches) for x in val.loaders]
+            for loader in val:
+                seeded_workers(loader, strategy.global_rank)
+            val = val.map(lambda x: strategy.process_dataloader(x, "validate"))
         run.val_dataloaders = None if val is None else val.as_given()  # callbacks read it
         run.num_val_batches = [] if val is None else [limited(length, trainer.limit_val_batches, "val") for length in val.lengths()]
-        check_same_length(strategy.gather_objects(run.num_training_batches))
-        return train, val
-
-    def _from_sources(self) -> tuple[Any, Loaders | None]:
-        trainer, model, data = self.trainer, self.model, self.data
-        train = stage_loader("train", data.loader, model, data.datamodule)
-        if data.loader is None:  # the model's or DataModule's: checked here, where they were made
-            check_train_loader(train)
-        val = stage_loader("validate", data.val_loader, model, data.datamodule)
-        steps = callable(getattr(model, "validation_step", None))
-        if trainer.is_global_zero and not self._warned and (val is None) == steps:  # Lightning's two warnings
-            warnings.warn(
-                "You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop. (Define "
-                f"{type(model).__name__}.validation_step(self, batch, batch_idx) to validate, or leave the "
-                "validation loader out.)" if steps is False else "You defined a `validation_step` but have no "
-                "`val_dataloader`. Skipping val loop.", UserWarning, stacklevel=4,
-            )
-            self._warned = True
-        if not steps:
-            val = None
-        val = None if val is None else Loaders(val)
-        if trainer.overfit_batches:
-            train, val = overfit_loaders(train, val, trainer.overfit_batches)
-        for loader in [train, *(val or [])]:  # seed_everything(workers=True)
-            seeded_workers(loader, trainer.strategy.global_rank)
-        return train, val
+        return val
 
 
 def no_batches(loader: Any, epoch: int) -> ValueError:

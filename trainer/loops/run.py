@@ -98,6 +98,8 @@ class Run:
         self.train_dataloader: Any = None  # fit's training loader, as the strategy prepared it
         # The evaluation loaders (Lightning's names) of the last fit or validate, test and predict, or None.
         self.val_dataloaders: Any = None
+        self.enable_validation = False  # during fit: it has a validation_step, data for it and limit_val_batches > 0
+        self.load_train: Callable[[], Any] | None = None  # during fit, until the training loader is loaded: loads it
         self.test_dataloaders: Any = None
         self.predict_dataloaders: Any = None
         self.ckpt_path: str | None = None  # the checkpoint the call resumed or evaluated ("last", "best" resolved)
@@ -123,7 +125,7 @@ class Run:
     def __getstate__(self) -> dict[str, Any]:
         """What a spawned worker gets: no model, data or predictions (those travel apart, or stay)."""
         state = self.__dict__.copy()
-        state.update(module=None, datamodule=None, train_dataloader=None, val_dataloaders=None, predict_loop=None)
+        state.update(module=None, datamodule=None, train_dataloader=None, val_dataloaders=None, predict_loop=None, load_train=None)
         state.update(test_dataloaders=None, predict_dataloaders=None)
         return state
 
