@@ -290,7 +290,10 @@ class TrainerProperties:
     def progress_bar_metrics(self) -> dict[str, float]:
         """The values logged with ``prog_bar=True``: the latest of each (a step's, or an epoch's mean)."""
         shown = {k: v for k, v in self.callback_metrics.items() if k in self.prog_bar_names}
-        shown.update(self.step_metrics(prog_bar_only=True))
+        step = self.step_metrics(prog_bar_only=True)
+        if self._run.epoch_values_step == self.state.global_step:  # an epoch's end came after the last step
+            return {**step, **shown}
+        shown.update(step)
         return shown
 
     # --- read by tests and benchmarks that peek inside a running fit -----------------------

@@ -374,3 +374,22 @@ def test_state_finished_says_whether_the_last_call_ran_to_its_end():
     with pytest.raises(RuntimeError, match="broken"):
         trainer.validate(Fails(), loader(16), verbose=False)
     assert not trainer.state.finished and trainer.state.stopped and trainer.state.status == "interrupted"
+
+
+class EpochEndOverrides(Classifier):
+    def training_step(self, batch, batch_idx):
+        self.log_dict({"step_metric": float(-1 - batch_idx), "shared": 100.0}, logger=False, prog_bar=True)
+        return super().training_step(batch, batch_idx)
+
+    def on_train_epoch_end(self):
+        self.log_dict({f"epoch_metric_{self.current_epoch}": float(self.current_epoch), "shared": 111.0}, logger=False, prog_bar=True)
+
+
+def test_progress_bar_metrics_hold_the_latest_of_each_value_an_epoch_end_included():
+    trainer = Trainer(max_epochs=3, **quiet())
+    trainer.fit(EpochEndOverrides(), loader(32, batch_size=16))
+    metrics = trainer.progress_bar_metrics
+    assert metrics["shared"] == 111.0  # on_train_epoch_end logged it after the last step's 100
+    assert metrics["step_metric"] == -2.0  # the last step's
+    assert {k: metrics[k] for k in ("epoch_metric_0", "epoch_metric_1", "epoch_metric_2")} == {
+        "epoch_metric_0": 0.0, "epoch_metric_1": 1.0, "epoch_metric_2": 2.0}  # each epoch's stays

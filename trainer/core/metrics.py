@@ -134,6 +134,18 @@ class MetricSink:
         if opts.alias:
             self.aliases.update((n, name) for n in published)
 
+    def open_epoch_end(self) -> "MetricSink":
+        """Before ``on_train_epoch_end``: what the hooks log are epoch values (Lightning's defaults
+        there), each batch counting once. A name logged there that training_step logged as a step
+        value only starts afresh, as Lightning keeps each hook's values apart: its epoch-end value
+        is the one published under its name (the step's stays in the step's row)."""
+        self.batch_size, self.epoch_end = 1, True
+        if self.training:
+            step_only = [n for n in self._series if self.options.get(n) is None or self.options[n].epoch_name is None]
+            for name in step_only:
+                del self._series[name]
+        return self
+
     def reset_metrics(self) -> None:
         """After the phase's end hooks: the torchmetrics Metrics logged in it are reset (Lightning's)."""
         for reduced in self._reduced.values():

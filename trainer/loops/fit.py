@@ -207,7 +207,7 @@ class FitLoop(StopRules, Publishing):
             self._validate()
         self._batches_before += trainer.state.batch_in_epoch
         fns, monitors = hooks.on_train_epoch_end, hooks.epoch_end_monitors
-        previous, sink.batch_size, sink.epoch_end = set_sink(sink), 1, True  # what the hooks log: epoch values
+        previous = set_sink(sink.open_epoch_end())  # what the hooks log: epoch values
         try:
             for i, fn in enumerate(fns):
                 if i == monitors:

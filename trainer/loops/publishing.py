@@ -67,3 +67,4 @@ class Publishing:
         run.callback_metrics.update(sink.for_callbacks(means))
         run.train_epoch_metrics = sink.for_logger(means)  # logger=False: callback_metrics only
         run.prog_bar_names |= sink.prog_bar
+        run.epoch_values_step = self.trainer.state.global_step  # newer than the step's, until the next step

@@ -114,6 +114,7 @@ class Run:
         self.train_epoch_metrics: dict[str, float] = {}  # the last training epoch's values (Lightning's names)
         self.eval_metrics: dict[str, float] = {}  # the last validation's or test's values (written by LogWriter)
         self.prog_bar_names: set[str] = set()  # names logged with prog_bar=True
+        self.epoch_values_step = -1  # the step at which the last training epoch's values were published
         # Training samples this process has stepped through, updated every log_every_n_steps
         # steps and at each epoch's end (TensorBoard's throughput reads it then).
         self.samples_seen = 0
