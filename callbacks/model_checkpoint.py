@@ -8,7 +8,7 @@ import math
 import os
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 import torch
 
@@ -92,12 +92,10 @@ class ModelCheckpoint(Callback):
         self.save_last: bool | str = save_last or False
         self.save_weights_only = flag("ModelCheckpoint(save_weights_only)", save_weights_only)
         self.auto_insert_metric_name = flag("ModelCheckpoint(auto_insert_metric_name)", auto_insert_metric_name)
-        self.every_n_train_steps, self.train_time_interval, self.every_n_epochs = triggers(
-            every_n_train_steps, train_time_interval, every_n_epochs
-        )
-        if save_on_train_epoch_end is not None:
-            save_on_train_epoch_end = flag("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end)
-        self.save_on_train_epoch_end = save_on_train_epoch_end
+        triggered = triggers(every_n_train_steps, train_time_interval, every_n_epochs)
+        self.every_n_train_steps, self.train_time_interval, self.every_n_epochs = triggered
+        self.save_on_train_epoch_end = None if save_on_train_epoch_end is None else (
+            flag("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end))
         self._template()  # a bad filename fails now, not at the first save after an epoch of training
         self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
         self.best_model_path = self.last_model_path = ""
@@ -108,8 +106,7 @@ class ModelCheckpoint(Callback):
         self._monitor_due = False  # validation (or, without it, an epoch end) has run: the monitor must exist
         self._warned_early = self._warned_group = False
         self._at_epoch_end = True  # whether epoch saves happen at the train epoch's end (on_train_start decides)
-        self._waiting = False  # a save by step or time waits for the next validation's metrics
-        self._after_epoch = False  # the epoch-end validation asked for a save, made once the epoch has ended
+        self._waiting = self._after_epoch = False  # a step or time save waits for validation; the epoch end's waits for the end
         self._last_time = 0.0  # train_time_interval: when the clock last started
         self._writer = BackgroundWriter()  # global rank 0 writes; the others never submit
 
@@ -397,3 +394,7 @@ class ModelCheckpoint(Callback):
         self._last_step_saved = state_dict.get("last_step_saved", -1)
         if self.dirpath is None:
             self.dirpath = state_dict.get("dirpath")
+
+
+# save_last's type as an object (this module's annotations are strings), Lightning's: argparse and jsonargparse parse it
+ModelCheckpoint.__init__.__annotations__["save_last"] = Optional[Union[bool, Literal["link"]]]

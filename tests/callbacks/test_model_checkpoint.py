@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import math
@@ -460,3 +461,14 @@ def test_a_fixed_name_is_reused_by_the_save_that_pushes_its_file_out_and_never_t
     every = ModelCheckpoint(dirpath="all", filename="model", save_top_k=-1)
     fit(Classifier(), epochs=3, callbacks=[every])
     assert files("all") == ["model-v1.ckpt", "model-v2.ckpt", "model.ckpt"]  # all kept: none overwritten
+
+
+@pytest.mark.parametrize(("given", "parsed"), [("yes", True), ("true", True), ("False", False), ("link", "link")])
+def test_save_last_has_lightnings_type_so_argument_parsers_read_it(given, parsed):
+    jsonargparse = pytest.importorskip("jsonargparse", reason='the CLI extra: pip install -e ".[cli]"')
+    annotation = inspect.signature(ModelCheckpoint).parameters["save_last"].annotation
+    parser = jsonargparse.ArgumentParser()
+    parser.add_argument("--save_last", type=annotation)
+    assert parser.parse_args(["--save_last", given]).save_last == parsed
+    with pytest.raises(SystemExit):  # not a bool, not "link"
+        parser.parse_args(["--save_last", "sometimes"])
