@@ -3,6 +3,8 @@ the object built from the hyperparameters a checkpoint recorded, then given its 
 
 from __future__ import annotations
 
+import ast
+import csv
 import inspect
 import os
 import warnings
@@ -22,18 +24,16 @@ def load_from_checkpoint(
     """``cls`` built from the checkpoint's hyperparameters (``kwargs`` replace or add some),
     then, for a module, its ``on_load_checkpoint`` and weights; for a DataModule, its
     ``load_state_dict`` with what the file keeps under its class's name."""
-    if hparams_file is not None:
-        raise ValueError(
-            f"{cls.__name__}.load_from_checkpoint(hparams_file={hparams_file!r}): the checkpoint holds the "
-            "hyperparameters itself; pass changed ones as keyword arguments instead."
-        )
     ckpt = files.load(checkpoint_path, map_location=map_location, weights_only=weights_only is not False)
     path = os.fspath(checkpoint_path)
     recorded: dict[str, Any] = {}
-    if cls.CHECKPOINT_HYPER_PARAMS_KEY == "hyper_parameters":  # a module (not a DataModule)
-        for past in ("hparams", "module_arguments"):  # where Lightning before 1.0 kept them
-            recorded.update(ckpt.get(past) if isinstance(ckpt.get(past), dict) else {})
-    recorded.update(ckpt.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
+    if hparams_file is not None:  # they replace the checkpoint's, as in Lightning
+        recorded = read_hparams_file(hparams_file)
+    else:
+        if cls.CHECKPOINT_HYPER_PARAMS_KEY == "hyper_parameters":  # a module (not a DataModule)
+            for past in ("hparams", "module_arguments"):  # where Lightning before 1.0 kept them
+                recorded.update(ckpt.get(past) if isinstance(ckpt.get(past), dict) else {})
+        recorded.update(ckpt.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
     saved = {**recorded, **kwargs}
     ckpt[cls.CHECKPOINT_HYPER_PARAMS_KEY] = saved  # what on_load_checkpoint sees, as in Lightning
     obj = _build(cls, path, ckpt, saved, kwargs, bool(recorded))
@@ -65,6 +65,41 @@ def load_from_checkpoint(
             warnings.warn(f"Found keys that are not in the model state dict but in the checkpoint: {keys.unexpected_keys}", stacklevel=3)
     device = next((t.device for t in state.values() if isinstance(t, torch.Tensor)), None)
     return (obj if device is None else obj.to(device)).eval()
+
+
+def read_hparams_file(hparams_file: str | os.PathLike) -> dict[str, Any]:
+    """``load_from_checkpoint(hparams_file=...)``: the hyperparameters of a logger's
+    ``hparams.yaml`` (read with ``yaml.safe_load``: plain data only, never objects the file names)
+    or of a Lightning ``tags.csv`` (key,value rows, values read as Python literals where they are
+    one). A missing file gives Lightning's warning and no hyperparameters."""
+    path = os.fspath(hparams_file)
+    extension = path.rsplit(".", 1)[-1].lower()
+    if extension not in ("csv", "yml", "yaml"):
+        raise ValueError(f".csv, .yml or .yaml is required for `hparams_file` (got hparams_file={path!r}).")
+    if not os.path.isfile(path):
+        warnings.warn(f"Missing Tags: {path}.", RuntimeWarning, stacklevel=4)
+        return {}
+    with open(path, newline="" if extension == "csv" else None, encoding="utf-8") as f:
+        if extension == "csv":
+            return {row[0]: _literal(row[1]) for row in list(csv.reader(f))[1:] if len(row) >= 2}
+        try:
+            import yaml
+        except ImportError:
+            raise ModuleNotFoundError(
+                f"Reading hparams_file={path!r} needs PyYAML, which is not installed: pip install pyyaml"
+            ) from None
+        try:
+            loaded = yaml.safe_load(f)
+        except yaml.YAMLError as err:  # e.g. a !!python/object tag: we never build objects a file names
+            raise ValueError(f"hparams_file={path!r} is not plain YAML data: {err}") from None
+    return dict(loaded or {})
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def _build(cls: type, path: str, ckpt: dict[str, Any], saved: dict[str, Any], kwargs: dict[str, Any], recorded: bool) -> Any:

@@ -175,3 +175,30 @@ def test_a_dataclass_module_records_its_init_fields():
             self.save_hyperparameters()
 
     assert dict(Fields(6, note="y").hparams) == {"width": 6, "note": "y"}
+
+
+def test_load_from_checkpoint_takes_the_hyperparameters_of_a_loggers_hparams_file_instead(tmp_path):
+    pytest.importorskip("yaml", reason="reading hparams.yaml needs PyYAML: pip install pyyaml")
+    from loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="run")
+    trainer = Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ck")])
+    trainer.fit(Classifier(hidden=6), loader(32))
+    (path,) = (tmp_path / "ck").iterdir()
+    hparams_yaml = os.path.join(logger.log_dir, "hparams.yaml")
+    assert Classifier.load_from_checkpoint(path, hparams_file=hparams_yaml).hparams["hidden"] == 6
+
+    with open(hparams_yaml, "a") as f:  # the file's values replace the checkpoint's, and keywords the file's
+        f.write("lr: 0.5\n")
+    loaded = Classifier.load_from_checkpoint(path, hparams_file=hparams_yaml, dropout=0.1)
+    assert (loaded.hparams["lr"], loaded.hparams["hidden"], loaded.hparams["dropout"]) == (0.5, 6, 0.1)
+
+    (tmp_path / "tags.csv").write_text("key,value\nhidden,6\nlr,0.25\noptimizer,sgd\n")  # Lightning's tags.csv
+    assert dict(Classifier.load_from_checkpoint(path, hparams_file=tmp_path / "tags.csv").hparams) == {
+        "hidden": 6, "lr": 0.25, "optimizer": "sgd"} | {k: v for k, v in Classifier(hidden=6).hparams.items() if k not in ("hidden", "lr", "optimizer")}
+
+    (tmp_path / "evil.yaml").write_text("hidden: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(ValueError, match=r"hparams_file=.*evil.yaml' is not plain YAML data"):
+        Classifier.load_from_checkpoint(path, hparams_file=tmp_path / "evil.yaml")
+    with pytest.raises(ValueError, match=r"^.csv, .yml or .yaml is required for `hparams_file`"):
+        Classifier.load_from_checkpoint(path, hparams_file=tmp_path / "hparams.json")
