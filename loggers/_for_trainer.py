@@ -25,12 +25,18 @@ def make_loggers(logger: Any, legacy: list[Logger], root: str | None, name: str)
         for lg in chosen:
             lg._made_by_trainer = True  # a new version folder for each fit, as the run folder always had
     else:
-        chosen = [logger] if isinstance(logger, Logger) else logger_list(logger)
+        chosen = [logger] if isinstance(logger, Logger) or _logs_like_one(logger) else logger_list(logger)
     for lg in chosen:
         adopt = getattr(lg, "_adopt", None)
         if adopt is not None:
             adopt(root if root is not None else os.getcwd(), name)
     return chosen
+
+
+def _logs_like_one(value: Any) -> bool:
+    """An object that is not a Logger but has its methods, which Lightning takes as one (a mock,
+    an adapter to a tracking service)."""
+    return not hasattr(value, "__iter__") and all(callable(getattr(value, m, None)) for m in ("log_metrics", "log_hyperparams"))
 
 
 def logger_list(value: Any) -> list[Logger]:

@@ -343,7 +343,7 @@ class LoggerAccess:
         if not self._loggers:
             return self.default_root_dir
         first = self._loggers[0]
-        return first.log_dir or first.save_dir
+        return getattr(first, "log_dir", None) or first.save_dir  # an object with a Logger's methods may have no log_dir
 
 
 # The run's values that Lightning code reads as the Trainer's (trainer/loops/run.py says what each is).

@@ -153,7 +153,7 @@ def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
     assert logger.calls[0][1]["hidden"] == 16 and not any(k.startswith("trainer/") for k in logger.calls[0][1])
     steps = [(c[1], sorted(c[2])) for c in logger.calls if c[0] == "metrics"]
     assert steps[0][0] == 1 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])  # the 2nd step's row, at 1
-    assert (3, ["val_acc", "val_loss"]) in steps  # at the last step's
+    assert (3, ["epoch", "val_acc", "val_loss"]) in steps  # at the last step's, with the epoch, as Lightning's rows
     # Checkpoints: <log_dir>/<name>/<version>/checkpoints, as Lightning puts them for any logger.
     assert glob.glob(os.path.join("recording", "run-1", "checkpoints", "*.ckpt"))
     assert isinstance(logger.experiment, DummyExperiment) and trainer.log_dir == os.getcwd()  # no folder of its own
@@ -289,3 +289,56 @@ def test_a_value_logged_in_on_train_batch_end_is_in_that_steps_row_at_lightnings
     trainer.fit(Classifier(), loader(64))  # 4 steps: rows for steps 2 and 4, at 1 and 3
     rows = [r for r in _rows(os.path.join(logger.log_dir, "metrics.csv")) if r["train_loss"]]
     assert [(int(r["step"]), float(r["seen_batch"])) for r in rows] == [(1, 1.0), (3, 3.0)]  # its own batch's, not the one before
+
+
+class ToService:
+    """Not a Logger subclass: an adapter with a Logger's methods, as Lightning takes one."""
+
+    name, version = "service", "7"
+
+    def __init__(self, save_dir):
+        self.save_dir, self.sent = save_dir, []
+
+    def log_hyperparams(self, params):
+        self.sent.append(("params", dict(params)))
+
+    def log_metrics(self, metrics, step):
+        self.sent.append(("metrics", step, sorted(metrics)))
+
+    def log_graph(self, model):  # Lightning's Trainer calls these three too
+        pass
+
+    def save(self):
+        pass
+
+    def finalize(self, status):
+        self.sent.append(("end", status))
+
+
+def test_an_object_with_a_loggers_methods_is_taken_as_a_logger(tmp_path):
+    service = ToService(tmp_path)
+    trainer = Trainer(max_epochs=1, logger=service, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(Classifier(hidden=6), loader(32))
+    assert trainer.logger is service
+    assert service.sent[0] == ("params", Classifier(hidden=6).hparams)
+    rows = [(m[1], m[2]) for m in service.sent if m[0] == "metrics"]
+    assert rows[0][0] == 0 and {"train_loss", "epoch"} <= set(rows[0][1])
+    assert service.sent[-1] == ("end", "success") and trainer.log_dir == tmp_path
+
+
+class LogsItsOwnStep(Classifier):
+    def on_train_epoch_end(self):
+        self.log_dict({"step": float(10 + self.current_epoch), "train_acc": 0.5})
+
+    def on_validation_epoch_end(self):
+        self.log_dict({"step": float(20 + self.current_epoch), "val_acc2": 0.25})
+
+
+def test_a_value_logged_as_step_is_the_rows_step_as_in_lightning():
+    logger = Recording()
+    _fit(logger, model=LogsItsOwnStep(), num_sanity_val_steps=0)
+    rows = [(c[1], c[2]) for c in logger.calls if c[0] == "metrics"]
+    own = [(step, sorted(values)) for step, values in rows if "train_acc" in values or "val_acc2" in values]
+    assert (10, ["train_acc"]) in own and (11, ["train_acc"]) in own  # no "epoch" is added then
+    assert (20, ["val_acc", "val_acc2", "val_loss"]) in own and (21, ["val_acc", "val_acc2", "val_loss"]) in own
+    assert all("epoch" in values for step, values in rows if step not in (10, 11, 20, 21))

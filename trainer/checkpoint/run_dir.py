@@ -62,7 +62,7 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
     folder = version if isinstance(version, str) else f"version_{version}"
     save_dir = first.save_dir or root or os.getcwd()
     run_dir = os.path.abspath(os.path.join(save_dir, first.name or "", folder))
-    return run_dir, first.log_dir or first.save_dir or root or run_dir, logger_versions(trainer)
+    return run_dir, getattr(first, "log_dir", None) or first.save_dir or root or run_dir, logger_versions(trainer)
 
 
 def logger_versions(trainer: Trainer) -> list[Any]:

@@ -83,22 +83,19 @@ class LogWriter(Callback):
                 values[prefix if len(groups) == 1 else f"{prefix}/group{j}"] = float(group["lr"])
         if trainer.grad_norm is not None:
             values["grad_norm"] = float(trainer.grad_norm)
-        values["epoch"] = trainer.state.current_epoch
         if self._clock is not None and now > self._clock[0]:
             t0, s0, n0 = self._clock
             values["throughput/steps_per_sec"] = (step - s0) / (now - t0)
             values["throughput/samples_per_sec"] = (samples - n0) * trainer.world_size / (now - t0)
         self._clock = (now, step, samples)
-        for logger in self.loggers:
-            logger.log_metrics(values, row_step(trainer))
+        self._send(trainer, values)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         # Lightning's names: "<name>_epoch" for a name logged with on_step and on_epoch, else "<name>"
         means = trainer.train_epoch_metrics
         if means:
             trainer._run.logged_metrics.update(means)
-            for logger in self.loggers:
-                logger.log_metrics(dict(means), row_step(trainer))
+            self._send(trainer, dict(means))
         self._save_if_due()
 
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -122,9 +119,19 @@ class LogWriter(Callback):
         # end of the curves, where the weights it evaluated belong.
         values = trainer._run.eval_metrics
         if values:
-            for logger in self.loggers:
-                logger.log_metrics(dict(values), row_step(trainer))
+            self._send(trainer, dict(values))
         self._save_if_due()
+
+    def _send(self, trainer: Trainer, values: dict[str, Any]) -> None:
+        """One row to every logger, as Lightning's logger connector sends it: a value logged as
+        ``step`` is the row's step (and no ``epoch`` is added); else the row is at Lightning's
+        step (:func:`row_step`) with ``epoch``."""
+        step = values.pop("step", None)
+        if step is None:
+            values.setdefault("epoch", trainer.state.current_epoch)
+            step = row_step(trainer)
+        for logger in self.loggers:
+            logger.log_metrics(values, int(step))
 
     def _save_if_due(self) -> None:
         now = time.perf_counter()
