@@ -112,7 +112,7 @@ class EarlyStopping(Callback):
 
     # --- the decision ------------------------------------------------------------------
     def _check(self, trainer: Trainer) -> None:
-        metrics = trainer.callback_metrics
+        metrics = trainer.callback_metrics.numbers()
         if self.monitor not in metrics:
             if not self.strict:
                 return

@@ -327,7 +327,7 @@ class ModelCheckpoint(Callback):
         if self.monitor not in trainer.callback_metrics:
             trainer.publish_step_metrics()
         counters = {"epoch": trainer.current_epoch, "step": trainer.global_step}  # Lightning's candidates too
-        return trainer.callback_metrics.get(self.monitor, counters.get(self.monitor))
+        return trainer.callback_metrics.numbers().get(self.monitor, counters.get(self.monitor))
 
     def _better(self, a: float, b: float) -> bool:
         if math.isnan(a):
@@ -366,7 +366,7 @@ class ModelCheckpoint(Callback):
         return dropped
 
     def _format(self, trainer: Trainer) -> str:
-        values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
+        values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics.numbers()}
         return self._template(values).replace(os.sep, "_") + ".ckpt"
 
     def _template(self, values: dict[str, Any] | None = None) -> str:

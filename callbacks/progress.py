@@ -206,7 +206,7 @@ class ProgressBar(Callback):
         shown = {"step": str(trainer.global_step)}
         names, train = trainer.prog_bar_names, trainer.train_epoch_metrics
         shown.update((k, f"{v:.4g}") for k, v in train.items() if k in names or k.endswith("_epoch") and k[:-6] in names)
-        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.items()
+        shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.numbers().items()
                      if k in names and k not in train and f"{k}_epoch" not in train)
         self._end_epoch(trainer, shown)
 

@@ -18,6 +18,7 @@ from loggers import Logger
 from loggers._for_trainer import logger_list
 from strategies import Strategy
 
+from trainer.core.log_options import MetricsView
 from trainer.core.state import RunningStage, TrainerFn, TrainerStatus
 from strategies.precision import init_context
 
@@ -289,7 +290,7 @@ class TrainerProperties:
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The values logged with ``prog_bar=True``: the latest of each (a step's, or an epoch's mean)."""
-        shown = {k: v for k, v in self.callback_metrics.items() if k in self.prog_bar_names}
+        shown = {k: v for k, v in self._run.callback_metrics.items() if k in self.prog_bar_names}
         step = self.step_metrics(prog_bar_only=True)
         if self._run.epoch_values_step == self.state.global_step:  # an epoch's end came after the last step
             return {**step, **shown}
@@ -350,9 +351,16 @@ class LoggerAccess:
 RUN_VALUES = (
     "datamodule", "train_dataloader", "val_dataloaders", "test_dataloaders", "predict_dataloaders", "predict_loop", "optimizer", "optimizers", "lr_scheduler",
     "lr_schedulers", "num_training_batches", "num_val_batches", "num_test_batches", "num_predict_batches",
-    "callback_metrics", "logged_metrics", "train_epoch_metrics", "prog_bar_names", "samples_seen", "grad_norm",
+    "train_epoch_metrics", "prog_bar_names", "samples_seen", "grad_norm",
     "is_last_batch", "run_dir", "enable_validation",
 )
+
+
+def _metrics(name: str) -> property:
+    def set_value(trainer: Any, value: Any) -> None:
+        setattr(trainer._run, name, dict(value))
+
+    return property(lambda trainer: MetricsView(getattr(trainer._run, name)), set_value, doc=f"Lightning's ``trainer.{name}``.")
 
 
 def forward(owner: str, name: str) -> property:
@@ -366,3 +374,5 @@ def forward(owner: str, name: str) -> property:
 
 for _name in RUN_VALUES:
     setattr(TrainerProperties, _name, forward("_run", _name))
+TrainerProperties.callback_metrics = _metrics("callback_metrics")
+TrainerProperties.logged_metrics = _metrics("logged_metrics")

@@ -136,7 +136,7 @@ def test_in_a_log_a_batch_value_and_an_epoch_mean_have_the_labels_of_their_tenso
     labels = dict(item.split("=") for item in epoch_line.split() if "=" in item)
     assert set(labels) == {"step", "train_loss", "val_acc"} and labels["step"] == "4"
     # train_loss: the last step's (Lightning's bar; training_step's default has no epoch value) ...
-    assert float(labels["train_loss"]) == pytest.approx(trainer.callback_metrics["train_loss"], rel=1e-3)
+    assert float(labels["train_loss"]) == pytest.approx(trainer.callback_metrics["train_loss"].item(), rel=1e-3)
     # ... and the epoch's validation mean, under its TensorBoard name.
     acc = EventAccumulator(trainer.run_dir)
     acc.Reload()

@@ -86,7 +86,7 @@ def test_demo_transformer_logs_step_and_epoch_values():
     trainer.fit(model, DataLoader(tokens(16), batch_size=4))
     scalars = _scalars("logs")
     assert len(scalars["train_loss_step"]) == 8 and len(scalars["train_loss_epoch"]) == 2
-    assert scalars["train_loss_epoch"][1] == pytest.approx(trainer.callback_metrics["train_loss_epoch"])
+    assert scalars["train_loss_epoch"][1] == pytest.approx(trainer.callback_metrics["train_loss_epoch"].item())
     assert trainer.callback_metrics["train_loss"] == trainer.callback_metrics["train_loss_epoch"]
     assert model.hparams.vocab_size == 20
 

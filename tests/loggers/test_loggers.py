@@ -43,7 +43,7 @@ def test_csv_logger_writes_one_row_per_logged_step_and_the_hparams_beside_it():
     assert {"train_loss", "val_loss", "val_acc", "lr", "epoch", "throughput/steps_per_sec"} <= set(header)
     assert "train_loss_epoch" not in header  # training_step's defaults: no epoch value (Lightning's)
     assert [r["val_loss"] != "" for r in rows] == [False, True, False, True]  # empty where not logged
-    assert float(rows[-1]["val_loss"]) == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
+    assert float(rows[-1]["val_loss"]) == pytest.approx(trainer.callback_metrics["val_loss"].item(), rel=1e-6)
     assert [float(r["lr"]) for r in rows] == [pytest.approx(0.1)] * 4 and [r["epoch"] for r in rows] == ["0", "0", "1", "1"]
     yaml_text = open(os.path.join(folder, "hparams.yaml")).read()
     assert yaml_text.splitlines() == [

@@ -79,7 +79,7 @@ def test_a_default_run_writes_every_tag_with_the_values_training_computed():
     # Validation means, once per epoch; the last one is what fit left in callback_metrics.
     val_loss = _series(acc, "val_loss")
     assert [s for s, _ in val_loss] == [3, 7]
-    assert val_loss[-1][1] == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
+    assert val_loss[-1][1] == pytest.approx(trainer.callback_metrics["val_loss"].item(), rel=1e-6)
 
     assert _series(acc, "lr") == [(s, pytest.approx(0.1)) for s in (1, 3, 5, 7)]
     assert sorted(set(_series(acc, "epoch"))) == [(1, 0.0), (3, 0.0), (5, 1.0), (7, 1.0)]  # every row has it, as Lightning's
@@ -138,7 +138,7 @@ def test_validate_and_test_after_fit_land_at_the_fit_step_and_predict_writes_not
     # fit's validation at its last step's, then validate's at the steps taken (in the order written:
     # event files of one second sort by a counter compared as text)
     assert [e.step for e in sorted(acc.Scalars("val_loss"), key=lambda e: e.wall_time)] == [3, 4]
-    assert _series(acc, "test_loss") == [(4, pytest.approx(trainer.callback_metrics["test_loss"], rel=1e-6))]
+    assert _series(acc, "test_loss") == [(4, pytest.approx(trainer.callback_metrics["test_loss"].item(), rel=1e-6))]
 
     fresh = Trainer(enable_progress_bar=False)
     fresh.predict(model, loader(32))
@@ -239,7 +239,7 @@ def test_a_live_tensorboard_server_lists_the_run_and_its_hparams(tmp_path, scrip
         assert [g["name"] for g in groups] == ["version_0"]
         assert groups[0]["hparams"]["hidden"] == 16
         values = {m["name"]["tag"]: m["value"] for m in groups[0]["metricValues"]}
-        assert values["val_loss"] == pytest.approx(trainer.callback_metrics["val_loss"], rel=1e-6)
+        assert values["val_loss"] == pytest.approx(trainer.callback_metrics["val_loss"].item(), rel=1e-6)
         assert groups[0]["sessions"][0]["status"] == "STATUS_SUCCESS"
     finally:
         server.terminate()

@@ -345,7 +345,7 @@ def test_dp_fit_on_two_gpus_matches_one_gpu_and_logs_the_global_batch(caplog):
     one.fit(reference, loader(n=60, batch_size=16))
     for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-5), name
-    assert trainer.callback_metrics["train_loss"] == pytest.approx(one.callback_metrics["train_loss"], abs=1e-5)
+    assert trainer.callback_metrics["train_loss"] == pytest.approx(one.callback_metrics["train_loss"].item(), abs=1e-5)
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Training with")] == [
         "Training with dp on cuda:0, cuda:1; 2 device(s), world size 1; "
         "global batch 16 = 8 per device x 2 device(s) x 1 accumulation."

@@ -506,7 +506,7 @@ def test_ddp_over_nccl_in_one_process_matches_one_gpu():
     reference, one = _fit_on_cuda("single", [0], 8)
     assert torch.load("device0.pt", weights_only=True) == ("cuda:0", "nccl")
     _assert_close_weights(model, reference)
-    assert trainer.callback_metrics["val_loss"] == pytest.approx(one.callback_metrics["val_loss"], abs=1e-5)
+    assert trainer.callback_metrics["val_loss"] == pytest.approx(one.callback_metrics["val_loss"].item(), abs=1e-5)
 
 
 @requires_cuda(1)
@@ -517,7 +517,7 @@ def test_two_ddp_processes_share_one_gpu_over_gloo_and_match_one_device_with_the
     for rank in (0, 1):
         assert torch.load(f"device{rank}.pt", weights_only=True) == ("cuda:0", "gloo")
     _assert_close_weights(model, reference)
-    assert trainer.callback_metrics["val_loss"] == pytest.approx(one.callback_metrics["val_loss"], abs=1e-5)
+    assert trainer.callback_metrics["val_loss"] == pytest.approx(one.callback_metrics["val_loss"].item(), abs=1e-5)
 
 
 @requires_cuda(1)

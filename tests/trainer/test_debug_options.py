@@ -50,7 +50,7 @@ def test_the_sanity_check_runs_two_validation_batches_first_and_changes_nothing_
     # Dropout, shuffling and the val loader's draws: every RNG was put back, so the weights are equal.
     assert all(torch.equal(a, b) for a, b in zip(checked.state_dict().values(), plain.state_dict().values()))
     assert _fit(Counted(), num_sanity_val_steps=-1).module.val_before_training == 6  # -1: all of it
-    assert trainer.callback_metrics["val_loss"] == pytest.approx(trainer.logged_metrics["val_loss"])
+    assert trainer.callback_metrics["val_loss"] == pytest.approx(trainer.logged_metrics["val_loss"].item())
 
 
 def test_the_sanity_checks_values_are_not_kept_and_callbacks_see_its_validation_hooks_as_in_lightning():

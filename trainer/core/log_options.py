@@ -6,12 +6,14 @@ name's first ``self.log`` of a phase, into :class:`Options`; they act when the v
 (``latest_floats``, ``epoch_means``), once per logging step or epoch, not per call. Two kinds
 of value cannot be a plain running mean, and take the slower :class:`Reduced` path on every
 call: ``reduce_fx`` "sum", "max" or "min", and a torchmetrics ``Metric`` (updated by the user's
-call, computed and reset at the epoch's end).
+call, computed and reset at the epoch's end). Read back, the values are Lightning's tensors
+(:class:`MetricsView`).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,3 +193,41 @@ def outside(name: Any) -> RuntimeError:
         f"self.log({name!r}, ...){called}. Call it from training_step, validation_step, test_step, "
         "predict_step, or an on_*_batch_end/on_*_epoch_end hook, while the Trainer runs them."
     )
+
+
+class MetricsView(MutableMapping):
+    """``trainer.callback_metrics`` and ``logged_metrics`` as Lightning gives them: each value a
+    0-d tensor (``.item()`` works), over the run's dict of floats (what the loop and the built-in
+    callbacks use). Writes go to that dict."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self._values = values
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        value = self._values[name]
+        return value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.get_default_dtype())
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._values[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def copy(self) -> dict[str, torch.Tensor]:
+        return dict(self.items())
+
+    def numbers(self) -> dict[str, Any]:
+        """The values as the loop keeps them (Python floats, in float64): what the built-in
+        callbacks compare, so that a decision never turns on a float32 rounding."""
+        return self._values
+
+    def __repr__(self) -> str:
+        return repr(self.copy())

@@ -178,7 +178,6 @@ def test_a_dataclass_module_records_its_init_fields():
 
 
 def test_load_from_checkpoint_takes_the_hyperparameters_of_a_loggers_hparams_file_instead(tmp_path):
-    pytest.importorskip("yaml", reason="reading hparams.yaml needs PyYAML: pip install pyyaml")
     from loggers import CSVLogger
 
     logger = CSVLogger(tmp_path, name="run")

@@ -246,7 +246,8 @@ def test_test_and_predict_outputs():
 def test_training_metrics_and_counters_are_readable_after_fit():
     trainer, _ = fit(max_epochs=2, val=loader(32, 16), log_every_n_steps=4)
     assert {"train_loss", "val_loss", "val_acc"} <= set(trainer.callback_metrics)
-    assert all(isinstance(v, float) for v in trainer.callback_metrics.values())
+    assert all(isinstance(v, torch.Tensor) and v.ndim == 0 for v in trainer.callback_metrics.values())  # Lightning's
+    assert trainer.callback_metrics["val_loss"].item() == pytest.approx(trainer.callback_metrics.numbers()["val_loss"])
     assert trainer.is_global_zero and trainer.state.stage is None
 
 
