@@ -342,3 +342,29 @@ def test_a_value_logged_as_step_is_the_rows_step_as_in_lightning():
     assert (10, ["train_acc"]) in own and (11, ["train_acc"]) in own  # no "epoch" is added then
     assert (20, ["val_acc", "val_acc2", "val_loss"]) in own and (21, ["val_acc", "val_acc2", "val_loss"]) in own
     assert all("epoch" in values for step, values in rows if step not in (10, 11, 20, 21))
+
+
+class LogsEvalSteps(Classifier):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        self.log("seen", float(batch_idx), on_step=True, on_epoch=False)
+        self.log("b", float(batch_idx), on_step=True, on_epoch=True)
+
+
+class KeywordsOnly(Recording):
+    def log_metrics(self, *, metrics, step):  # Lightning calls log_metrics(metrics=..., step=...)
+        super().log_metrics(metrics, step)
+
+
+def test_evaluation_values_logged_on_step_get_a_row_per_batch_counted_across_the_fits_validations():
+    logger = KeywordsOnly()
+    trainer = Trainer(max_epochs=2, log_every_n_steps=50, logger=logger, enable_progress_bar=False, num_sanity_val_steps=1)
+    trainer.fit(LogsEvalSteps(), loader(32), loader(48))  # 3 validation batches a validation
+    rows = [(c[1], c[2]) for c in logger.calls if c[0] == "metrics"]
+    assert [(s, v) for s, v in rows if "seen" in v] == [(s, {"seen": float(s % 3), "b_step": float(s % 3)}) for s in range(6)]
+    assert [(s, v) for s, v in rows if "b_epoch" in v] == [(1, {"b_epoch": 1.0, "epoch": 0}), (3, {"b_epoch": 1.0, "epoch": 1})]
+    assert {"seen", "b_step", "b_epoch"} <= set(trainer.logged_metrics)
+    assert {"b", "b_epoch"} <= set(trainer.callback_metrics) and not {"seen", "b_step"} & set(trainer.callback_metrics)
+
+    logger.calls.clear()
+    trainer.validate(LogsEvalSteps(), loader(32), verbose=False)  # a new stage counts from 0
+    assert [c[1] for c in logger.calls if c[0] == "metrics" and "seen" in c[2]] == [0, 1]

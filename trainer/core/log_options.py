@@ -79,10 +79,7 @@ def options_for(
             f"self.log({name!r}, ..., on_step=False, on_epoch=False) records nothing: set on_step=True "
             "(every step) or on_epoch=True (the epoch's mean), or both."
         )
-    both = step and epoch and training
-    if not training:  # per-batch values are not written in evaluation: one value per loader
-        return Options(None, f"{name}_epoch" if step and epoch else name, logger, rank_zero_only, add_dataloader_idx,
-                       step and epoch)
+    both = step and epoch  # in evaluation too: the step values are the loggers' rows per batch (Lightning's)
     return Options(
         f"{name}_step" if both else name if step else None,
         f"{name}_epoch" if both else name if epoch else None,

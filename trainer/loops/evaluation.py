@@ -221,6 +221,8 @@ def run_evaluation(
                         record.keep(i, out)
                     for fn in batch_end:
                         fn(trainer, model, out, batch, batch_idx, *hook_args)
+                    if sink.options and publish:  # self.log(on_step=True): a row per batch, as Lightning's
+                        _step_row(trainer, run, phase, i, sink, loaders.suffix(i))
             suffix = loaders.suffix(i)
             if sink.options:  # self.log's keywords: add_dataloader_idx=False, logger=False, on_step
                 def named(name: str, sink: MetricSink = sink, suffix: str = suffix) -> str:
@@ -254,6 +256,24 @@ def run_evaluation(
         for m, mode in zip(model.modules(), modes):
             m.training = mode
     return run.predict_loop._predictions if phase == "predict" else None
+
+
+def _step_row(trainer: Trainer, run: Run, phase: str, loader: int, sink: MetricSink, suffix: str) -> None:
+    """The values an evaluation step logged with ``on_step=True`` (``<name>_step`` with
+    on_epoch too), to the loggers and ``logged_metrics``, not ``callback_metrics``: Lightning's
+    row, at the count of this loader's batches so far in the stage (across a fit's validations)."""
+    latest = sink.latest_floats()
+    row = {
+        (opts.step_name if name in sink.no_suffix else opts.step_name + suffix): latest[opts.step_name]
+        for name, opts in sink.options.items()
+        if opts.step_name is not None and opts.logger and opts.step_name in latest
+    }
+    if row:
+        key = (phase, loader)
+        step = run.eval_steps[key] = run.eval_steps.get(key, -1) + 1
+        run.logged_metrics.update(row)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics=row, step=step)
 
 
 def sanity_check(trainer: Trainer, run: Run, get_loaders: Callable[[], Loaders | None] | None) -> None:

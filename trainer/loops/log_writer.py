@@ -131,7 +131,7 @@ class LogWriter(Callback):
             values.setdefault("epoch", trainer.state.current_epoch)
             step = row_step(trainer)
         for logger in self.loggers:
-            logger.log_metrics(values, int(step))
+            logger.log_metrics(metrics=values, step=int(step))  # by keyword, as Lightning calls it
 
     def _save_if_due(self) -> None:
         now = time.perf_counter()

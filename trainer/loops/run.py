@@ -115,6 +115,7 @@ class Run:
         self.eval_metrics: dict[str, float] = {}  # the last validation's or test's values (written by LogWriter)
         self.prog_bar_names: set[str] = set()  # names logged with prog_bar=True
         self.epoch_values_step = -1  # the step at which the last training epoch's values were published
+        self.eval_steps: dict[tuple[str, int], int] = {}  # (phase, loader) -> the last evaluation step row's step
         # Training samples this process has stepped through, updated every log_every_n_steps
         # steps and at each epoch's end (TensorBoard's throughput reads it then).
         self.samples_seen = 0
@@ -138,7 +139,7 @@ _FIT_KEEPS = (
     "ckpt_user_managed",
 )
 # What an evaluation does not take from the run before (logged_metrics: Lightning's start afresh at each call).
-_CALL_OWN = ("hooks", "signals", "counters", "logged_metrics", "eval_metrics")
+_CALL_OWN = ("hooks", "signals", "counters", "logged_metrics", "eval_metrics", "eval_steps")
 
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
