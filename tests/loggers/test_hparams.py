@@ -76,7 +76,7 @@ def test_the_learning_rate_is_a_metric_column_when_no_hyperparameter_has_its_nam
     class NoLrArgument(Classifier):
         def __init__(self):
             super().__init__()
-            self.hparams.pop("lr")
+            self.save_hyperparameters({k: v for k, v in self.hparams.items() if k != "lr"})  # as first recorded, without lr
 
     trainer = _fit(NoLrArgument())
     metrics = [m.name.tag for m in _experiment(os.path.dirname(trainer.run_dir)).metric_infos]
@@ -137,3 +137,45 @@ def test_a_fit_that_fails_lists_no_columns():
     records = _records(trainer.run_dir)
     assert metadata.SESSION_START_INFO_TAG in records and metadata.EXPERIMENT_TAG not in records
     assert "train_loss" in {m.name.tag for m in _experiment(os.path.dirname(trainer.run_dir)).metric_infos}
+
+
+class RecordsOnly(Classifier):
+    def __init__(self, hidden: int = 16):
+        super().__init__(hidden=hidden)
+        self.save_hyperparameters(logger=False)  # checkpoints get them, loggers not
+
+
+class Calls(TensorBoardLogger):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hparams_calls = []
+
+    def log_hyperparams(self, params, metrics=None):
+        self.hparams_calls.append(dict(params))
+        super().log_hyperparams(params, metrics)
+
+
+def test_hyperparameters_recorded_with_logger_false_are_not_logged_at_all(tmp_path):
+    logger = Calls(tmp_path)
+    Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, enable_checkpointing=False).fit(RecordsOnly(), loader(32))
+    assert logger.hparams_calls == []  # Lightning calls log_hyperparams only with something to log
+
+
+def test_the_model_and_the_datamodule_recording_one_name_with_two_values_is_lightnings_error(tmp_path):
+    from trainer import DataModule
+
+    class Data(DataModule):
+        def __init__(self, hidden: int = 8):
+            super().__init__()
+            self.save_hyperparameters()
+
+        def train_dataloader(self):
+            return loader(32)
+
+    trainer = Trainer(max_epochs=1, logger=Calls(tmp_path), enable_progress_bar=False, enable_checkpointing=False)
+    with pytest.raises(RuntimeError, match=r"^Error while merging hparams: the keys \['hidden'\] are present in both"):
+        trainer.fit(Classifier(hidden=16), datamodule=Data(hidden=8))
+    agreeing = Calls(tmp_path)
+    Trainer(max_epochs=1, logger=agreeing, enable_progress_bar=False, enable_checkpointing=False).fit(
+        Classifier(hidden=16), datamodule=Data(hidden=16))
+    assert agreeing.hparams_calls[0]["hidden"] == 16 and agreeing.hparams_calls[0]["trainer/max_epochs"] == 1

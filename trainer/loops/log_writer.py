@@ -48,7 +48,9 @@ class LogWriter(Callback):
         hparams = _hparams(trainer, module)
         for logger in self.loggers:
             getattr(logger, "_resume_at", lambda step: None)(row_step(trainer))  # a resumed fit drops what came after
-            if isinstance(logger, TensorBoardLogger):
+            if hparams is None:  # save_hyperparameters(logger=False) everywhere: not called, as in Lightning
+                pass
+            elif isinstance(logger, TensorBoardLogger):
                 logger.log_hyperparams(hparams)
             else:
                 logger.log_hyperparams({k: v for k, v in hparams.items() if not k.startswith("trainer/")})
@@ -151,14 +153,27 @@ class LogWriter(Callback):
                 logger.finalize("success")
 
 
-def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, Any]:
+def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, Any] | None:
     """The Trainer's options (``trainer/<option>``, those left at None left out, so that a
-    column keeps one type across runs) and the model's (and datamodule's) hparams."""
-    params = {f"trainer/{k}": v for k, v in trainer.hparams().items() if v is not None}
+    column keeps one type across runs) and the model's and DataModule's hparams; None when
+    both record theirs with ``save_hyperparameters(logger=False)`` (Lightning logs none then).
+    A key the two record with different values is Lightning's error."""
     datamodule = getattr(trainer, "datamodule", None)
-    for owner in (datamodule, module):
-        if owner is not None and getattr(owner, "_log_hyperparams", True):  # save_hyperparameters(logger=False)
-            params.update({k: v for k, v in (getattr(owner, "hparams", None) or {}).items() if is_plain(v)})
+    owners = [o for o in (module, datamodule) if o is not None and getattr(o, "_log_hyperparams", True)]
+    if not owners:
+        return None
+    recorded = [dict(getattr(o, "hparams_initial", None) or getattr(o, "hparams", None) or {}) for o in owners]
+    if len(recorded) == 2:
+        clash = [k for k in recorded[0].keys() & recorded[1].keys() if k != "_class_path" and (
+            type(recorded[0][k]) is not type(recorded[1][k]) or recorded[0][k] is not recorded[1][k] and recorded[0][k] != recorded[1][k])]
+        if clash:
+            raise RuntimeError(
+                f"Error while merging hparams: the keys {clash} are present in both the LightningModule's and "
+                "LightningDataModule's hparams but have different values."
+            )
+    params = {f"trainer/{k}": v for k, v in trainer.hparams().items() if v is not None}
+    for values in recorded:
+        params.update((k, v) for k, v in values.items() if k != "_class_path" and is_plain(v))
     return params
 
 
