@@ -368,3 +368,15 @@ def test_evaluation_values_logged_on_step_get_a_row_per_batch_counted_across_the
     logger.calls.clear()
     trainer.validate(LogsEvalSteps(), loader(32), verbose=False)  # a new stage counts from 0
     assert [c[1] for c in logger.calls if c[0] == "metrics" and "seen" in c[2]] == [0, 1]
+
+
+class LogsNothing(Classifier):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self(x), y)
+
+
+def test_a_step_that_logged_nothing_sends_no_row():
+    logger = Recording()
+    _fit(logger, model=LogsNothing(), log_every_n_steps=1, limit_val_batches=0)
+    assert [c for c in logger.calls if c[0] == "metrics"] == []  # Lightning's: no lr or throughput row on its own

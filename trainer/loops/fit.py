@@ -169,10 +169,10 @@ class FitLoop(StopRules, Publishing):
             if self._done():  # a second fit of a finished run: nothing to train (Lightning's)
                 hooks.call("on_fit_end", trainer, model)
                 return
-            hooks.call("on_train_start", trainer, model)
+            self._train_start()  # on_train_start
             while not self._done():
                 self.train_loader = self._loaders.train_now()  # again every reload_dataloaders_every_n_epochs
-                run.train_sink = sink = MetricSink(training=True)
+                run.train_sink = sink = self._epoch_sink()
                 previous_sink = set_sink(sink)
                 try:
                     hooks.call("on_train_epoch_start", trainer, model)

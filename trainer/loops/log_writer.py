@@ -75,6 +75,8 @@ class LogWriter(Callback):
             self._clock = None
 
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
+        if not metrics:  # nothing logged in the step: no row, as in Lightning (lr and throughput wait for one)
+            return
         step, samples, now = trainer.state.log_step, trainer.samples_seen, time.perf_counter()
         trainer._run.logged_metrics.update(metrics)  # the user's values (Lightning's: not lr, epoch, throughput)
         values = dict(metrics)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainer.core.metrics import MetricSink, mean_over_processes
+from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
@@ -24,6 +24,23 @@ class Publishing:
     model: TrainModule
     _published: tuple[int, dict[str, float]]
     _next_log: int
+    _first_sink: MetricSink | None = None
+
+    def _train_start(self) -> None:
+        """``on_train_start``, whose ``self.log`` values are the first epoch's epoch values
+        (Lightning's: logged at its end, then gone)."""
+        sink = self._first_sink = MetricSink(training=True)
+        previous, sink.epoch_end, sink.batch_size = set_sink(sink), True, 1  # epoch values there, each counted once
+        try:
+            self.run.hooks.call("on_train_start", self.trainer, self.model)
+        finally:
+            set_sink(previous)
+            sink.epoch_end = False
+
+    def _epoch_sink(self) -> MetricSink:
+        """The sink of an epoch's values: the first epoch's holds what on_train_start logged."""
+        sink, self._first_sink = self._first_sink or MetricSink(training=True), None
+        return sink
 
     def _at_log_step(self, loss: torch.Tensor | None) -> None:
         """At step 1 and every ``log_every_n_steps`` steps: check the loss; every

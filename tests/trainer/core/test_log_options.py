@@ -4,6 +4,8 @@ and the sentences for what cannot be logged."""
 
 from __future__ import annotations
 
+import csv
+import os
 import re
 import pytest
 import torch
@@ -151,3 +153,19 @@ def test_a_mid_epoch_checkpoint_keeps_the_keywords_of_what_was_logged():
     resumed.fit(Indexes(), loader(64), ckpt_path="ck/last.ckpt")  # batches 2 and 3 of the 4
     assert resumed.callback_metrics["idx_epoch"] == 1.5  # the mean of 0, 1, 2, 3: both halves, still named idx_epoch
     assert "idx" not in resumed.train_epoch_metrics and "idx_epoch" not in resumed.logged_metrics  # still logger=False
+
+
+class LogsAtTrainStart(Classifier):
+    def on_train_start(self):
+        self.log("foo", 123.0)
+
+
+def test_a_value_logged_in_on_train_start_is_the_first_epochs_and_written_at_its_end(tmp_path):
+    from loggers import CSVLogger
+
+    trainer = Trainer(max_epochs=2, log_every_n_steps=1, logger=CSVLogger(tmp_path), enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(LogsAtTrainStart(), loader(32))  # 2 steps an epoch
+    with open(os.path.join(trainer.log_dir, "metrics.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r["foo"]]
+    assert [(r["step"], r["foo"], r["epoch"]) for r in rows] == [("1", "123.0", "0")]  # the first epoch's end only
+    assert trainer.callback_metrics["foo"].item() == 123.0
