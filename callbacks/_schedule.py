@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from trainer.core.checks import positive_int
+from trainer.core.exceptions import misconfigured
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -46,9 +47,11 @@ def triggers(
     given = {"every_n_train_steps": steps, "train_time_interval": interval, "every_n_epochs": epochs}
     on = [f"{name}={value!r}" for name, value in given.items() if value not in (None, 0)]
     if len(on) > 1:
-        raise ValueError(
+        raise misconfigured(
             f"ModelCheckpoint({', '.join(on)}) sets {len(on)} triggers; pass at most one of every_n_train_steps, "
-            "train_time_interval and every_n_epochs (use one ModelCheckpoint per trigger to save on several)."
+            "train_time_interval and every_n_epochs (use one ModelCheckpoint per trigger to save on several).",
+            f"Combination of parameters every_n_train_steps={steps}, every_n_epochs={epochs} and "
+            f"train_time_interval={interval} should be mutually exclusive.",
         )
     if all(value is None for value in given.values()):
         epochs = 1  # Lightning's default: after each epoch's validation

@@ -84,7 +84,7 @@ class ModelCheckpoint(Callback):
         self.dirpath: str | None = self.dirpath_given
         self.filename = filename or "{epoch}-{step}"  # Lightning's default, with a monitor too
         self.monitor = monitor
-        self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"))
+        self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"), lightning=f"`mode` can be min, max but got {mode}")
         self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1,
                                        lightning=f"Invalid value for save_top_k={save_top_k}. Must be >= -1")
         if save_last not in (True, False, None, "link"):

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from callbacks import Callback, ModelCheckpoint, ProgressBar
 from strategies import DataParallelStrategy, DDPStrategy, SingleDeviceStrategy
 from tests._models import Classifier, dataset, loader, quiet
-from trainer import CheckpointError, Trainer
+from trainer import CheckpointError, MisconfigurationException, Trainer
 
 NO_CUDA = not torch.cuda.is_available()
 
@@ -87,7 +87,10 @@ NO_CUDA = not torch.cuda.is_available()
         (lambda: SingleDeviceStrategy(device="gpu0"), ValueError, ["device='gpu0'", "'cuda:1'"]),
         pytest.param(lambda: SingleDeviceStrategy(device="cuda:3"), ValueError, ["cuda:3", "does not exist"], marks=pytest.mark.skipif(not NO_CUDA, reason="needs no GPU")),
         # callbacks' own arguments
-        (lambda: ModelCheckpoint(mode="mxa"), ValueError, ["mode", "'mxa'", "Did you mean 'max'"]),
+        (lambda: ModelCheckpoint(mode="mxa"), ValueError, ["`mode` can be min, max but got mxa", "'mxa'", "Did you mean 'max'"]),  # Lightning's first
+        (lambda: ModelCheckpoint(every_n_train_steps=1, every_n_epochs=2), MisconfigurationException,
+         ["Combination of parameters every_n_train_steps=1, every_n_epochs=2 and train_time_interval=None should be mutually exclusive",
+          "pass at most one of every_n_train_steps"]),
         (lambda: ModelCheckpoint(save_top_k=-2), ValueError, ["save_top_k", "-2", ">= -1"]),
         (lambda: ModelCheckpoint(every_n_epochs=-1), ValueError, ["every_n_epochs", "-1"]),
         (lambda: ModelCheckpoint(every_n_train_steps=1.5), TypeError, ["every_n_train_steps", "1.5"]),
