@@ -252,9 +252,9 @@ def configure(o: dict[str, Any]) -> Configured:
     if flag("barebones", o["barebones"]):  # Lightning's: everything that costs time per run, off
         t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False
         t.num_sanity_val_steps = 0
-    t.fast_dev_run = fast_dev_run_batches(o["fast_dev_run"])
-    if t.fast_dev_run:  # n batches of each loader, one epoch, nothing written
-        n = t.fast_dev_run
+    n = fast_dev_run_batches(o["fast_dev_run"])
+    t.fast_dev_run = True if n == 1 else n  # Lightning's: 1 reads back as True
+    if n:  # n batches of each loader, one epoch, nothing written
         t.max_epochs, t.max_steps, t.num_sanity_val_steps, max_time = 1, None, 0, None
         t.limit_train_batches = t.limit_val_batches = t.limit_test_batches = t.limit_predict_batches = n
         t.check_val_every_n_epoch, t.val_check_interval = 1, None

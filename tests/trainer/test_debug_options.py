@@ -97,6 +97,7 @@ def test_fast_dev_run_runs_one_batch_of_each_and_writes_nothing(capfd, trainer_l
     )
     assert not any("Trainable params" in line for line in trainer_log)  # no model summary
     assert "epoch 0" not in capfd.readouterr().err  # no progress bar
+    assert trainer.fast_dev_run is True and Trainer(fast_dev_run=1).fast_dev_run is True  # Lightning's reading back
     model = Counted()
     Trainer(fast_dev_run=3).fit(model, loader(64), loader(32))
     assert (model.train_steps, model.val_steps) == (3, 2)  # the validation loader has 2 batches
