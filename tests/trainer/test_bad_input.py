@@ -181,9 +181,7 @@ def checkpoint_files(tmp_path):
         (dict(train=dataset(8)), TypeError, ["train_dataloaders=", "not iterable", "DataLoader"]),
         (dict(train=DataLoader(dataset(4), batch_size=8, drop_last=True)), ValueError, ["train_dataloaders is empty", "drop_last"]),
         (dict(val=DataLoader(dataset(4), batch_size=8, drop_last=True)), ValueError, ["val_dataloaders is empty"]),
-        (dict(train=DataLoader(NoBatches(), batch_size=2), options=dict(max_steps=None, max_epochs=5)), ValueError, ["yielded no batches in epoch 0"]),
-        (dict(train=DataLoader(NoBatches(), batch_size=2), options=dict(max_steps=5)), ValueError, ["yielded no batches in epoch 0"]),
-        (dict(train=one_pass(), options=dict(max_steps=None, max_epochs=3), trained=2), ValueError, ["no batches in epoch 1", "iterator", "DataLoader"]),
+        (dict(train=DataLoader(NoBatches(), batch_size=2), options=dict(max_steps=5)), ValueError, ["yielded no batches in epoch 0", "never end"]),
         # training_step returns something that is not a loss
         (dict(model=Returns("float")), TypeError, ["training_step returned float", "scalar tensor"]),
         (dict(model=Returns("no loss key")), TypeError, ["training_step returned dict", "'loss'"]),
@@ -291,3 +289,26 @@ def test_a_step_that_fails_on_a_real_batch_keeps_its_own_error():
 
     with pytest.raises(KeyError, match="mine"):
         Trainer(**quiet(max_epochs=1)).fit(Broken(), loader(16))
+
+
+class FirstEpochOnly(IterableDataset):
+    """Yields in epoch 0 only, as Lightning's test_iterable_dataset_stop_iteration_at_epoch_beginning."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __iter__(self):
+        if self.model.current_epoch == 0:
+            yield from dataset(4)
+
+
+def test_an_epoch_without_batches_is_skipped_with_a_warning_when_fit_has_an_epoch_limit():
+    model = Classifier()
+    trainer = Trainer(**quiet(max_epochs=3))
+    with pytest.warns(UserWarning, match=r"train_dataloaders yielded no batches in epoch 1\. .*The epoch is skipped"):
+        trainer.fit(model, DataLoader(FirstEpochOnly(model), batch_size=2))
+    assert (trainer.global_step, trainer.current_epoch) == (2, 3)  # Lightning's
+    trainer = Trainer(**quiet(max_epochs=3))
+    with pytest.warns(UserWarning, match=r"no batches in epoch 1\. It is an iterator .* pass a DataLoader"):
+        trainer.fit(Classifier(), one_pass())
+    assert (trainer.global_step, trainer.current_epoch) == (2, 3)

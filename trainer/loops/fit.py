@@ -342,8 +342,8 @@ class FitLoop(StopRules, Publishing):
                     self._at_log_step(loss)
         finally:  # however the epoch ends
             run.samples_seen = samples
-        if batch_idx < 0 and state.batch_in_epoch == 0:
-            raise no_batches(loader, state.current_epoch)
+        if batch_idx < 0 and state.batch_in_epoch == 0:  # skipped, as Lightning does; with no epoch limit, an error (never ends)
+            no_batches(loader, state.current_epoch, endless=trainer.max_epochs in (None, -1))
         return False
 
     def _stepper(self) -> tuple[Any, bool, bool]:

@@ -102,11 +102,13 @@ class FitLoaders:
         return val
 
 
-def no_batches(loader: Any, epoch: int) -> ValueError:
-    """The error for a training loader that yielded nothing in ``epoch``."""
+def no_batches(loader: Any, epoch: int, endless: bool) -> None:
+    """A training loader that yielded nothing in ``epoch``: Lightning skips the epoch, and so do
+    we, with a warning; an error when fit has no epoch limit (``endless``), which would never end."""
     once = isinstance(loader, collections.abc.Iterator) and epoch > 0
-    return ValueError(
-        f"train_dataloaders yielded no batches in epoch {epoch}. "
-        + ("It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
-           "or another object that can be iterated again." if once else "Check the dataset and sampler.")
-    )
+    message = f"train_dataloaders yielded no batches in epoch {epoch}. " + (
+        "It is an iterator (e.g. a generator), which runs out after one pass: pass a DataLoader "
+        "or another object that can be iterated again." if once else "Check the dataset and sampler.")
+    if endless:
+        raise ValueError(f"{message} With no max_epochs, fit would never end.")
+    warnings.warn(f"{message} The epoch is skipped (Lightning's).", UserWarning, stacklevel=4)
