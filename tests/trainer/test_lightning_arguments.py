@@ -421,3 +421,26 @@ def test_without_validation_the_validation_loader_is_never_asked_for():
     model = RecordsLoads()
     Trainer(max_epochs=2, limit_val_batches=0, **quiet()).fit(model)
     assert model.calls == [("train", 0, False)]
+
+
+class SeesGradMode(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = []
+
+    def _record(self):
+        self.seen.append((self.trainer.state.fn, torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+
+    on_validation_start = on_test_start = on_predict_start = on_validation_epoch_end = _record
+
+
+@pytest.mark.parametrize("inference_mode", [True, False])
+def test_the_evaluation_hooks_run_without_grad_and_in_inference_mode_as_set(inference_mode):
+    model = SeesGradMode()
+    trainer = Trainer(max_epochs=1, num_sanity_val_steps=0, inference_mode=inference_mode, **quiet())
+    trainer.fit(model, loader(16), loader(16))  # inside fit: no_grad, never inference tensors
+    trainer.validate(model, loader(16), verbose=False)
+    trainer.test(model, loader(16), verbose=False)
+    trainer.predict(model, loader(16))
+    assert model.seen == [("fit", False, False)] * 2 + [("validate", False, inference_mode)] * 2 + [
+        ("test", False, inference_mode), ("predict", False, inference_mode)]

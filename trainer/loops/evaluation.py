@@ -186,6 +186,8 @@ def run_evaluation(
     outer = MetricSink()  # what the start and end hooks log: one value per process
     sinks = [outer]  # each loader's too: their Metrics are reset at the end
     previous_sink = set_sink(outer)
+    no_grad = _no_grad(trainer)  # around the hooks too, as Lightning's loop: on_{phase}_start sees it
+    no_grad.__enter__()
     try:
         hooks.call(f"on_{phase}_start", trainer, model)
         hooks.call(f"on_{phase}_epoch_start", trainer, model)
@@ -250,6 +252,7 @@ def run_evaluation(
             run.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
     finally:
+        no_grad.__exit__(None, None, None)
         set_sink(previous_sink)
         for sink in sinks:  # after on_{phase}_end, as Lightning resets its results
             sink.reset_metrics()
