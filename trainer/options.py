@@ -205,7 +205,7 @@ def configure(o: dict[str, Any]) -> Configured:
     t.name = name
     t.enable_progress_bar = flag("enable_progress_bar", o["enable_progress_bar"])
     t.enable_checkpointing = flag("enable_checkpointing", o["enable_checkpointing"])
-    t.limit_train_batches = limit("limit_train_batches", o["limit_train_batches"], allow_zero=False)
+    t.limit_train_batches = limit("limit_train_batches", o["limit_train_batches"])
     t.limit_val_batches = limit("limit_val_batches", o["limit_val_batches"])
     t.limit_test_batches = limit("limit_test_batches", o["limit_test_batches"])
     t.limit_predict_batches = limit("limit_predict_batches", o["limit_predict_batches"])

@@ -32,7 +32,7 @@ from trainer import Trainer, TrainModule
         (dict(gradient_clip_algorithm="l2"), ValueError, ["gradient_clip_algorithm='l2'", "'norm'", "'value'"]),
         (dict(log_every_n_steps=0), ValueError, ["log_every_n_steps=0"]),
         (dict(val_check_interval=1.5), ValueError, ["val_check_interval=1.5"]),
-        (dict(limit_train_batches=0), ValueError, ["limit_train_batches=0"]),
+        (dict(limit_train_batches=-1), ValueError, ["limit_train_batches=-1"]),
         (dict(limit_val_batches=2.0), ValueError, ["limit_val_batches=2.0"]),
         (dict(enable_progress_bar="yes"), TypeError, ["enable_progress_bar='yes'"]),
         (dict(callbacks=[object()]), TypeError, ["callbacks", "Callback"]),

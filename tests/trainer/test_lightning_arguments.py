@@ -444,3 +444,14 @@ def test_the_evaluation_hooks_run_without_grad_and_in_inference_mode_as_set(infe
     trainer.predict(model, loader(16))
     assert model.seen == [("fit", False, False)] * 2 + [("validate", False, inference_mode)] * 2 + [
         ("test", False, inference_mode), ("predict", False, inference_mode)]
+
+
+def test_limit_train_batches_0_trains_nothing_and_limit_val_batches_0_0_validates_nothing():
+    model = RecordsLoads()
+    trainer = Trainer(max_epochs=2, limit_train_batches=0, **quiet())
+    trainer.fit(model)
+    assert (trainer.global_step, model.calls) == (0, [("val", 0, True)])  # the sanity check ran; no training loader asked for
+    model = RecordsLoads()
+    trainer = Trainer(max_epochs=1, limit_val_batches=0.0, val_check_interval=10, **quiet())  # as Lightning's: no validation,
+    trainer.fit(model)  # so an interval longer than the epoch is not an error
+    assert trainer.global_step == 1 and model.calls == [("train", 0, False)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any, Iterable
@@ -152,13 +153,15 @@ def non_finite_loss(step: int, epoch: int) -> FloatingPointError:
 
 
 def _fraction_or_count(name: str, value: Any, of: str, minimum: int) -> int | float | None:
-    """None, a float fraction in (0, 1], or an int count >= ``minimum``."""
+    """None, a float fraction in (0, 1] ([0, 1] when a count may be 0: 0.0 is none), or an int count >= ``minimum``."""
     if value is None:
         return None
     lightning = f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int."
     if isinstance(value, float):
-        if not 0.0 < value <= 1.0:
-            raise misconfigured(f"{name}={value!r}: a float is a fraction of the {of} in (0, 1]; an int is a count.", lightning)
+        low = 0.0 if minimum == 0 else math.ulp(0.0)
+        if not low <= value <= 1.0:
+            span = "[0, 1]" if minimum == 0 else "(0, 1]"
+            raise misconfigured(f"{name}={value!r}: a float is a fraction of the {of} in {span}; an int is a count.", lightning)
         return value
     return positive_int(name, value, minimum=minimum, lightning=lightning if isinstance(value, int) and value < 0 else "")
 

@@ -165,8 +165,9 @@ class FitLoop(StopRules, Publishing):
                 model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
             hooks.call("on_fit_start", trainer, model)
             sanity_check(trainer, run, self._val_loaders if self._loaders.validates else None)
-            self._load_train()
-            if self._done():  # a second fit of a finished run: nothing to train (Lightning's)
+            if trainer.limit_train_batches != 0:  # 0: no training at all, its loader never asked for (Lightning's)
+                self._load_train()
+            if self._done() or trainer.limit_train_batches == 0:  # or a second fit of a finished run: nothing to train
                 hooks.call("on_fit_end", trainer, model)
                 return
             self._train_start()  # on_train_start
