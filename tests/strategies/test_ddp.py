@@ -196,10 +196,10 @@ def test_spawned_ddp_with_accumulation_equals_one_device_with_the_doubled_batch(
     _assert_same_weights(model.state_dict(), reference)
     assert (trainer.global_step, trainer.current_epoch) == (one.global_step, one.current_epoch) == (8, 2)
     assert set(trainer.callback_metrics) == set(one.callback_metrics) == {"train_loss", "val_loss", "val_acc"}
-    for name, value in one.callback_metrics.items():
+    for name, value in one.callback_metrics.numbers().items():
         # Epoch means are weighted by samples across ranks: an unweighted mean of the
         # ranks' validation means would differ, as the shards differ in size.
-        assert trainer.callback_metrics[name] == pytest.approx(value, abs=1e-6), name
+        assert trainer.callback_metrics.numbers()[name] == pytest.approx(value, abs=1e-6), name
 
     # no_sync on the accumulation micro-step, then one all-reduce before clipping and the step.
     assert sync.same_on_all_ranks == [False, True] * 8  # 8 micro-batches per epoch per rank
