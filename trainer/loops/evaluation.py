@@ -265,12 +265,11 @@ def _step_row(trainer: Trainer, run: Run, phase: str, loader: int, sink: MetricS
     """The values an evaluation step logged with ``on_step=True`` (``<name>_step`` with
     on_epoch too), to the loggers and ``logged_metrics``, not ``callback_metrics``: Lightning's
     row, at the count of this loader's batches so far in the stage (across a fit's validations)."""
+    stepped = [(name, opts.step_name) for name, opts in sink.options.items() if opts.step_name is not None and opts.logger]
+    if not stepped:  # e.g. only logger=False values: nothing to read off the device
+        return
     latest = sink.latest_floats()
-    row = {
-        (opts.step_name if name in sink.no_suffix else opts.step_name + suffix): latest[opts.step_name]
-        for name, opts in sink.options.items()
-        if opts.step_name is not None and opts.logger and opts.step_name in latest
-    }
+    row = {(step if name in sink.no_suffix else step + suffix): latest[step] for name, step in stepped if step in latest}
     if row:
         key = (phase, loader)
         step = run.eval_steps[key] = run.eval_steps.get(key, -1) + 1
