@@ -197,7 +197,7 @@ def run_evaluation(
             sinks.append(sink)
             set_sink(sink)
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
-            with _no_grad(trainer), strategy.evaluating():  # e.g. fsdp gathers its shards once per loader
+            with strategy.evaluating():  # e.g. fsdp gathers its shards once per loader (no_grad is on already)
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
                 record = run.predict_loop if phase == "predict" else None

@@ -30,7 +30,7 @@ class Publishing:
         """``on_train_start``, whose ``self.log`` values are the first epoch's epoch values
         (Lightning's: logged at its end, then gone)."""
         sink = self._first_sink = MetricSink(training=True)
-        previous, sink.epoch_end, sink.batch_size = set_sink(sink), True, 1  # epoch values there, each counted once
+        previous = set_sink(sink.open_epoch_end())  # epoch values there, each counted once, as at an epoch's end
         try:
             self.run.hooks.call("on_train_start", self.trainer, self.model)
         finally:
