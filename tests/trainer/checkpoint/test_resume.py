@@ -17,7 +17,9 @@ subtle cases: accumulation, loader generators, epoch means, DataLoader subclasse
 
 from __future__ import annotations
 
+import fcntl
 import glob
+import hashlib
 import os
 import re
 import shutil
@@ -40,6 +42,9 @@ from trainer.core.signals import StopSignals
 SCRIPT = str(Path(__file__).with_name("_resume_script.py"))
 DDP = ["--strategy", "ddp", "--devices", "2"]
 DDP_EPOCHS = ["--max-epochs", "5"]  # 20 steps: stop requests are agreed at steps 8 and 16
+# Workers forked, not spawned, where a kill -9 of the whole job is the point: the same training,
+# a quarter of the start-up. The signal tests spawn theirs, as the launching parent forwards signals.
+FORK = ["--fork"]
 
 
 # --- running and stopping jobs ---------------------------------------------------------------
@@ -116,20 +121,28 @@ def resumed_from(job: Job) -> tuple[str, int, int] | None:
 
 
 # --- comparing with the uninterrupted run ----------------------------------------------------
-_references: dict[tuple[str, ...], Path] = {}
-
-
 @pytest.fixture
 def reference(tmp_path_factory, script_env):
-    """The uninterrupted run's folder for the given script arguments (run once per session)."""
+    """The uninterrupted run's folder for the given script arguments, run once per test session:
+    the pytest-xdist workers share one folder per argument list, and a worker that wants a
+    reference another one is running waits for it (a lock file) instead of running it again.
+    Start methods train alike, so a multi-process reference always forks its workers
+    (``--fork``, faster to start) and serves the tests that spawn theirs too."""
+    shared = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's own folder
 
     def get(args: list[str], launcher: list[str] | None = None) -> Path:
-        key = (*(launcher or []), *args)
-        if key not in _references:
-            folder = tmp_path_factory.mktemp("reference")
-            run(args, folder, script_env, launcher=launcher)
-            _references[key] = folder
-        return _references[key]
+        args = [a for a in args if a != "--fork"]
+        if launcher is None and "--devices" in args and args[args.index("--devices") + 1] == "2":
+            args.append("--fork")
+        key = hashlib.sha1(repr((launcher, args)).encode()).hexdigest()[:12]
+        folder = shared / f"reference-{key}"
+        with open(shared / f"reference-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (folder / "final.pt").exists():
+                shutil.rmtree(folder, ignore_errors=True)  # a worker that failed midway
+                folder.mkdir()
+                run(args, folder, script_env, launcher=launcher)
+        return folder
 
     return get
 
@@ -193,7 +206,7 @@ def test_kill9_then_restart_is_bit_exact(where, expected_resume, tmp_path, scrip
 
 @pytest.mark.slow
 def test_ddp_kill9_mid_epoch_then_on_epoch_boundary(tmp_path, script_env, reference):
-    args = [*DDP, *DDP_EPOCHS]
+    args = [*DDP, *DDP_EPOCHS, *FORK]
     ref = reference(args)
     killed_at(args, "batch_end:7", tmp_path, script_env)  # step 6 is 2 batches into epoch 1
     job = Job([*args, "--pause", "batch_start:8"], tmp_path, script_env)  # before epoch 2's first batch
@@ -208,7 +221,7 @@ def test_ddp_kill9_mid_epoch_then_on_epoch_boundary(tmp_path, script_env, refere
 
 @pytest.mark.slow
 def test_fsdp_kill9_mid_epoch_then_restart_is_bit_exact(tmp_path, script_env, reference):
-    args = ["--strategy", "fsdp", "--devices", "2", *DDP_EPOCHS]
+    args = ["--strategy", "fsdp", "--devices", "2", *DDP_EPOCHS, *FORK]
     ref = reference(args)
     killed_at(args, "batch_end:7", tmp_path, script_env)  # step 6 is 2 batches into epoch 1
     job = run(args, tmp_path, script_env)
@@ -224,7 +237,7 @@ def test_fsdp_kill9_mid_epoch_then_restart_is_bit_exact(tmp_path, script_env, re
         # batch, resumed from the step-6 checkpoint (every 3 steps: after the 3rd batch).
         pytest.param(["--manual"], "batch_end:8", (0, 6), id="single"),
         # 4 batches a rank: killed 1 batch into epoch 1, resumed from epoch 0's end (step 8).
-        pytest.param(["--manual", *DDP, *DDP_EPOCHS], "batch_end:10", (1, 8), id="ddp"),
+        pytest.param(["--manual", *DDP, *DDP_EPOCHS, *FORK], "batch_end:10", (1, 8), id="ddp"),
     ],
 )
 def test_kill9_with_two_optimizers_stepped_by_hand_then_restart_is_bit_exact(
