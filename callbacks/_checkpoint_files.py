@@ -1,5 +1,6 @@
-"""ModelCheckpoint's work on disk: writing a file, retiring the one it replaces, pointing
-``last.ckpt`` at the newest, and the folder's checks. What runs on the writer thread is here."""
+"""ModelCheckpoint's files: which ones the top k keeps, writing one, retiring the one it
+replaces, pointing ``last.ckpt`` at the newest, and the folder's checks. What runs on the
+writer thread is here."""
 
 from __future__ import annotations
 
@@ -19,26 +20,108 @@ from trainer.checkpoint.paths import LAST, run_checkpoints  # LAST: the newest s
 log = logging.getLogger("trainer")
 
 
-def resume_point(trainer: Any, dirpath: str, given: str | None, save_last: bool | str) -> str | None:
-    """Where a stop's resume point goes: ``last.ckpt`` in ``dirpath`` with ``save_last``; else
+class TopK:
+    """Which files ModelCheckpoint keeps, with Lightning's book-keeping, in plain attributes (as
+    Lightning's: code sets them): ``best_k_models`` ({path: score}), the best file
+    (``best_model_path``, ``best_model_score``) and, once ``save_top_k`` are kept, the worst one,
+    the next to go (``kth_best_model_path``, ``kth_value``). Without a monitor there are no
+    scores (Lightning's): the newest file is the best, and ``save_top_k=1`` replaces it."""
+
+    save_top_k: int
+    monitor: str | None
+    mode: str
+
+    def _reset_top_k(self) -> None:
+        self.best_k_models: dict[str, float] = {}
+        self.best_model_path = ""
+        self.best_model_score: float | None = None
+        self._refresh_kth()
+
+    def _refresh_kth(self) -> None:
+        full = self.best_k_models and (self.save_top_k == -1 or len(self.best_k_models) >= self.save_top_k)
+        self.kth_best_model_path = self._worst() if full else ""
+        self.kth_value = self.best_k_models[self.kth_best_model_path] if full else (math.inf if self.mode == "min" else -math.inf)
+
+    def _better(self, a: float, b: float) -> bool:
+        if math.isnan(a):
+            return False
+        if self.mode == "max":
+            return a > b or math.isnan(b)
+        return a < b or math.isnan(b)
+
+    def _keeps(self, score: float) -> bool:
+        if self.save_top_k == 0:
+            return False
+        if self.monitor is None or self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        return self._better(score, self.best_k_models[self._worst()])
+
+    def _leaving(self) -> str | None:
+        """The file the next save pushes out (None while there is room)."""
+        if self.monitor is None:
+            return self.best_model_path or None if self.save_top_k == 1 else None
+        full = self.save_top_k != -1 and self.best_k_models and len(self.best_k_models) >= self.save_top_k
+        return self._worst() if full else None
+
+    def _worst(self) -> str:
+        worst = None
+        for path, score in self.best_k_models.items():
+            if worst is None or self._better(self.best_k_models[worst], score):
+                worst = path
+        return worst
+
+    def _add_top_k(self, path: str, score: float) -> str | None:
+        """Record ``path``; return the file that fell out of the top k (None if none did)."""
+        if self.monitor is None:
+            dropped, self.best_model_path = self._leaving(), path
+            return dropped
+        self.best_k_models[path] = score
+        dropped = None
+        if self.save_top_k != -1 and len(self.best_k_models) > self.save_top_k:
+            dropped = self._worst()
+            del self.best_k_models[dropped]
+        best = None
+        for p, s in self.best_k_models.items():
+            if best is None or self._better(s, self.best_k_models[best]):
+                best = p
+        self.best_model_path = best or ""
+        self.best_model_score = self.best_k_models.get(self.best_model_path)
+        self._refresh_kth()
+        return dropped
+
+
+def resume_point(trainer: Any, given: str | None, last: str | None) -> str | None:
+    """Where a stop's resume point goes: ``last``, the ``save_last`` file, if there is one; else
     ``last.ckpt`` in the run's own checkpoints folder, unless that is a folder the user named
     (``given``): a named folder holds only what Lightning would write there."""
-    if save_last:
-        return os.path.join(dirpath, LAST)
+    if last is not None:
+        return last
     folder = os.path.abspath(run_checkpoints(trainer))
     return None if folder == given else os.path.join(folder, LAST)
 
 
-def free_name(dirpath: str, name: str, kept: dict[str, float], replacing: str | None) -> str:
+def free_name(dirpath: str, name: str, kept: dict[str, float], replacing: str | None, counter: bool = True) -> str:
     """``name``, or ``name-v1.ckpt``, ... if a ``kept`` checkpoint or a file on disk already has
     it (Lightning's version counter): a save never overwrites a file that top-k still counts on,
     nor one an earlier run left (a fixed filename, or a second fit to the same step, would).
-    The file this save pushes out of the top k (``replacing``) may be replaced in place."""
+    The file this save pushes out of the top k (``replacing``) may be replaced in place.
+    ``counter=False`` (``enable_version_counter=False``, Lightning's) overwrites instead."""
     stem, n = name[: -len(".ckpt")], 0
-    while (path := os.path.join(dirpath, name)) != replacing and (path in kept or name == LAST or os.path.lexists(path)):
+    while counter and (path := os.path.join(dirpath, name)) != replacing and (path in kept or name == LAST or os.path.lexists(path)):
         n += 1
         name = f"{stem}-v{n}.ckpt"
     return name
+
+
+def last_name(dirpath: str, current: str, counter: bool = True) -> str:
+    """``last.ckpt`` in ``dirpath``; with Lightning's version counter, ``last-v1.ckpt``, ... when
+    another run's is there. This fit's own (``current``: ``last_model_path``, restored when it
+    resumed) is overwritten."""
+    path, n = os.path.join(dirpath, LAST), 0
+    while counter and path != current and os.path.lexists(path):
+        n += 1
+        path = os.path.join(dirpath, f"last-v{n}.ckpt")
+    return path
 
 
 def not_logged(monitor: str, logged: dict[str, Any]) -> str:
@@ -54,30 +137,32 @@ def write_yaml(best_k: dict[str, float], path: str | os.PathLike) -> None:
         json.dump({k: float(v) for k, v in best_k.items()}, f, indent=2)
 
 
-def write_files(checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, dropped: str | None, last: bool | str) -> None:
-    """On the writer thread: the new file, then (it being complete on disk) ``last.ckpt``
+def write_files(
+    checkpoint: dict[str, Any] | ckpt_io.Encoded, path: str, dropped: str | None, last: str | None, link: bool = False,
+) -> None:
+    """On the writer thread: the new file, then (it being complete on disk) ``last``
     pointed at it, then the deletion of the file that left the top k."""
     ckpt_io.save_atomic(checkpoint, path)
-    rotate(path, dropped, last)
+    rotate(path, dropped, last, link)
 
 
-def rotate(path: str, dropped: str | None, last: bool | str, folder: bool = False) -> None:
+def rotate(path: str, dropped: str | None, last: str | None, link: bool = False, folder: bool = False) -> None:
     """With ``path`` (a file, or with ``folder`` a sharded checkpoint's folder) complete on
-    disk: point ``last.ckpt`` at it (``last="link"``: a symbolic link; ``True``: a hard link,
-    or a copy where there are none), then delete what left the top k. In this order a
-    ``last.ckpt`` never names a deleted file, even if the process dies in between.
-    On the writer thread, each system call here hands the GIL back and forth with training:
-    there are as few as the job takes."""
-    if last:
-        _point_last(path, symbolic=folder or last == "link", folder=folder)
+    disk: point ``last`` (``last.ckpt``, the ``save_last`` file) at it (``link``, for
+    ``save_last="link"``: a symbolic link; else a hard link, or a copy where there are none),
+    then delete what left the top k. In this order a ``last.ckpt`` never names a deleted file,
+    even if the process dies in between. On the writer thread, each system call here hands
+    the GIL back and forth with training: there are as few as the job takes."""
+    if last is not None:
+        _point_last(path, last, symbolic=folder or link, folder=folder)
     if dropped is not None:
         ckpt_io.remove(dropped)
 
 
-def _point_last(path: str, symbolic: bool, folder: bool) -> None:
+def _point_last(path: str, last: str, symbolic: bool, folder: bool) -> None:
     directory = os.path.dirname(path)
     # A name no other writer uses: two ModelCheckpoints may share the folder, each with its own thread.
-    last, tmp = os.path.join(directory, LAST), ckpt_io.temp_path(directory, f".tmp-{LAST}-")
+    tmp = ckpt_io.temp_path(directory, f".tmp-{LAST}-")
     if symbolic:  # a relative link, swapped in: the folder can move
         try:
             os.symlink(os.path.basename(path), tmp)
@@ -133,8 +218,9 @@ def save_at_exception(cb: Any, trainer: Any, exception: BaseException) -> None:
         return
     path = os.path.join(cb.dirpath, cb._format(trainer))
     trainer.save_checkpoint(path)
-    rotate(path, None, cb.save_last)
-    cb.last_model_path = os.path.join(cb.dirpath, LAST) if cb.save_last else cb.last_model_path
+    last = last_name(cb.dirpath, cb.last_model_path, cb.enable_version_counter) if cb.save_last else None
+    rotate(path, None, last, cb.save_last == "link")
+    cb.last_model_path = last or cb.last_model_path
     log.info("An %s was raised with message: %s, saved checkpoint to %s", type(exception).__name__, exception, path)
 
 

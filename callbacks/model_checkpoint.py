@@ -8,16 +8,18 @@ import math
 import os
 import time
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 import torch
 
-from trainer.checkpoint.background_save import BackgroundWriter, freeze
+from trainer.checkpoint.background_save import BackgroundWriter, hand_off
 from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.core.checks import flag, one_of, positive_int
+from trainer.core.exceptions import misconfigured
 
 from . import _checkpoint_files as files
-from ._checkpoint_files import LAST, file_name, free_name, not_logged, prepare_folder, resume_point, rotate, write_files, write_yaml
+from ._checkpoint_files import TopK, file_name, free_name, last_name, not_logged, prepare_folder, resume_point, rotate, write_files, write_yaml
 from ._schedule import fit_validates, saves_at_epoch_end, triggers, validation_next
 from .base import Callback
 
@@ -25,9 +27,10 @@ if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
 
 log = logging.getLogger("trainer")
+_WRITERS: weakref.WeakKeyDictionary[ModelCheckpoint, BackgroundWriter] = weakref.WeakKeyDictionary()
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(TopK, Callback):
     """Save the training state when one trigger fires, keep the ``save_top_k`` best files by
     ``monitor`` (the most recent ones without a monitor; ``-1`` keeps all, ``0`` none), and
     with ``save_last`` keep ``last.ckpt`` as the newest state saved: Lightning's files. A stop
@@ -41,6 +44,7 @@ class ModelCheckpoint(Callback):
     not logged yet waits for the next validation. ``filename`` formats ``epoch``, ``step``
     and logged metrics (``"{epoch}-{step}-{val_loss:.3f}"``); ``save_weights_only`` files
     evaluate but do not resume; ``save_last="link"`` makes ``last.ckpt`` a symbolic link (docs/checkpoint-saves.md).
+    A name taken gets ``-v1``, ``-v2``, ... unless ``enable_version_counter=False``: it overwrites.
 
     Training does not wait for the disk: a save copies the state to the CPU, and a thread
     writes it while the next steps run. The next save, the end of fit, and a stop by
@@ -68,9 +72,7 @@ class ModelCheckpoint(Callback):
         save_on_exception: bool = False,
         enable_version_counter: bool = True,
     ) -> None:
-        if enable_version_counter is not True:
-            raise ValueError(f"ModelCheckpoint(enable_version_counter={enable_version_counter!r}) is not supported: a save "
-                             "never overwrites a file the top k keeps (a name taken gets -v1, -v2, ...).")
+        self.enable_version_counter = flag("ModelCheckpoint(enable_version_counter)", enable_version_counter)
         self.save_on_exception = flag("ModelCheckpoint(save_on_exception)", save_on_exception)
         self.verbose = flag("ModelCheckpoint(verbose)", verbose)
         if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
@@ -87,6 +89,11 @@ class ModelCheckpoint(Callback):
         self.mode = one_of("ModelCheckpoint(mode)", mode, ("min", "max"), lightning=f"`mode` can be min, max but got {mode}")
         self.save_top_k = positive_int("ModelCheckpoint(save_top_k)", save_top_k, minimum=-1,
                                        lightning=f"Invalid value for save_top_k={save_top_k}. Must be >= -1")
+        if monitor is None and save_top_k not in (-1, 0, 1):
+            raise misconfigured(
+                "Give monitor= (a logged metric's name) to keep the k best files, or save_top_k=-1 to keep every one.",
+                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) is not a valid configuration. No quantity for top_k to track.",
+            )
         if save_last not in (True, False, None, "link"):
             raise TypeError(f"ModelCheckpoint(save_last={save_last!r}) must be True, False or 'link' (a symbolic link).")
         self.save_last: bool | str = save_last or False
@@ -97,8 +104,8 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end = None if save_on_train_epoch_end is None else (
             flag("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end))
         self._template()  # a bad filename fails now, not at the first save after an epoch of training
-        self.best_k_models: dict[str, float] = {}  # path -> score (step number without monitor)
-        self.best_model_path = self.last_model_path = ""
+        self._reset_top_k()
+        self.last_model_path = ""
         self.current_score: float | None = None  # the monitored value at the latest save
         self._last_step_saved = -1  # the step of the latest save a trigger made (a ranked file, or last.ckpt)
         self._newest_step, self._newest_path = -1, ""  # the newest state on disk (write_last's too): its step, its file
@@ -108,7 +115,20 @@ class ModelCheckpoint(Callback):
         self._at_epoch_end = True  # whether epoch saves happen at the train epoch's end (on_train_start decides)
         self._waiting = self._after_epoch = False  # a step or time save waits for validation; the epoch end's waits for the end
         self._last_time = 0.0  # train_time_interval: when the clock last started
-        self._writer = BackgroundWriter()  # global rank 0 writes; the others never submit
+
+    @property
+    def _writer(self) -> BackgroundWriter:
+        """This process's writer thread for this callback (global rank 0 writes; the others never
+        submit): process state, not configuration, so it is kept outside the callback's
+        attributes, and a copied or unpickled callback compares equal and starts with none."""
+        writer = _WRITERS.get(self)
+        if writer is None:
+            writer = _WRITERS[self] = BackgroundWriter()
+        return writer
+
+    @_writer.setter
+    def _writer(self, writer: BackgroundWriter) -> None:
+        _WRITERS[self] = writer
 
     @property
     def state_key(self) -> str:
@@ -122,26 +142,9 @@ class ModelCheckpoint(Callback):
     def legacy_state_key(self) -> str:  # older files' key, read when the new one is absent
         return f"ModelCheckpoint[monitor={self.monitor}]"
 
-    @property
-    def best_model_score(self) -> float | None:
-        """The best file's monitored value (None without a monitor, as in Lightning)."""
-        return None if self.monitor is None else self.best_k_models.get(self.best_model_path)
-
-    @property
-    def kth_value(self) -> float:
-        """The worst kept file's monitored value: what a new save must beat once k are kept."""
-        worst = self.kth_best_model_path
-        return self.best_k_models[worst] if worst else (math.inf if self.mode == "min" else -math.inf)
-
     def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
         """Write ``best_k_models`` ({path: score}) as YAML, by default to ``<dirpath>/best_k_models.yaml``."""
         write_yaml(self.best_k_models, filepath or os.path.join(self.dirpath, "best_k_models.yaml"))
-
-    @property
-    def kth_best_model_path(self) -> str:
-        """The worst of the kept files, the next to go, once ``save_top_k`` are kept ("" before)."""
-        full = self.save_top_k == -1 or len(self.best_k_models) >= self.save_top_k
-        return self._worst() if self.best_k_models and full else ""
 
     # --- hooks -------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
@@ -153,7 +156,8 @@ class ModelCheckpoint(Callback):
         self._monitor_due = self._waiting = self._after_epoch = False
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
-        self.best_k_models, self.best_model_path, self.last_model_path, self._newest_path = {}, "", "", ""
+        self._reset_top_k()
+        self.last_model_path = self._newest_path = ""
         self.current_score = None
         self._last_step_saved = self._step_seen = self._newest_step = -1
 
@@ -222,8 +226,8 @@ class ModelCheckpoint(Callback):
         return n is not None and (trainer.current_epoch + 1) % n == 0
 
     def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
-        # last.ckpt holds the state fit ended with, also when its last steps triggered no save.
-        if self.save_last and trainer.global_step not in (self._last_step_saved, self._newest_step) and trainer.global_step > 0:
+        # Lightning's: save_last writes last.ckpt at the end only if this fit saved nothing.
+        if self.save_last and self._newest_step == -1 and trainer.global_step > 0:
             self.write_last(trainer, module)
         self._wait_for_writer(trainer)  # fit returns with its files on disk, or with the write's error
 
@@ -254,7 +258,8 @@ class ModelCheckpoint(Callback):
         self._wait_for_writer(trainer)
         if trainer.global_step == self._newest_step and self._newest_path:
             return self._newest_path
-        path = resume_point(trainer, self.dirpath, self.dirpath_given, self.save_last)
+        last = last_name(self.dirpath, self.last_model_path, self.enable_version_counter) if self.save_last else None
+        path = resume_point(trainer, self.dirpath_given, last)
         if path is not None:
             self.last_model_path = path if self.save_last else self.last_model_path
             self._newest_step, self._newest_path = trainer.global_step, path  # a validation at this step may still rank a file
@@ -268,16 +273,17 @@ class ModelCheckpoint(Callback):
         self._waiting = False
         score = self._score(trainer)
         self.current_score = score if self.monitor is not None else None
-        last = os.path.join(self.dirpath, LAST)
+        last = last_name(self.dirpath, self.last_model_path, self.enable_version_counter)
         if score is None or not self._keeps(score):  # no file to rank: only last.ckpt moves on
             if self.save_last:
                 self._last_step_saved = self._newest_step = trainer.global_step
                 self.last_model_path = self._newest_path = last
-                self._write(trainer, last)
+                self._write(trainer, last)  # last.ckpt itself: nothing to point at it
             return
         self._last_step_saved = self._newest_step = trainer.global_step
-        leaving = self.kth_best_model_path if self.save_top_k != -1 else None  # the file this save pushes out
-        path = os.path.join(self.dirpath, free_name(self.dirpath, self._format(trainer), self.best_k_models, leaving))
+        leaving = self._leaving()  # the file this save pushes out
+        name = free_name(self.dirpath, self._format(trainer), self.best_k_models, leaving, self.enable_version_counter)
+        path = os.path.join(self.dirpath, name)
         if trainer.world_size > 1:  # rank 0's disk decides the name (-v1, ...): every rank keeps the same list
             path = trainer.strategy.broadcast_object(path)
         # Book-keeping first, so that the file records itself among the top k: a run resumed
@@ -292,18 +298,18 @@ class ModelCheckpoint(Callback):
         # callback's, a moved run) must not delete its files.
         ours = dropped is not None and os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
         ours = ours and os.path.abspath(dropped) != os.path.abspath(trainer.ckpt_path or "")  # nor the file fit resumed from
-        self._write(trainer, path, dropped if ours and dropped != path else None, last=self.save_last)
+        self._write(trainer, path, dropped if ours and dropped != path else None, last if self.save_last else None)
 
-    def _write(self, trainer: Trainer, path: str, dropped: str | None = None, last: bool | str = False) -> None:
-        """Take the state now (every rank: it is a collective) and have rank 0 write it in the background."""
-        if trainer.strategy.sharded_checkpoints:  # a folder that every rank writes into, now
-            trainer.save_checkpoint(path)
-            if trainer.is_global_zero:
-                rotate(path, dropped, last, folder=True)
-            return
-        checkpoint = trainer.checkpoint_state(weights_only=self.save_weights_only)
-        if checkpoint is not None:
-            self._writer.submit(write_files, freeze(checkpoint), path, dropped, last)
+    def _write(self, trainer: Trainer, path: str, dropped: str | None = None, last: str | None = None) -> None:
+        """Lightning's ``trainer.save_checkpoint(path, save_weights_only)`` (every rank: it is a
+        collective), which hands rank 0's write to the writer thread: the file, then ``last``
+        pointed at it, then ``dropped`` deleted. A sharded save, or a Trainer subclass's own
+        save_checkpoint, writes at once; the rest of the job follows here."""
+        link = self.save_last == "link"
+        with hand_off(self._writer, write_files, dropped, last, link) as job:
+            trainer.save_checkpoint(path, self.save_weights_only)
+        if not job.taken and trainer.is_global_zero and os.path.lexists(path):  # (a stand-in that wrote nothing: nothing to do)
+            rotate(path, dropped, last, link, folder=os.path.isdir(path))
 
     def _score(self, trainer: Trainer) -> float | None:
         """The monitored value; None while it may still be logged (before the fit's first
@@ -329,42 +335,6 @@ class ModelCheckpoint(Callback):
         counters = {"epoch": trainer.current_epoch, "step": trainer.global_step}  # Lightning's candidates too
         return trainer.callback_metrics.numbers().get(self.monitor, counters.get(self.monitor))
 
-    def _better(self, a: float, b: float) -> bool:
-        if math.isnan(a):
-            return False
-        if self.monitor is None or self.mode == "max":
-            return a > b or math.isnan(b)
-        return a < b or math.isnan(b)
-
-    def _keeps(self, score: float) -> bool:
-        if self.save_top_k == 0:
-            return False
-        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
-            return True
-        worst = self._worst()
-        return self._better(score, self.best_k_models[worst])
-
-    def _worst(self) -> str:
-        worst = None
-        for path, score in self.best_k_models.items():
-            if worst is None or self._better(self.best_k_models[worst], score):
-                worst = path
-        return worst
-
-    def _add_top_k(self, path: str, score: float) -> str | None:
-        """Record ``path``; return the file that fell out of the top k (None if none did)."""
-        self.best_k_models[path] = score
-        dropped = None
-        if self.save_top_k != -1 and len(self.best_k_models) > self.save_top_k:
-            dropped = self._worst()
-            del self.best_k_models[dropped]
-        best = None
-        for p, s in self.best_k_models.items():
-            if best is None or self._better(s, self.best_k_models[best]):
-                best = p
-        self.best_model_path = best or ""
-        return dropped
-
     def _format(self, trainer: Trainer) -> str:
         values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics.numbers()}
         return self._template(values).replace(os.sep, "_") + ".ckpt"
@@ -388,12 +358,24 @@ class ModelCheckpoint(Callback):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.best_k_models = dict(state_dict.get("best_k_models", {}))
+        """Lightning's: the kept files' book-keeping comes back only into the folder it is about
+        (a new ``dirpath`` warns and takes ``best_model_path`` alone)."""
+        saved_dir = state_dict.get("dirpath", self.dirpath)
+        if self.dirpath is None:  # loaded before setup named the folder: the saved one
+            self.dirpath = saved_dir
+        if self.dirpath == saved_dir:
+            self.best_k_models = dict(state_dict.get("best_k_models", {}))
+            self.last_model_path = state_dict.get("last_model_path", "")
+            self._last_step_saved = state_dict.get("last_step_saved", -1)
+            self._refresh_kth()
+            self.best_model_score = state_dict.get("best_model_score", self.best_k_models.get(state_dict.get("best_model_path")))
+        else:
+            warnings.warn(
+                f"The dirpath has changed from {saved_dir!r} to {self.dirpath!r}, therefore `best_model_score`, "
+                "`kth_best_model_path`, `kth_value`, `last_model_path` and `best_k_models` won't be reloaded. Only "
+                "`best_model_path` will be reloaded.", stacklevel=2,
+            )
         self.best_model_path = state_dict.get("best_model_path", "")
-        self.last_model_path = state_dict.get("last_model_path", "")
-        self._last_step_saved = state_dict.get("last_step_saved", -1)
-        if self.dirpath is None:
-            self.dirpath = state_dict.get("dirpath")
 
 
 # save_last's type as an object (this module's annotations are strings), Lightning's: argparse and jsonargparse parse it

@@ -57,8 +57,16 @@ class Classifier(TrainModule):
 
 
 def quiet(**kwargs) -> dict:
-    """Trainer options for tests that don't look at logs: no bar, no TensorBoard, no files."""
-    base = dict(enable_progress_bar=False, log_dir=None, enable_checkpointing=False)
+    """Trainer options for tests that don't look at logs: no bar, no TensorBoard, no files (no
+    default ModelCheckpoint: one given in ``callbacks`` is the test's, and Lightning refuses it
+    beside ``enable_checkpointing=False``)."""
+    from callbacks import ModelCheckpoint
+
+    given = kwargs.get("callbacks") or []
+    given = given if isinstance(given, (list, tuple)) else [given]
+    base: dict = dict(enable_progress_bar=False, log_dir=None)
+    if not any(isinstance(cb, ModelCheckpoint) for cb in given):
+        base["enable_checkpointing"] = False
     base.update(kwargs)
     return base
 

@@ -22,7 +22,7 @@ from trainer.core.distributed import rank_zero_info, rank_zero_warn
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
-from trainer.loops.hooks import check_callbacks
+from trainer.loops.hooks import check_callbacks, lightning_order
 from trainer.loops.profiler import SimpleProfiler
 
 
@@ -269,10 +269,16 @@ def configure(o: dict[str, Any]) -> Configured:
     loggers = [] if t.fast_dev_run else make_loggers(o["logger"], legacy, t.default_root_dir, t.name)
     given = check_callbacks(callbacks)
     check_bars(given, o["enable_progress_bar"])
+    if o["enable_checkpointing"] is False and any(isinstance(cb, ModelCheckpoint) for cb in given):
+        raise misconfigured(
+            "Drop the ModelCheckpoint from callbacks, or leave enable_checkpointing at True.",
+            "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks list.",
+        )
     if t.fast_dev_run:  # no bar, no files: a configured bar or checkpointer is left out too
         given = [cb for cb in given if not isinstance(cb, (ProgressBar, ModelCheckpoint, ModelSummary))]
-    t.callbacks = given + default_callbacks(t, given, max_time)
+    t.callbacks = lightning_order(given + default_callbacks(t, given, max_time))
     return Configured(t, strategy, loggers)
+
 
 
 def check_bars(given: list[Callback], enabled: Any) -> None:

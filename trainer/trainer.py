@@ -28,7 +28,7 @@ from strategies.precision import check_precision_available
 from trainer.properties import LoggerAccess, TrainerProperties, forward
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint import layout
-from trainer.checkpoint.background_save import snapshot
+from trainer.checkpoint.background_save import snapshot, take_hand_off
 from trainer.checkpoint.files import check_ckpt_path
 from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.checkpoint.paths import best_checkpoint
@@ -287,6 +287,13 @@ class Trainer(TrainerProperties, LoggerAccess):
                    "save_checkpoint inside fit, from a callback." if after_spawn else
                    "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
             )
+        ours = type(self).save_checkpoint is Trainer.save_checkpoint and not self._strategy.sharded_checkpoints
+        job = take_hand_off() if ours else None
+        if job is not None:  # ModelCheckpoint's: written in the background
+            checkpoint = self.checkpoint_state(weights_only=weights_only)  # (it refused a NaN model already)
+            if checkpoint is not None:
+                job.submit(checkpoint, os.fspath(path))
+            return
         refuse_non_finite(self, repr(os.fspath(path)))  # a NaN model never replaces a good file
         if self._strategy.sharded_checkpoints:  # one folder, each rank writing its shards, now
             meta = capture(self, run, tensors=False)

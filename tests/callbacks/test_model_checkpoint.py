@@ -267,7 +267,7 @@ def test_a_step_checkpoint_is_written_while_training_goes_on_and_holds_the_weigh
     monkeypatch.setattr(checkpoint, "save_atomic", slow_disk)
     watcher = WeightsAt(step=3, release=release)
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, every_n_epochs=None, save_top_k=-1)
-    trainer = Trainer(**quiet(max_steps=6, callbacks=[watcher, ckpt]))
+    trainer = Trainer(**quiet(enable_checkpointing=True, max_steps=6, callbacks=[watcher, ckpt]))
     trainer.fit(Classifier(), loader(64, 4))
     assert started == [3, 6]
     saved = checkpoint.load(tmp_path / "epoch=0-step=3.ckpt")["state_dict"]
@@ -328,7 +328,7 @@ def test_what_on_save_checkpoint_adds_is_copied_when_the_state_is_taken(tmp_path
     ema = AddsLiveTensor()
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, every_n_epochs=None, save_top_k=-1)
     releaser = WeightsAt(step=2, release=release)
-    Trainer(**quiet(max_steps=4, callbacks=[ema, releaser, ckpt])).fit(Classifier(), loader(64, 4))
+    Trainer(**quiet(enable_checkpointing=True, max_steps=4, callbacks=[ema, releaser, ckpt])).fit(Classifier(), loader(64, 4))
     # Taken at step 2, after on_train_batch_end filled it with 2.0; written after step 4's fill.
     assert torch.equal(checkpoint.load(tmp_path / "epoch=0-step=2.ckpt")["ema"], torch.full((3,), 2.0))
 
@@ -387,7 +387,7 @@ def test_a_second_run_to_the_same_step_in_one_folder_gets_lightnings_version_cou
 
 # --- the files Lightning writes, and a stop's resume point -----------------------------------------
 def test_it_writes_the_files_lightning_writes_and_no_last_ckpt_unless_asked():
-    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(dirpath="named", save_top_k=10)])
+    fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(dirpath="named", save_top_k=-1)])
     fit(Classifier(), epochs=2, log_dir="runs")  # the default ModelCheckpoint, in the run folder
 
     assert files("named") == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"]

@@ -115,7 +115,7 @@ def test_fit_refuses_best_and_goes_on_from_the_best_files_path_mid_epoch():
     expected, seen, cb = run("a", top_k=2, scores=best_mid_epoch)
     assert os.path.basename(cb.best_model_path) == "epoch=1-step=6.ckpt"
     with pytest.raises(ValueError, match="ckpt_path='best' is for validate, test and predict"):
-        Trainer(**quiet(max_epochs=2)).fit(Scored(), loader(64), ckpt_path="best")
+        Trainer(**quiet(enable_checkpointing=True, max_epochs=2)).fit(Scored(), loader(64), ckpt_path="best")
 
     model, record, _ = run("b", ckpt_path=cb.best_model_path, top_k=2, scores=best_mid_epoch)
     assert sorted(record.batches) == [6, 7]

@@ -172,7 +172,7 @@ def test_a_checkpoint_folder_that_cannot_be_written_fails_before_training(tmp_pa
 # --- names and states that would point at other files -----------------------------------------
 def test_a_fixed_filename_never_overwrites_a_kept_checkpoint(tmp_path):
     """With save_top_k=2 and filename='best', the second save must not replace the first."""
-    callback = ModelCheckpoint(dirpath=tmp_path, filename="best", every_n_train_steps=1, save_top_k=2)
+    callback = ModelCheckpoint(dirpath=tmp_path, filename="best", every_n_train_steps=1, save_top_k=2, monitor="step", mode="max")
     Trainer(max_steps=3, enable_progress_bar=False, log_dir=None, callbacks=[callback]).fit(Classifier(), loader())
     # Step 3's save pushes step 1's file out of the top 2: it takes its name, swapped in whole (Lightning's).
     assert _ckpt_names(tmp_path) == ["best-v1.ckpt", "best.ckpt"]
@@ -189,7 +189,7 @@ def test_resuming_into_another_folder_never_deletes_the_old_folders_checkpoints(
     old, new = tmp_path / "old", tmp_path / "new"
 
     def top2(folder) -> ModelCheckpoint:
-        return ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=2)
+        return ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=2, monitor="step", mode="max")
 
     _trainer(old, max_steps=3, callbacks=[top2(old)]).fit(Classifier(), loader())
     before = {name: (old / name).read_bytes() for name in _ckpt_names(old)}

@@ -103,7 +103,7 @@ def test_an_endless_stream_keeps_the_best_two_and_tests_the_best(trainer_log):
     scores = {20: 3.0, 40: 1.0, 60: 2.0}
     cb = ModelCheckpoint(dirpath="ck", monitor="val_metric", save_top_k=2)
     model = ScoredByStep(scores)
-    trainer = Trainer(**quiet(
+    trainer = Trainer(**quiet(enable_checkpointing=True, 
         max_steps=60, val_check_interval=20, check_val_every_n_epoch=None, callbacks=[cb], num_sanity_val_steps=0,
     ))
     trainer.fit(model, DataLoader(Endless(), batch_size=16), loader(32))
@@ -198,7 +198,7 @@ def test_save_on_train_epoch_end_true_saves_at_epoch_ends_only():
 
 def test_save_on_train_epoch_end_false_saves_only_after_validations():
     cb = ModelCheckpoint(dirpath="ck", save_top_k=-1, save_on_train_epoch_end=False)
-    trainer = Trainer(**quiet(max_epochs=2, callbacks=[cb]))
+    trainer = Trainer(**quiet(enable_checkpointing=True, max_epochs=2, callbacks=[cb]))
     trainer.fit(Classifier(), loader(64))  # no validation loader: no validation, no ranked file
     assert names() == []
 
@@ -215,7 +215,7 @@ def test_save_weights_only_files_evaluate_but_do_not_resume():
     assert saved["global_step"] == 8 and saved["state_dict"].keys() == model.state_dict().keys()
     trainer.test(ScoredByStep(SCORES), loader(32), ckpt_path="best")
     with pytest.raises(ValueError, match="holds the model's weights only"):
-        Trainer(**quiet(max_epochs=3)).fit(ScoredByStep(SCORES), loader(64), ckpt_path=cb.best_model_path)
+        Trainer(**quiet(enable_checkpointing=True, max_epochs=3)).fit(ScoredByStep(SCORES), loader(64), ckpt_path=cb.best_model_path)
 
 
 def test_filename_with_any_logged_key_and_without_inserted_names():
@@ -261,19 +261,13 @@ def test_a_fraction_of_an_endless_epoch_is_refused_asking_for_batches():
 
 
 def test_a_monitor_never_logged_fails_at_the_first_mid_epoch_validation_listing_the_logged_keys():
-    trainer = Trainer(**quiet(max_epochs=2, val_check_interval=2, callbacks=[ModelCheckpoint(dirpath="ck", monitor="val_los")]))
+    trainer = Trainer(**quiet(enable_checkpointing=True, max_epochs=2, val_check_interval=2, callbacks=[ModelCheckpoint(dirpath="ck", monitor="val_los")]))
     with pytest.raises(ValueError) as err:
         trainer.fit(Classifier(), loader(64), loader(32))
     assert trainer.global_step == 2  # the first validation
     assert "monitor='val_los') was never logged" in str(err.value)
     assert "'val_acc'" in str(err.value) and "'val_loss'" in str(err.value)
     assert names() == []
-
-
-def test_lightning_arguments_we_do_not_support_get_a_sentence():
-    with pytest.raises(ValueError) as err:
-        ModelCheckpoint(enable_version_counter=False)
-    assert all(w in str(err.value) for w in ["enable_version_counter=False", "not supported", "-v1"])
 
 
 class FailsAt(Classifier):
@@ -289,7 +283,7 @@ class FailsAt(Classifier):
 
 def test_save_on_exception_saves_the_state_fit_failed_in_as_lightning_does(trainer_log):
     cb = ModelCheckpoint(dirpath="ck", filename="exception", save_on_exception=True, every_n_epochs=7)
-    trainer = Trainer(max_epochs=4, callbacks=[cb], **quiet())
+    trainer = Trainer(max_epochs=4, callbacks=[cb], **quiet(enable_checkpointing=True))
     with pytest.raises(RuntimeError, match="Trouble!"):
         trainer.fit(FailsAt(5), loader(64))
     saved = torch.load(os.path.join("ck", "exception.ckpt"), weights_only=True)
@@ -298,7 +292,7 @@ def test_save_on_exception_saves_the_state_fit_failed_in_as_lightning_does(train
     assert any(line.startswith("An RuntimeError was raised with message: Trouble!, saved checkpoint to") for line in trainer_log)
     # Nothing for a failure before the first step, or during the sanity check
     with pytest.raises(RuntimeError, match="Trouble!"):
-        Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck0", save_on_exception=True)], **quiet()).fit(FailsAt(0), loader(64))
+        Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck0", save_on_exception=True)], **quiet(enable_checkpointing=True)).fit(FailsAt(0), loader(64))
     assert not os.path.exists("ck0") or os.listdir("ck0") == []
 
 
@@ -315,7 +309,7 @@ def test_verbose_says_what_each_kept_file_scored(trainer_log):
 def test_max_steps_mid_stream_validates_only_on_the_schedule():
     cb = ModelCheckpoint(dirpath="ck", monitor="val_metric", save_top_k=-1)
     model = ScoredByStep({20: 3.0, 40: 2.0, 50: 1.0})
-    trainer = Trainer(**quiet(
+    trainer = Trainer(**quiet(enable_checkpointing=True, 
         max_steps=50, val_check_interval=20, check_val_every_n_epoch=None, callbacks=[cb], num_sanity_val_steps=0,
     ))
     trainer.fit(model, DataLoader(Endless(), batch_size=16), loader(32))

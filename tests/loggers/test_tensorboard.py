@@ -148,8 +148,7 @@ def test_validate_and_test_after_fit_land_at_the_fit_step_and_predict_writes_not
 
 
 def test_a_resumed_run_continues_its_curves_in_the_same_folder_without_repeated_steps():
-    first = Trainer(max_epochs=3, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False,
-                    callbacks=[ModelCheckpoint(save_top_k=-1)])
+    first = Trainer(max_epochs=3, log_every_n_steps=1, enable_progress_bar=False, callbacks=[ModelCheckpoint(save_top_k=-1)])
     first.fit(RecordsLosses(), loader(64), loader(32))
     after_epoch_0 = glob.glob(os.path.join(first.run_dir, "checkpoints", "epoch=0-*.ckpt"))[0]
     # TensorBoard reads a run's files in name order; a name starts with the second it was made

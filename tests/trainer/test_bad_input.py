@@ -216,7 +216,7 @@ def test_bad_fit_input_fails_before_training(case, error, words, tmp_path):
     epochs = Epochs()
     options = {"max_steps": 2, **case.get("options", {})}
     options["callbacks"] = [epochs, *options.get("callbacks", [])]
-    trainer = Trainer(**quiet(**options))
+    trainer = Trainer(**quiet(enable_checkpointing=True, **options))
     with pytest.raises(error) as info:
         trainer.fit(case.get("model", Classifier()), case.get("train", loader(32, 16)), case.get("val"), ckpt_path=case.get("ckpt"))
     for word in words:

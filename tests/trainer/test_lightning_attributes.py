@@ -183,17 +183,17 @@ def test_the_entry_points_accept_lightnings_weights_only(tmp_path):
 
 
 def test_ckpt_path_is_the_file_resumed_or_evaluated_and_setting_it_loads_that_file_next(tmp_path):
-    trainer = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)], **quiet())
+    trainer = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)], **quiet(enable_checkpointing=True))
     trainer.fit(Classifier(), loader(32))
     assert trainer.ckpt_path is None  # nothing was resumed
     trainer.test(Classifier(), loader(16), ckpt_path="best", verbose=False)
     assert trainer.ckpt_path == trainer.checkpoint_callback.best_model_path  # "best", resolved
 
-    again = Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)], **quiet())
+    again = Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)], **quiet(enable_checkpointing=True))
     again.fit(Classifier(), loader(32), ckpt_path="last")
     assert again.ckpt_path == str(tmp_path / "epoch=0-step=2.ckpt") and again.global_step == 4  # "last", resolved
 
-    stateful = Trainer(max_epochs=3, **quiet())
+    stateful = Trainer(max_epochs=3, **quiet(enable_checkpointing=True))
     stateful.ckpt_path = tmp_path / "epoch=0-step=2.ckpt"  # Lightning's stateful use: the next calls load it
     stateful.fit(Classifier(), loader(32))
     assert stateful.global_step == 6 and stateful.ckpt_path == str(tmp_path / "epoch=0-step=2.ckpt")

@@ -1,13 +1,16 @@
 """Checkpoints written while training goes on: a consistent copy of the state taken at the
 save (``snapshot``, or the bytes themselves for a small one: ``freeze``), then one writer
-thread that puts it on disk (``BackgroundWriter``)."""
+thread that puts it on disk (``BackgroundWriter``), handed the job through
+``Trainer.save_checkpoint`` (``hand_off``)."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -122,3 +125,40 @@ class BackgroundWriter:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__()
+
+
+
+class HandOff:
+    """A write for ``Trainer.save_checkpoint`` to give to a writer thread (see ``hand_off``)."""
+
+    def __init__(self, writer: BackgroundWriter, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        self.writer, self.fn, self.args = writer, fn, args
+        self.taken = False
+
+    def submit(self, checkpoint: dict[str, Any], path: str) -> None:
+        self.writer.submit(self.fn, freeze(checkpoint), path, *self.args)
+
+
+_handoff = threading.local()
+
+
+@contextlib.contextmanager
+def hand_off(writer: BackgroundWriter, fn: Callable[..., None], *args: Any) -> Iterator[HandOff]:
+    """Within: ``Trainer.save_checkpoint`` (its first call, on this thread) gives the state it
+    takes to ``writer``, which runs ``fn(frozen_state, path, *args)`` on its thread, instead of
+    writing it itself. So ModelCheckpoint saves through ``trainer.save_checkpoint(path,
+    weights_only)``, Lightning's call, which code that wraps or replaces it sees, and still
+    writes in the background. ``.taken`` says whether save_checkpoint took the job."""
+    job = _handoff.job = HandOff(writer, fn, args)
+    try:
+        yield job
+    finally:
+        _handoff.job = None
+
+
+def take_hand_off() -> HandOff | None:
+    """The job of the ``hand_off`` around this call, once (None outside one)."""
+    job = getattr(_handoff, "job", None)
+    if job is not None:
+        _handoff.job, job.taken = None, True
+    return job

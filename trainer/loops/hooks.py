@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from callbacks.base import HOOKS, Callback
 from callbacks.early_stopping import EarlyStopping
+from callbacks.finders import BatchSizeFinder, LearningRateFinder
 from callbacks.model_checkpoint import ModelCheckpoint
 from trainer.core.checks import instances_of
 
@@ -194,3 +195,14 @@ def _dm_overrides(datamodule: Any, name: str) -> bool:
 
 def overrides_state(callback: Callback) -> bool:
     return type(callback).state_dict is not Callback.state_dict
+
+
+def lightning_order(callbacks: list[Callback]) -> list[Callback]:
+    """Lightning's order for ``trainer.callbacks``, in which every hook runs: the tuner's
+    callbacks first, the ModelCheckpoints last (they save what the others did), each group in
+    the order given."""
+
+    def group(cb: Callback) -> int:
+        return 0 if isinstance(cb, (BatchSizeFinder, LearningRateFinder)) else 2 if isinstance(cb, ModelCheckpoint) else 1
+
+    return sorted(callbacks, key=group)  # a stable sort: each group keeps its order

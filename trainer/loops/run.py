@@ -29,7 +29,7 @@ from trainer.core.state import RunningStage, TrainerFn, TrainerState, TrainerSta
 from trainer.core.distributed import rank_zero_only
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import prepare
-from trainer.loops.hooks import Hooks, adapt_steps, check_callbacks, restore_steps
+from trainer.loops.hooks import Hooks, adapt_steps, check_callbacks, lightning_order, restore_steps
 from trainer.checkpoint.run_dir import resolve_run_dir, set_logger_versions
 from trainer.loops.log_writer import LogWriter
 
@@ -261,7 +261,7 @@ def attach_model_callbacks(trainer: Trainer, model: Any) -> None:
     extra = [extra] if isinstance(extra, Callback) else list(extra or [])
     check_callbacks(extra)
     types = {type(cb) for cb in extra}
-    trainer.callbacks = [cb for cb in trainer.callbacks if type(cb) not in types] + extra
+    trainer.callbacks = lightning_order([cb for cb in trainer.callbacks if type(cb) not in types] + extra)
 
 
 def absorb(trainer: Trainer, model: TrainModule, datamodule: Any, result: Any) -> Any:

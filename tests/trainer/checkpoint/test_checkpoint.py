@@ -67,7 +67,7 @@ def test_checkpoint_holds_the_full_training_state():
     assert epoch_end["hparams_name"] == "kwargs"
     assert epoch_end["hyper_parameters"] == {"features": 8, "hidden": 12, "classes": 2, "dropout": 0.2, "lr": 0.1, "optimizer": "sgd"}
     key = "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 3, 'every_n_epochs': 0, 'train_time_interval': None}"
-    assert epoch_end["callbacks"][key]["best_k_models"]  # Lightning's key
+    assert epoch_end["callbacks"][key]["best_model_path"].endswith("epoch=1-step=3.ckpt")  # Lightning's key; no scores without a monitor
     progress = mid_epoch["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
     assert progress["processed"] == 1 and mid_epoch["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"] == 1
     # Ours, under a key of our own: an epoch-end checkpoint resumes at the next epoch; a step checkpoint inside its epoch.
@@ -166,7 +166,7 @@ def test_last_skips_a_refused_file_with_a_warning_and_uses_the_previous_one(trai
 
 # --- truncated and corrupt files ------------------------------------------------------------
 def test_a_truncated_last_ckpt_falls_back_to_the_previous_checkpoint():
-    fit(epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=2, save_last=True)])
+    fit(epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=2, monitor="step", mode="max", save_last=True)])
     last = "checkpoints/last.ckpt"
     with open(last, "rb") as f:
         data = f.read()
@@ -178,7 +178,7 @@ def test_a_truncated_last_ckpt_falls_back_to_the_previous_checkpoint():
 
     start = StartStep()
     with pytest.warns(UserWarning, match=r"skipping .*last.ckpt: .*is not a checkpoint.*cut off while being written"):
-        fit(epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=2, save_last=True)])
+        fit(epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=2, monitor="step", mode="max", save_last=True)])
 
     assert (start.epoch, start.step) == (1, 3)
     for k, v in expected["state_dict"].items():

@@ -106,7 +106,7 @@ def _flip_16_bytes_inside_a_weight(path: str) -> None:
 
 
 def test_a_damaged_last_ckpt_falls_back_to_the_newest_intact_checkpoint_naming_both():
-    _fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=3, save_last=True)])
+    _fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(every_n_train_steps=1, save_top_k=3, monitor="step", mode="max", save_last=True)])
     # last.ckpt is a hard link to the newest top-k file (step 8): damaging it damages both.
     _flip_16_bytes_inside_a_weight("checkpoints/last.ckpt")
     damaged = torch.load("checkpoints/last.ckpt", weights_only=True)["state_dict"]  # what resumed in silence before
@@ -116,7 +116,7 @@ def test_a_damaged_last_ckpt_falls_back_to_the_newest_intact_checkpoint_naming_b
     start = StartStep()
     with pytest.warns(UserWarning, match=r"skipping .*last.ckpt: '.*last.ckpt' is damaged: the bytes of entry .* do not match "
                                          r"its CRC-32.* Resuming from .*epoch=1-step=7.ckpt instead, the newest intact checkpoint"):
-        _fit(Classifier(), epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=3, save_last=True)])
+        _fit(Classifier(), epochs=3, ckpt_path="last", callbacks=[start, ModelCheckpoint(every_n_train_steps=1, save_top_k=3, monitor="step", mode="max", save_last=True)])
 
     assert start.step == 7
     assert all(torch.equal(start.weights[k], v) for k, v in intact.items())

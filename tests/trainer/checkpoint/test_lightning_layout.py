@@ -127,7 +127,7 @@ def test_a_file_of_the_0_1_layout_still_loads_evaluates_and_resumes_bit_exact():
 
     model = Classifier.load_from_checkpoint("old.ckpt")
     assert all(torch.equal(v, new["state_dict"][k]) for k, v in model.state_dict().items())
-    tester = Trainer(**quiet())
+    tester = Trainer(**quiet(enable_checkpointing=True))
     assert tester.test(Classifier(), loader(16), ckpt_path="old.ckpt", verbose=False) and tester.ckpt_path == "old.ckpt"
 
 

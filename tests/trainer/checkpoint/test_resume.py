@@ -469,7 +469,7 @@ def test_a_mid_epoch_resume_never_loads_the_skipped_batches():
         callbacks = [ModelCheckpoint(dirpath="ck", every_n_train_steps=3)] + ([CrashAt(*crash)] if crash else [])
         try:
             train_loader = DataLoader(data, batch_size=8, shuffle=True)
-            Trainer(**quiet(max_epochs=1, callbacks=callbacks)).fit(Classifier(), train_loader, ckpt_path="last")
+            Trainer(**quiet(enable_checkpointing=True, max_epochs=1, callbacks=callbacks)).fit(Classifier(), train_loader, ckpt_path="last")
         except Crash:
             pass
         return data
@@ -584,7 +584,7 @@ def _stopped_then_resumed(stop: dict, model_cls=Scheduled) -> None:
         model = model_cls(dropout=0.5, lr=0.01)
         callbacks = [ModelCheckpoint(dirpath="ck", save_top_k=-1), EarlyStopping("val_loss", patience=100)]
         callbacks += options.pop("extra", [])
-        trainer = Trainer(callbacks=callbacks, **quiet(**options))
+        trainer = Trainer(**quiet(callbacks=callbacks, **options))
         trainer.fit(model, DataLoader(dataset(64), batch_size=8, shuffle=True), loader(32), ckpt_path="last")
         return trainer, model.state_dict()
 
@@ -596,7 +596,7 @@ def _stopped_then_resumed(stop: dict, model_cls=Scheduled) -> None:
     last = torch.load(os.path.join("checkpoints", "last.ckpt"), weights_only=True)
     assert last["global_step"] == stopped.global_step and not os.path.exists(os.path.join("ck", "last.ckpt"))
     resumed, final = run(max_epochs=3)
-    patience = resumed.callbacks[1]
+    (patience,) = [cb for cb in resumed.callbacks if isinstance(cb, EarlyStopping)]
     assert resumed.global_step == 24 and patience.wait_count <= 3  # 3 validations, each counted once
     for k, v in expected.items():
         assert torch.equal(final[k], v), f"{k} differs after a stop mid-epoch and a resume"

@@ -119,7 +119,7 @@ class Data(DataModule):
 
 def test_datamodule_state_and_trainer_and_hparams_in_checkpoints():
     dm = Data(batch_size=8)
-    trainer = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet())
+    trainer = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet(enable_checkpointing=True))
     trainer.fit(Classifier(), datamodule=dm)
     assert dm.attached is trainer
     ckpt = torch.load(os.path.join("ck", "last.ckpt"), weights_only=True)
@@ -127,7 +127,7 @@ def test_datamodule_state_and_trainer_and_hparams_in_checkpoints():
     assert ckpt["Data"] == {"batches_served": 5} and ckpt["datamodule_hyper_parameters"] == {"batch_size": 8}
     assert ckpt["datamodule_hparams_name"] == "kwargs"
     again = Data(batch_size=8)
-    Trainer(max_epochs=2, **quiet()).fit(Classifier(), datamodule=again, ckpt_path=os.path.join("ck", "last.ckpt"))
+    Trainer(max_epochs=2, **quiet(enable_checkpointing=True)).fit(Classifier(), datamodule=again, ckpt_path=os.path.join("ck", "last.ckpt"))
     assert again.batches_served == 5
     assert Data.load_from_checkpoint(os.path.join("ck", "last.ckpt")).batches_served == 5  # built from its hyperparameters
 

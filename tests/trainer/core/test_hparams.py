@@ -97,7 +97,7 @@ def test_template_with_a_network_and_partials_checkpoints_plain_data_and_says_wh
     assert model.hparams.net is net  # in memory, the very objects
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(model, loader(32))
+        Trainer(max_epochs=2, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet(enable_checkpointing=True)).fit(model, loader(32))
     left_out = [str(w.message) for w in caught if "not plain data" in str(w.message)]
     assert len(left_out) == 1, left_out  # one warning for the run, naming both partials (not the network again)
     assert "'optimizer' (partial), 'scheduler' (partial)" in left_out[0] and "net" not in left_out[0].split(":")[1]
@@ -150,7 +150,7 @@ def test_load_from_checkpoint_gives_a_recorded_dict_back_to_its_argument_and_rea
             super().__init__(hidden=config["hidden"])
             self.save_hyperparameters(config)
 
-    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet()).fit(Configured({"hidden": 6}), loader(32))
+    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet(enable_checkpointing=True)).fit(Configured({"hidden": 6}), loader(32))
     (path,) = [os.path.join("ck", f) for f in os.listdir("ck")]
     ckpt = torch.load(path, weights_only=True)
     assert ckpt["hparams_name"] == "config" and ckpt["hyper_parameters"] == {"hidden": 6}

@@ -148,8 +148,8 @@ class Indexes(Classifier):
 def test_a_mid_epoch_checkpoint_keeps_the_keywords_of_what_was_logged():
     from callbacks import ModelCheckpoint
 
-    Trainer(max_steps=2, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet()).fit(Indexes(), loader(64))
-    resumed = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet())
+    Trainer(max_steps=2, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet(enable_checkpointing=True)).fit(Indexes(), loader(64))
+    resumed = Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck")], **quiet(enable_checkpointing=True))
     resumed.fit(Indexes(), loader(64), ckpt_path="ck/last.ckpt")  # batches 2 and 3 of the 4
     assert resumed.callback_metrics["idx_epoch"] == 1.5  # the mean of 0, 1, 2, 3: both halves, still named idx_epoch
     assert "idx" not in resumed.train_epoch_metrics and "idx_epoch" not in resumed.logged_metrics  # still logger=False

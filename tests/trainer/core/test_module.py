@@ -154,11 +154,11 @@ class Remembers(Classifier):
 
 
 def test_on_save_checkpoint_adds_to_the_file_and_on_load_checkpoint_reads_it_on_resume():
-    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet()).fit(Remembers(), loader())
+    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet(enable_checkpointing=True)).fit(Remembers(), loader())
     path = os.path.join("ck", "last.ckpt")
     assert torch.load(path, weights_only=True)["vocabulary"] == ["a", "b"]
     model = Remembers()
-    Trainer(max_epochs=2, **quiet()).fit(model, loader(), ckpt_path=path)
+    Trainer(max_epochs=2, **quiet(enable_checkpointing=True)).fit(model, loader(), ckpt_path=path)
     assert model.loaded == ["a", "b"]
 
 
@@ -177,7 +177,7 @@ def test_ddp_values_logged_in_an_epoch_end_hook_are_reduced_across_ranks():
 # --- load_from_checkpoint --------------------------------------------------------------------
 def test_load_from_checkpoint_rebuilds_the_model_from_its_hyperparameters_in_eval_mode():
     trained = Classifier(hidden=32, dropout=0.25)
-    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet()).fit(trained, loader())
+    Trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)], **quiet(enable_checkpointing=True)).fit(trained, loader())
     path = os.path.join("ck", "last.ckpt")
 
     model = Classifier.load_from_checkpoint(path)

@@ -76,7 +76,7 @@ def test_callbacks_run_before_the_module_and_the_monitoring_ones_after_it_at_the
         "mine.on_train_batch_end", "model.on_train_batch_end",
         "mine.on_train_batch_end", "model.on_train_batch_end",
         "mine.on_train_epoch_end", "model.on_train_epoch_end",
-        "checkpoint.on_train_epoch_end:1.0", "early_stopping.on_train_epoch_end",
+        "early_stopping.on_train_epoch_end", "checkpoint.on_train_epoch_end:1.0",  # ModelCheckpoints last, as Lightning orders them
     ]
 
 
