@@ -93,15 +93,15 @@ class EarlyStopping(Callback):
         return f"EarlyStopping[monitor={self.monitor},mode={self.mode}]"
 
     # --- hooks -------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage == "fit":
             self._reset()  # a checkpoint being resumed loads its state after this
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if trainer.state.fn == "fit" and not trainer.sanity_checking and not self._at_epoch_end(trainer):
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if self._at_epoch_end(trainer):
             self._check(trainer)
 

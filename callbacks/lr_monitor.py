@@ -43,7 +43,7 @@ class LearningRateMonitor(Callback):
         self.last_momentum_values: dict[str, float | None] = {}
         self.last_weight_decay_values: dict[str, float | None] = {}
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if not trainer.loggers:
             raise misconfigured(
                 "LearningRateMonitor needs a logger to write to, and this Trainer has none (logger=False or "
@@ -66,13 +66,13 @@ class LearningRateMonitor(Callback):
             return self.logging_interval != "step"
         return True
 
-    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int) -> None:
         # Lightning's: before a step whose row the loggers get, the rates that step uses, at that row's step
         step = trainer.state.log_step
         if (step + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop:
             self._log(trainer, "step" if self.logging_interval is None else "any", step)
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._log(trainer, "epoch" if self.logging_interval is None else "any", trainer.state.log_step)
 
     def _log(self, trainer: Trainer, interval: str, step: int) -> None:

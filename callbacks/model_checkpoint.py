@@ -147,7 +147,7 @@ class ModelCheckpoint(TopK, Callback):
         write_yaml(self.best_k_models, filepath or os.path.join(self.dirpath, "best_k_models.yaml"))
 
     # --- hooks -------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage != "fit":
             return
         if self.dirpath_given is None:
@@ -161,7 +161,7 @@ class ModelCheckpoint(TopK, Callback):
         self.current_score = None
         self._last_step_saved = self._step_seen = self._newest_step = -1
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._step_seen = trainer.global_step
         self._last_time = time.monotonic()
         self._at_epoch_end = saves_at_epoch_end(trainer, self.save_on_train_epoch_end)
@@ -172,7 +172,7 @@ class ModelCheckpoint(TopK, Callback):
             type(self).on_train_batch_end is not ModelCheckpoint.on_train_batch_end  # a subclass's own
         )
 
-    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         if step == self._step_seen:
             return  # an accumulation micro-batch, not a state we could save
@@ -192,7 +192,7 @@ class ModelCheckpoint(TopK, Callback):
             return
         self._save(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return  # trainer.validate() and the sanity check save nothing
         self._monitor_due = True  # from now on a save whose monitor is missing is an error that lists what was logged
@@ -212,7 +212,7 @@ class ModelCheckpoint(TopK, Callback):
             )
         self._save(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         validates = fit_validates(trainer)
         if not validates:  # a monitored metric must come from training, and is due now
             self._monitor_due = True
@@ -225,13 +225,13 @@ class ModelCheckpoint(TopK, Callback):
         n = self.every_n_epochs
         return n is not None and (trainer.current_epoch + 1) % n == 0
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         # Lightning's: save_last writes last.ckpt at the end only if this fit saved nothing.
         if self.save_last and self._newest_step == -1 and trainer.global_step > 0:
-            self.write_last(trainer, module)
+            self.write_last(trainer, pl_module)
         self._wait_for_writer(trainer)  # fit returns with its files on disk, or with the write's error
 
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
         error = self._writer.error()  # let a write in flight finish: it is complete and resumable
         if error is not None:  # the run fails with its own error; say that this save failed too
             warnings.warn(f"The checkpoint being written when fit failed was not saved: {error}", stacklevel=2)
@@ -251,7 +251,7 @@ class ModelCheckpoint(TopK, Callback):
         if reason is not None:
             raise RuntimeError(f"Global rank 0 could not write a checkpoint, so every rank stops. {reason}")
 
-    def write_last(self, trainer: Trainer, module: TrainModule) -> str | None:
+    def write_last(self, trainer: Trainer, pl_module: TrainModule) -> str | None:
         """Write the resume point of a stop mid-epoch (a signal, ``max_steps``, ``should_stop``),
         now, with the full state, where ``resume_point`` says (never into a ``dirpath`` given
         without ``save_last``). Every rank must call. A save at this very step is the answer."""

@@ -36,13 +36,13 @@ class ModelSummary(Callback):
     def max_depth(self) -> int:
         return self._max_depth
 
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if not self._max_depth:
             return
         if not trainer.is_global_zero:
             return
         # No example forward pass when parameters are sharded (fsdp): rank 0 alone would wait for the other ranks.
-        summary = Summary(module, self._max_depth, forward=not trainer.strategy.shards_parameters)
+        summary = Summary(pl_module, self._max_depth, forward=not trainer.strategy.shards_parameters)
         self.summarize(
             summary._get_summary_data(), summary.total_parameters, summary.trainable_parameters, summary.model_size,
             summary.total_training_modes, total_flops=summary.total_flops, **self._summarize_kwargs,

@@ -40,16 +40,16 @@ class NaNGuard(Callback):
         self.skipped_steps: list[int] = []
         self._bad: torch.Tensor | None = None  # any non-finite loss since the last step, on the device
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage == "fit":
             self.skipped_steps = []
             self._bad = None
 
-    def on_before_backward(self, trainer: Trainer, module: TrainModule, loss: torch.Tensor) -> None:
+    def on_before_backward(self, trainer: Trainer, pl_module: TrainModule, loss: torch.Tensor) -> None:
         bad = ~torch.isfinite(loss.detach())  # stays on the device: no sync per micro-batch
         self._bad = bad if self._bad is None else self._bad | bad
 
-    def on_before_optimizer_step(self, trainer: Trainer, module: TrainModule, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: TrainModule, optimizer: torch.optim.Optimizer) -> None:
         bad, self._bad = self._bad, None
         if bad is None:
             return

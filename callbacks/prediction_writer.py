@@ -78,11 +78,11 @@ class BasePredictionWriter(Callback):
         )
 
     def on_predict_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         indices = trainer.predict_loop.current_batch_indices
-        self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, dataloader_idx)
+        self.write_on_batch_end(trainer, pl_module, outputs, indices, batch, batch_idx, dataloader_idx)
 
-    def on_predict_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         loop = trainer.predict_loop
-        self.write_on_epoch_end(trainer, module, loop.predictions, loop.epoch_batch_indices)
+        self.write_on_epoch_end(trainer, pl_module, loop.predictions, loop.epoch_batch_indices)

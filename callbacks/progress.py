@@ -61,7 +61,7 @@ class ProgressBar(Callback):
         self._eval_stage = "val"
         self._eval_loader: int | None = None  # the evaluation loader the bar counts (Lightning's dataloader tracker)
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         self._trainer = trainer
         if not trainer.is_global_zero:  # Lightning's: the bar is rank 0's
             self.disable()
@@ -71,7 +71,7 @@ class ProgressBar(Callback):
         self._compiling = stage == "fit" and getattr(trainer, "compile", None) is not None  # until the first batch ends
 
     # --- training ----------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         total = self._totals["train"] = self.total_train_batches
         if not self._active:
             self._next = float("inf")  # never due: other ranks only pay the comparison
@@ -96,7 +96,7 @@ class ProgressBar(Callback):
                 dynamic_ncols=True, leave=True, mininterval=self.refresh_s,
             )
 
-    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
         if now < self._next:  # all that most steps do here
             return
@@ -198,7 +198,7 @@ class ProgressBar(Callback):
     test_progress_bar = property(lambda self: self._record("test"))
     predict_progress_bar = property(lambda self: self._record("predict"))
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if not self._active:
             return
         # The epoch means of prog_bar values, with the validation ones that just ran, under the
@@ -210,7 +210,7 @@ class ProgressBar(Callback):
                      if k in names and k not in train and f"{k}_epoch" not in train)
         self._end_epoch(trainer, shown)
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         # An epoch cut short (max_steps, a stop request) has no epoch end: its line comes here,
         # with its last batch's values, since it has no epoch means.
         if self._active and self._epoch_open:
@@ -263,34 +263,34 @@ class ProgressBar(Callback):
             self._eval_bar.close()
             self._eval_bar = None
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start("Sanity Checking" if trainer.sanity_checking else "Validation", "val")
 
-    def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(dataloader_idx)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_end()
 
-    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start("Test", "test")
 
-    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(dataloader_idx)
 
-    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_end()
 
-    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start("Predict", "predict")
 
-    def on_predict_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(dataloader_idx)
 
-    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_end()
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         for bar in (self._bar, self._eval_bar):
             if bar is not None:
                 bar.close()
@@ -328,19 +328,19 @@ class TQDMProgressBar(ProgressBar):
     def is_enabled(self) -> bool:
         return self._enabled and self.refresh_rate > 0
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        super().setup(trainer, module, stage)
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
         self._active = self._active and self.refresh_rate > 0
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
-        super().on_train_epoch_start(trainer, module)
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
         self._drawn_at = trainer.state.batch_in_epoch
 
-    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         if time.perf_counter() < self._next or batch_idx + 1 - self._drawn_at < self.refresh_rate:
             return
         self._drawn_at = batch_idx + 1
-        super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
 def _shown(value: Any) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from loggers import Logger
@@ -24,6 +24,9 @@ from trainer.core.checks import (
 )
 from trainer.loops.hooks import check_callbacks, lightning_order
 from trainer.loops.profiler import SimpleProfiler
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
 
 
 class _DefaultDir(str):

@@ -102,14 +102,14 @@ class BaseFinetuning(Callback):
         raise NotImplementedError(f"{type(self).__name__} must define finetune_function(self, pl_module, epoch, optimizer).")
 
     # --- hooks -------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage == "fit":
-            self.freeze_before_training(module)
+            self.freeze_before_training(pl_module)
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
-        names = {id(p): n for n, p in module.named_parameters()}
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        names = {id(p): n for n, p in pl_module.named_parameters()}
         for i, optimizer in enumerate(trainer.optimizers):
-            self.finetune_function(module, trainer.current_epoch, optimizer)
+            self.finetune_function(pl_module, trainer.current_epoch, optimizer)
             self._internal_optimizer_metadata[i] = [
                 {**{k: v for k, v in g.items() if k != "params"}, "params": [names[id(p)] for p in g["params"] if id(p) in names]}
                 for g in optimizer.param_groups
@@ -174,10 +174,10 @@ class BackboneFinetuning(BaseFinetuning):
         self.rounding = rounding
         self.previous_backbone_lr: float | None = None
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        if stage == "fit" and not isinstance(getattr(module, "backbone", None), nn.Module):
-            raise ValueError(f"BackboneFinetuning needs {type(module).__name__}.backbone, an nn.Module (the part to freeze at first).")
-        super().setup(trainer, module, stage)
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
+        if stage == "fit" and not isinstance(getattr(pl_module, "backbone", None), nn.Module):
+            raise ValueError(f"BackboneFinetuning needs {type(pl_module).__name__}.backbone, an nn.Module (the part to freeze at first).")
+        super().setup(trainer, pl_module, stage)
 
     def freeze_before_training(self, pl_module: TrainModule) -> None:
         self.freeze(pl_module.backbone, train_bn=self.train_bn)

@@ -46,13 +46,13 @@ class GradientAccumulationScheduler(Callback):
     def get_accumulate_grad_batches(self, epoch: int) -> int:
         return next(v for k, v in reversed(self.scheduling.items()) if k <= epoch)
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage != "fit":
             return
         self._given = trainer.accumulate_grad_batches
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
-        if not getattr(module, "automatic_optimization", True):  # Lightning's RuntimeError and sentence first
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        if not getattr(pl_module, "automatic_optimization", True):  # Lightning's RuntimeError and sentence first
             raise RuntimeError(
                 "Automatic gradient accumulation and the `GradientAccumulationScheduler` is not supported for manual "
                 "optimization. Please remove the callback or switch to automatic optimization. (With "
@@ -65,10 +65,10 @@ class GradientAccumulationScheduler(Callback):
                 f"{trainer.accumulate_grad_batches}): keep it at 1 and put every epoch in the scheduling.)"
             )
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage == "fit" and self._given is not None:
             trainer.accumulate_grad_batches, self._given = self._given, None
 

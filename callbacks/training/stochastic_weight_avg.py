@@ -66,7 +66,7 @@ class StochasticWeightAveraging(Callback):
     def swa_lrs(self) -> float | list[float]:
         return self._swa_lrs
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage != "fit":
             return
         if trainer.max_epochs is None:
@@ -74,11 +74,11 @@ class StochasticWeightAveraging(Callback):
         start = self._swa_epoch_start
         self.swa_start = start - 1 if isinstance(start, int) else int(trainer.max_epochs * start)  # an epoch index
         self.swa_end = trainer.max_epochs - 1
-        self._average_model = torch.optim.swa_utils.AveragedModel(module, device=self._device, avg_fn=self._avg_fn)
+        self._average_model = torch.optim.swa_utils.AveragedModel(pl_module, device=self._device, avg_fn=self._avg_fn)
         self._scheduler, self._loaded = None, None
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
-        if len(trainer.optimizers) != 1 or not getattr(module, "automatic_optimization", True):
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        if len(trainer.optimizers) != 1 or not getattr(pl_module, "automatic_optimization", True):
             raise ValueError("StochasticWeightAveraging works with one optimizer under automatic optimization.")
         groups = len(trainer.optimizer.param_groups)
         if isinstance(self._swa_lrs, (list, tuple)) and len(self._swa_lrs) != groups:
@@ -89,7 +89,7 @@ class StochasticWeightAveraging(Callback):
         if self._loaded is not None:  # resumed: the average so far
             self._average_model.load_state_dict(self._loaded["average_model"])
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         resumed = self._loaded is not None and self._loaded.get("scheduler") is not None
         if self._scheduler is None and (trainer.current_epoch == self.swa_start or resumed):
             optimizer = trainer.optimizer
@@ -104,22 +104,22 @@ class StochasticWeightAveraging(Callback):
             # SWALR replaces the model's schedulers, which checkpoints then leave out.
             trainer.lr_scheduler_configs, trainer.lr_schedulers = [], [self._scheduler]
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if self.swa_start <= trainer.current_epoch <= self.swa_end and self._average_model is not None:
-            self._average_model.update_parameters(module)
+            self._average_model.update_parameters(pl_module)
         if self._scheduler is not None:
             self._scheduler.step()
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         average = self._average_model
         if average is None or int(average.n_averaged) == 0:
             return
         with torch.no_grad():
-            for mine, averaged in zip(module.parameters(), average.module.parameters()):
+            for mine, averaged in zip(pl_module.parameters(), average.module.parameters()):
                 mine.copy_(averaged.to(mine.device))
         loader = trainer.train_dataloader
-        if loader is not None and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules()):
-            torch.optim.swa_utils.update_bn(loader, module, device=module.device)
+        if loader is not None and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in pl_module.modules()):
+            torch.optim.swa_utils.update_bn(loader, pl_module, device=pl_module.device)
         checkpoint = trainer.checkpoint_callback
         if checkpoint is not None and getattr(checkpoint, "dirpath", None):
             checkpoint._wait_for_writer(trainer)

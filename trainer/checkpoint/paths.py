@@ -53,7 +53,6 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     path = os.fspath(ckpt_path)
     if path != "last":
         return path
-    strategy = trainer.strategy
     folder, path = last_checkpoint(trainer)
     if path is None:
         warn_no_last("fit", f"no earlier fit in {runs_base(trainer)[0]}" if folder is None else f"no checkpoint in {folder}")
