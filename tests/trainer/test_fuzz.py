@@ -167,6 +167,9 @@ def _problems(options: dict[str, Any], invalid: dict[str, tuple[str, ...]]) -> d
     bar_given = isinstance(options.get("callbacks"), type(lambda: 0)) and "ProgressBar" in str(options["callbacks"].__code__.co_names)
     if bar_given and options.get("enable_progress_bar") is False and "callbacks" not in invalid and "enable_progress_bar" not in invalid:
         problems["enable_progress_bar"] = ("enable_progress_bar",)  # Lightning's: a bar given, and bars turned off
+    saver_given = isinstance(options.get("callbacks"), type(lambda: 0)) and "ModelCheckpoint" in str(options["callbacks"].__code__.co_names)
+    if saver_given and options.get("enable_checkpointing") is False and not invalid.keys() & {"callbacks", "enable_checkpointing"}:
+        problems["enable_checkpointing"] = ("enable_checkpointing",)  # Lightning's: a ModelCheckpoint given, and checkpointing off
     return problems
 
 

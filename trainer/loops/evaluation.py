@@ -20,6 +20,7 @@ from trainer.data.loaders import Loaders, check_dataloader_idx, stage_loader
 from trainer.core.checks import none_batch
 from trainer.core.exceptions import misconfigured
 from trainer.core.metrics import MetricSink, set_sink
+from trainer.core.module import overridden
 from trainer.core.state import RunningStage, TrainerFn
 from trainer.loops.run import start, stage_hooks, use_run_folder
 
@@ -148,7 +149,8 @@ def run_evaluation(
 
     The order of events::
 
-        every rank takes rank 0's buffers (BatchNorm statistics); model.eval(), torch.no_grad()
+        every rank takes rank 0's buffers (BatchNorm statistics); torch.no_grad()
+        model.on_{phase}_model_eval()              # model.eval(), unless overridden
         on_{phase}_start, on_{phase}_epoch_start
         for each loader, for each batch (up to the limit, which applies per loader):
             on_{phase}_batch_start
@@ -158,7 +160,7 @@ def run_evaluation(
         on_{phase}_epoch_end                       # the model's hook may self.log epoch values
         the means -> logged_metrics, callback_metrics (not for the sanity check, publish=False)
         on_{phase}_end
-        every module's train/eval mode restored
+        model.on_{phase}_model_train() if overridden, else every module's train/eval mode restored
 
     The training counters (``global_step``, ``current_epoch``) are read, never changed.
     """
@@ -174,7 +176,7 @@ def run_evaluation(
         return [[] for _ in counts] if phase == "predict" else None
     strategy.broadcast_buffers()
     modes = [m.training for m in model.modules()]
-    model.eval()
+    restore = True  # the modes, unless the model's on_{phase}_model_train sets them
     means: dict[str, float] = {}
     prog_bar: set[str] = set()
     hidden: set[str] = set()  # logged with logger=False: callback_metrics only
@@ -189,6 +191,7 @@ def run_evaluation(
     no_grad = _no_grad(trainer)  # around the hooks too, as Lightning's loop: on_{phase}_start sees it
     no_grad.__enter__()
     try:
+        getattr(model, f"on_{phase}_model_eval", model.eval)()
         hooks.call(f"on_{phase}_start", trainer, model)
         hooks.call(f"on_{phase}_epoch_start", trainer, model)
         batch_start, batch_end = getattr(hooks, f"on_{phase}_batch_start"), getattr(hooks, f"on_{phase}_batch_end")
@@ -251,12 +254,15 @@ def run_evaluation(
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
             run.prog_bar_names |= prog_bar | outer.prog_bar
         hooks.call(f"on_{phase}_end", trainer, model)
+        if phase != "predict" and overridden(model, f"on_{phase}_model_train"):
+            restore = False
+            getattr(model, f"on_{phase}_model_train")()
     finally:
         no_grad.__exit__(None, None, None)
         set_sink(previous_sink)
         for sink in sinks:  # after on_{phase}_end, as Lightning resets its results
             sink.reset_metrics()
-        for m, mode in zip(model.modules(), modes):
+        for m, mode in zip(model.modules(), modes) if restore else ():
             m.training = mode
     return run.predict_loop._predictions if phase == "predict" else None
 
