@@ -192,8 +192,8 @@ class Trainer(TrainerProperties, LoggerAccess):
         ``/dataloader_idx_<i>`` with several loaders, and what the epoch-end hooks logged).
         ``verbose`` prints them as a table (rank 0). ``ckpt_path`` picks the weights: ``None``
         (the model's own; with ``model=None``, the last fit's best checkpoint), ``"best"``,
-        ``"last"`` or a checkpoint's path ([ckpt_path][ckpt-path]); the values are logged at
-        that checkpoint's step, and the training counters stay. ``model=None`` runs the module
+        ``"last"`` or a checkpoint's path ([ckpt_path][ckpt-path]); the Trainer's counters stay
+        as they are (Lightning's: a new Trainer logs them at step 0). ``model=None`` runs the module
         of the last fit. ``weights_only``: as in ``fit``."""
         return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule, verbose, weights_only)
 

@@ -8,6 +8,7 @@ import itertools
 import os
 import pickle
 import shutil
+import urllib.parse
 import zipfile
 from typing import Any
 
@@ -190,7 +191,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False,
     ``mmap=True`` reads the structure and maps the tensors without reading them: a cheap
     check that a file is complete and safe.
     """
-    path = os.fspath(path)
+    path = local_copy(os.fspath(path))
     if is_sharded(path):  # a folder: its meta file here, its tensors through torch.distributed.checkpoint
         from trainer.checkpoint.sharded_read import check_metadata  # imports DCP: only for folders
 
@@ -212,7 +213,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False,
 
 def _load_file(path: str, map_location: Any, mmap: bool, weights_only: bool = True) -> Any:
     if not os.path.isfile(path):
-        raise MissingCheckpoint(f"ckpt_path={path!r} does not exist (or is not a file).")
+        raise MissingCheckpoint(f"Checkpoint file not found: {path}. ckpt_path={path!r} does not exist (or is not a file).")
     require_archive(path, repr(path))  # also what lets torch.load map it
     from trainer.checkpoint.integrity import verify  # integrity sits beside this module, and imports it
 
@@ -301,6 +302,24 @@ def remove(path: str) -> None:
             raise
 
 
+def is_url(path: str) -> bool:
+    return path.startswith(("http://", "https://"))
+
+
+def local_copy(path: str) -> str:
+    """``path``; for a checkpoint at an http(s) URL (Lightning reads those too), its copy in
+    torch's hub cache (``torch.hub.get_dir()/checkpoints``), downloaded the first time, as
+    ``torch.hub.load_state_dict_from_url`` does. It loads as any file does: checked, safely."""
+    if not is_url(path):
+        return path
+    folder = os.path.join(torch.hub.get_dir(), "checkpoints")
+    os.makedirs(folder, exist_ok=True)
+    local = os.path.join(folder, os.path.basename(urllib.parse.urlparse(path).path) or "checkpoint.ckpt")
+    if not os.path.exists(local):
+        torch.hub.download_url_to_file(path, local, progress=False)  # to a temporary name, then renamed
+    return local
+
+
 def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
     """A missing file, a folder or a non-checkpoint fails here, before any process starts.
     Evaluation also takes "best", the checkpoint callback's best file."""
@@ -311,7 +330,7 @@ def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
     if not isinstance(ckpt_path, (str, os.PathLike)):
         raise TypeError(f"ckpt_path={ckpt_path!r} must be a path to a checkpoint file, {choices}, or None.")
     path = os.fspath(ckpt_path)
-    if path in words:
+    if path in words or is_url(path):
         return
     if path == "best":
         raise ValueError(
@@ -323,5 +342,5 @@ def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
     if os.path.isdir(path):
         raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or {choices}.")
     if not os.path.isfile(path):
-        raise MissingCheckpoint(f"ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
+        raise MissingCheckpoint(f"Checkpoint file not found: {path}. ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
     require_archive(path, f"ckpt_path={path!r}")

@@ -276,13 +276,13 @@ def load_model(strategy: Any, ckpt: dict[str, Any], optimizers: list[Any] = ()) 
         raise CheckpointError(f"The checkpoint does not fit {type(module).__name__}: {err}") from None
 
 
-def evaluate_checkpoint(trainer: Trainer, run: Run, ckpt_path: Any) -> tuple[int, int] | None:
-    """Load the weights of ``ckpt_path`` ("last" or a file) for validate, test or predict, and
-    move the counters to its step and epoch (where evaluation logs); ``run.ckpt_path`` is the
-    file. Returns the counters to put back after; None without a checkpoint."""
+def evaluate_checkpoint(trainer: Trainer, run: Run, ckpt_path: Any) -> None:
+    """Load the weights of ``ckpt_path`` ("last" or a file) for validate, test or predict;
+    ``run.ckpt_path`` is the file. The Trainer's counters stay as they are (Lightning's: a new
+    Trainer evaluates, and logs, at step 0)."""
     run.ckpt_path = None
     if ckpt_path is None:
-        return None
+        return
     path = os.fspath(ckpt_path)
     strategy = trainer.strategy
     if path == "last":
@@ -290,20 +290,15 @@ def evaluate_checkpoint(trainer: Trainer, run: Run, ckpt_path: Any) -> tuple[int
         if found is None:  # the model as it is, as Lightning does
             where = folder or f"{runs_base(trainer)[0]} (no fit of that name with checkpoints)"
             warn_no_last(run.stage, f"no checkpoint in {where}")
-            return None
+            return
         path = found
     run.ckpt_path = path
     ckpt = ckpt_io.load(path)
     load_model(strategy, ckpt)
     _load_datamodule(trainer.datamodule, ckpt)
-    state = trainer.state
-    before = (state.global_step, state.current_epoch, state.batches_stepped)
-    loop = layout.ours(ckpt)["loop"]
-    state.global_step, state.current_epoch = loop.get("global_step", 0), loop.get("epoch", 0)
-    state.batches_stepped = loop.get("batches_stepped")
     if strategy.is_global_zero:
-        log.info("Evaluating %s (step %d, epoch %d).", path, state.global_step, state.current_epoch)
-    return before
+        loop = layout.ours(ckpt)["loop"]
+        log.info("Evaluating %s (step %d, epoch %d).", path, loop.get("global_step", 0), loop.get("epoch", 0))
 
 
 def _load_states(kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, load: Callable[[Any, Any], None]) -> None:

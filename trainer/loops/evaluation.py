@@ -60,11 +60,10 @@ def _evaluate(
 
 
 def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: Any) -> Loaders:
-    """What validate, test and predict share before their loop: the weights of ``ckpt_path``,
-    at its step (the counters come back at the stage's end), and the stage's loaders, seeded
-    and prepared by the strategy."""
+    """What validate, test and predict share before their loop: the weights of ``ckpt_path``
+    (the counters stay the Trainer's), and the stage's loaders, seeded and prepared by the strategy."""
     strategy = trainer.strategy
-    run.counters = evaluate_checkpoint(trainer, run, ckpt_path)
+    evaluate_checkpoint(trainer, run, ckpt_path)
     loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule))
     for loader in loaders:
         seeded_workers(loader, strategy.global_rank)

@@ -46,14 +46,12 @@ class LogWriter(Callback):
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._saved = time.perf_counter()  # the first save a second in: a short fit's is its teardown's
         hparams = _hparams(trainer, module)
+        options = {f"trainer/{k}": v for k, v in trainer.hparams().items() if v is not None}
         for logger in self.loggers:
             getattr(logger, "_resume_at", lambda step: None)(row_step(trainer))  # a resumed fit drops what came after
-            if hparams is None:  # save_hyperparameters(logger=False) everywhere: not called, as in Lightning
-                pass
-            elif isinstance(logger, TensorBoardLogger):
-                logger.log_hyperparams(hparams)
-            else:
-                logger.log_hyperparams({k: v for k, v in hparams.items() if not k.startswith("trainer/")})
+            if hparams is not None:  # Lightning's: called only for what save_hyperparameters recorded
+                # (ours: TensorBoard's HParams also get the Trainer's options as columns)
+                logger.log_hyperparams({**options, **hparams} if isinstance(logger, TensorBoardLogger) else hparams)
             logger.log_graph(module)
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
@@ -156,12 +154,12 @@ class LogWriter(Callback):
 
 
 def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, Any] | None:
-    """The Trainer's options (``trainer/<option>``, those left at None left out, so that a
-    column keeps one type across runs) and the model's and DataModule's hparams; None when
-    both record theirs with ``save_hyperparameters(logger=False)`` (Lightning logs none then).
-    A key the two record with different values is Lightning's error."""
+    """The model's and DataModule's hparams, Lightning's: None when neither recorded any with
+    ``save_hyperparameters()`` (or both with ``logger=False``). A key the two record with
+    different values is Lightning's error. (TensorBoard also gets the Trainer's options, as
+    ``trainer/<option>``, those left at None left out, so that a column keeps one type.)"""
     datamodule = getattr(trainer, "datamodule", None)
-    owners = [o for o in (module, datamodule) if o is not None and getattr(o, "_log_hyperparams", True)]
+    owners = [o for o in (module, datamodule) if o is not None and getattr(o, "_log_hyperparams", False)]
     if not owners:
         return None
     recorded = [dict(getattr(o, "hparams_initial", None) or getattr(o, "hparams", None) or {}) for o in owners]
@@ -173,7 +171,7 @@ def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, Any] | None:
                 f"Error while merging hparams: the keys {clash} are present in both the LightningModule's and "
                 "LightningDataModule's hparams but have different values."
             )
-    params = {f"trainer/{k}": v for k, v in trainer.hparams().items() if v is not None}
+    params: dict[str, Any] = {}
     for values in recorded:
         params.update((k, v) for k, v in values.items() if k != "_class_path" and is_plain(v))
     return params

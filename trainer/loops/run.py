@@ -70,7 +70,6 @@ class Run:
         self.hooks = Hooks([])
         self.fetching = Fetching(True)  # batched fetching, with data_on_device on the device
         self.signals = StopSignals()  # SIGTERM/SIGINT during fit
-        self.counters: tuple[int, int, int | None] | None = None  # the Trainer's counters, while evaluating a checkpoint's
         # --- fit's -------------------------------------------------------------------------
         self.opt: OptimizerSetup | None = None
         self.manual: ManualOptimization | None = None  # under automatic_optimization=False
@@ -139,7 +138,7 @@ _FIT_KEEPS = (
     "ckpt_user_managed",
 )
 # What an evaluation does not take from the run before (logged_metrics: Lightning's start afresh at each call).
-_CALL_OWN = ("hooks", "signals", "counters", "logged_metrics", "eval_metrics", "eval_steps")
+_CALL_OWN = ("hooks", "signals", "logged_metrics", "eval_metrics", "eval_steps")
 
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
@@ -230,9 +229,6 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
     finally:
         restore_steps(model, adapted)
         run.fetching = Fetching(trainer.batched_fetching)  # the dataset copies on the device go
-        if run.counters is not None:  # evaluated a checkpoint at its step: the trainer's own come back
-            state = trainer.state
-            state.global_step, state.current_epoch, state.batches_stepped = run.counters
         run.hooks.call("teardown", trainer, model, stage=stage)
         if datamodule is not None:
             datamodule.teardown(stage=stage)

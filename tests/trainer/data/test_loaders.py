@@ -215,7 +215,7 @@ def _weights(path: str) -> dict:
     return torch.load(path, weights_only=True)["state_dict"]
 
 
-def test_validate_with_ckpt_path_best_last_or_a_file_evaluates_those_weights_at_their_step(tmp_path):
+def test_validate_with_ckpt_path_best_last_or_a_file_evaluates_those_weights_at_the_trainers_step(tmp_path):
     model = Best()
     trainer = Trainer(max_epochs=3, enable_progress_bar=False, callbacks=[ModelCheckpoint(monitor="score", save_last=True)])
     trainer.fit(model, loader(64), loader(32))
@@ -227,13 +227,13 @@ def test_validate_with_ckpt_path_best_last_or_a_file_evaluates_those_weights_at_
     expected.load_state_dict(_weights(best))
     metrics = trainer.validate(model, loader(32), ckpt_path="best")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), expected.state_dict().values()))
-    assert metrics == [{"score": 1.0}]  # written at epoch 0's end, the checkpoint's epoch is the next one
-    assert trainer.global_step == 12  # the trainer's counters come back after
+    assert metrics == [{"score": 3.0}]  # Lightning's: the checkpoint's weights, the Trainer's own counters (epoch 3)
+    assert trainer.global_step == 12
     acc = EventAccumulator(trainer.run_dir)
     acc.Reload()
-    # Logged at the checkpoint's step. The newest by wall time: TensorBoard orders the event files
+    # Logged at the Trainer's step. The newest by wall time: TensorBoard orders the event files
     # of one second by a counter compared as text, so in a busy process "...10" sorts before "...9".
-    assert max(acc.Scalars("score"), key=lambda e: e.wall_time).step == 4
+    assert max(acc.Scalars("score"), key=lambda e: e.wall_time).step == 12
 
     trainer.test(model, loader(32), ckpt_path="last")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), final.values()))
