@@ -179,3 +179,25 @@ def test_the_model_and_the_datamodule_recording_one_name_with_two_values_is_ligh
     Trainer(max_epochs=1, logger=agreeing, enable_progress_bar=False, enable_checkpointing=False).fit(
         Classifier(hidden=16), datamodule=Data(hidden=16))
     assert agreeing.hparams_calls[0]["hidden"] == 16 and agreeing.hparams_calls[0]["trainer/max_epochs"] == 1
+
+
+def test_a_model_that_never_saved_hyperparameters_gets_no_log_hyperparams_call(tmp_path):
+    class Bare(Classifier):
+        def __init__(self):
+            super(Classifier, self).__init__()  # TrainModule's: no save_hyperparameters()
+            self.net = torch.nn.Linear(8, 2)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    logger = Calls(tmp_path)
+    Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, enable_checkpointing=False).fit(Bare(), loader(32))
+    assert logger.hparams_calls == []  # Lightning's: only what save_hyperparameters recorded is logged
+    recorded = Calls(tmp_path)
+    Trainer(max_epochs=1, logger=recorded, enable_progress_bar=False, enable_checkpointing=False).fit(Classifier(hidden=16), loader(32))
+    (params,) = recorded.hparams_calls
+    assert params["hidden"] == 16 and params["trainer/max_epochs"] == 1  # TensorBoard's HParams get the options too

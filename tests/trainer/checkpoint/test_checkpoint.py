@@ -409,3 +409,34 @@ def test_last_resumes_the_highest_step_when_saves_share_a_clock_tick(tmp_path, t
     again = Trainer(max_steps=6, log_dir=tmp_path, enable_progress_bar=False)
     again.fit(Classifier(), loader(64), ckpt_path="last")
     assert any("epoch=0-step=4.ckpt at epoch 0, step 4." in line for line in trainer_log), trainer_log
+
+
+def test_a_checkpoint_at_an_http_url_is_downloaded_once_into_the_hub_cache_and_loads(tmp_path, monkeypatch):
+    import functools
+    import http.server
+    import threading
+
+    trainer = Trainer(**quiet(max_epochs=1))
+    model = Classifier()
+    trainer.fit(model, loader(32, 16))
+    served = tmp_path / "served"
+    served.mkdir()
+    trainer.save_checkpoint(served / "model.ckpt")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    url = f"http://127.0.0.1:{server.server_address[1]}/model.ckpt"
+    try:
+        loaded = Classifier.load_from_checkpoint(url)
+        (served / "model.ckpt").unlink()  # the second read is the cached copy's
+        assert Trainer(**quiet()).validate(Classifier(), loader(16), ckpt_path=url)
+    finally:
+        server.shutdown()
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+    assert os.path.isfile(tmp_path / "torch_home" / "hub" / "checkpoints" / "model.ckpt")
+
+
+def test_a_missing_checkpoint_says_lightnings_sentence_first():
+    with pytest.raises(FileNotFoundError, match=r"^Checkpoint file not found: nowhere.ckpt\. ckpt_path='nowhere.ckpt' does not exist"):
+        Trainer(**quiet(max_epochs=1)).fit(Classifier(), loader(32), ckpt_path="nowhere.ckpt")

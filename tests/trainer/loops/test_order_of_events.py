@@ -213,3 +213,30 @@ def test_logged_metrics_after_fit_hold_every_name_the_loggers_were_given_under_l
     trainer.fit(LogsEveryKind(), loader(64))
     assert set(trainer.logged_metrics) == {"train_loss", "s", "e", "se_step", "se_epoch"}  # no s_epoch, no train_loss_epoch
     assert {"s", "e", "se", "se_step", "se_epoch"} <= set(trainer.callback_metrics)
+
+
+def test_evaluation_calls_the_models_mode_hooks_and_puts_back_the_modes_unless_it_sets_them():
+    calls = []
+
+    class Modes(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.frozen = torch.nn.Dropout(0.5).eval()  # a user's frozen submodule stays frozen
+
+        def on_validation_model_eval(self):
+            calls.append(("eval", self.training))
+            super().on_validation_model_eval()
+
+        def on_validation_start(self):
+            calls.append(("start", self.training))
+
+        def on_test_model_train(self):
+            calls.append(("test_train", self.training))
+            self.train()
+
+    model = Modes()
+    trainer = Trainer(**quiet(max_epochs=1, num_sanity_val_steps=0))
+    trainer.fit(model, loader(32, 16), loader(16))
+    assert calls == [("eval", True), ("start", False)] and model.training and not model.frozen.training
+    trainer.test(model, loader(16))
+    assert calls[-1] == ("test_train", False) and model.frozen.training  # its own hook decided: all in train mode
