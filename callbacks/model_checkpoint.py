@@ -82,7 +82,8 @@ class ModelCheckpoint(TopK, Callback):
         if monitor is not None and (not isinstance(monitor, str) or not monitor):
             raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a logged metric's name or None.")
         # Absolute, as in Lightning: best_model_path and friends stay right if the process changes folder.
-        self.dirpath_given = None if dirpath is None else os.path.abspath(os.path.expanduser(os.fspath(dirpath)))
+        remote = dirpath is not None and "://" in os.fspath(dirpath)  # s3://, memory://: refused at setup, as Lightning's link
+        self.dirpath_given = None if dirpath is None else os.fspath(dirpath) if remote else os.path.abspath(os.path.expanduser(os.fspath(dirpath)))
         self.dirpath: str | None = self.dirpath_given
         self.filename = filename or "{epoch}-{step}"  # Lightning's default, with a monitor too
         self.monitor = monitor
@@ -150,6 +151,12 @@ class ModelCheckpoint(TopK, Callback):
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage != "fit":
             return
+        if self.dirpath_given is not None and "://" in self.dirpath_given:
+            raise ValueError(
+                (f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got `dirpath={self.dirpath_given}`. "
+                 if self.save_last == "link" else "") + f"ModelCheckpoint(dirpath={self.dirpath_given!r}): checkpoints are written to "
+                "local folders only. Give a local dirpath and copy the files to remote storage from there."
+            )
         if self.dirpath_given is None:
             self.dirpath = files.run_checkpoints(trainer)  # the run folder's
         prepare_folder(trainer, self.dirpath, self.save_weights_only)  # writable, ours alone (locked), no unfinished saves

@@ -148,3 +148,12 @@ def test_a_callback_hook_takes_lightnings_keyword_names():
     trainer = Trainer(**quiet(callbacks=[cb]))
     cb.setup(trainer, pl_module=Classifier(), stage="fit")
     assert cb.dirpath == os.path.abspath("ck")
+
+
+def test_a_remote_dirpath_is_refused_at_setup_with_lightnings_sentence_for_a_link():
+    trainer = Trainer(**quiet())
+    with pytest.raises(ValueError, match=r"^`ModelCheckpoint\(save_last='link'\)` is only supported for local file paths"):
+        ModelCheckpoint(dirpath="memory://bucket/run", save_last="link").setup(trainer, Classifier(), "fit")
+    with pytest.raises(ValueError, match=r"^ModelCheckpoint\(dirpath='s3://bucket/run'\): checkpoints are written to local folders"):
+        ModelCheckpoint(dirpath="s3://bucket/run").setup(trainer, Classifier(), "fit")
+    assert not os.path.exists("memory:") and not os.path.exists("s3:")

@@ -84,7 +84,6 @@ class Returns(Classifier):
         (NoStep(), TypeError, ["NoStep", "training_step"]),
         (NoOptimizer(), ValueError, ["configure_optimizers", "Trainer(optimizer=", "lambda params"]),
         (Junk(), TypeError, ["'adam'", "configure_optimizers", "dict(optimizer="]),
-        (Returns("none"), TypeError, ["NoneType", "scalar tensor"]),
         (Returns("string"), TypeError, ["'loss'", "dict with a 'loss'"]),
         (Returns("vector"), ValueError, ["shape (3,)", "loss.mean()"]),
         (Returns("detached"), ValueError, ["does not require grad", ".detach()"]),

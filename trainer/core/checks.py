@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 from typing import Any, Iterable
 
 import torch
@@ -107,9 +108,14 @@ def instances_of(name: str, values: list[Any], kind: type, kind_name: str, examp
             raise TypeError(f"{name} contains {v!r:.80}, which is not a {kind_name}{hint}.")
 
 
-def loss_of(output: Any) -> torch.Tensor:
+def loss_of(output: Any, none_skips: bool = False) -> torch.Tensor | None:
+    """The loss in a training step's non-tensor output. ``None`` with ``none_skips`` (automatic
+    optimization): Lightning's skipped step, with its warning; the caller runs no backward."""
     if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
         return output["loss"]
+    if output is None and none_skips:
+        warnings.warn("`training_step` returned `None`. If this was on purpose, ignore this warning...", stacklevel=3)
+        return None
     raise TypeError(
         f"training_step returned {type(output).__name__} {output!r:.80}; it must return the loss as a "
         "scalar tensor, or a dict with a 'loss' tensor."

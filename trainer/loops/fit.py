@@ -295,9 +295,12 @@ class FitLoop(StopRules, Publishing):
                     if stepper is not None:  # it stepped by hand (or LBFGS's closure did); a batch that stepped counts one
                         loss, completes = stepper.end_batch(output)
                     else:
-                        loss = output if type(output) is tensor else loss_of(output)
+                        loss = output if type(output) is tensor else loss_of(output, none_skips=True)
                         try:
-                            if plain_backward and group == 1:  # a group's first batch: zero_grad, as Lightning's closure
+                            if loss is None:  # Lightning's skipped step: its group's gradients zeroed all the same, no backward
+                                if group == 1 or first:
+                                    steps.zero_grad(optimizer)
+                            elif plain_backward and group == 1:  # a group's first batch: zero_grad, as Lightning's closure
                                 if plain_step:
                                     optimizer.zero_grad()
                                 else:

@@ -3,6 +3,7 @@ hook, what ``on_train_batch_end`` receives, when validation runs, and what a sec
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from callbacks import Callback, EarlyStopping, ModelCheckpoint
@@ -240,3 +241,31 @@ def test_evaluation_calls_the_models_mode_hooks_and_puts_back_the_modes_unless_i
     assert calls == [("eval", True), ("start", False)] and model.training and not model.frozen.training
     trainer.test(model, loader(16))
     assert calls[-1] == ("test_train", False) and model.frozen.training  # its own hook decided: all in train mode
+
+
+def test_a_training_step_that_returns_none_skips_its_backward_and_still_counts_the_step():
+    class Skips(Classifier):
+        def training_step(self, batch, batch_idx):
+            return None if batch_idx % 2 == 0 else super().training_step(batch, batch_idx)
+
+    class Outputs(Callback):
+        seen: list = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.seen.append(sorted(outputs))
+
+    torch.manual_seed(0)
+    model = Skips(optimizer="sgd")
+    expected = Classifier(optimizer="sgd")
+    expected.load_state_dict(model.state_dict())
+    trainer = Trainer(**quiet(max_epochs=1, callbacks=[Outputs()]))
+    with pytest.warns(UserWarning, match=r"^`training_step` returned `None`. If this was on purpose"):
+        trainer.fit(model, loader(64, 16))
+    assert trainer.global_step == 4 and Outputs.seen == [[], ["loss"], [], ["loss"]]
+    opt = torch.optim.SGD(expected.parameters(), lr=expected.lr)
+    for i, (x, y) in enumerate(loader(64, 16)):  # by hand: only the odd batches train
+        if i % 2:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(expected(x), y).backward()
+            opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), expected.state_dict().values()))
