@@ -261,7 +261,7 @@ def configure(o: dict[str, Any]) -> Configured:
         t.max_epochs, t.max_steps, t.num_sanity_val_steps, max_time = 1, None, 0, None
         t.limit_train_batches = t.limit_val_batches = t.limit_test_batches = t.limit_predict_batches = n
         t.check_val_every_n_epoch, t.val_check_interval = 1, None
-        t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False
+        t.default_root_dir, t.enable_checkpointing = None, False  # the bar and the summary stay, as in Lightning
     strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"], Precision(t.precision))
     t.num_nodes = o["num_nodes"]
     t.sync_batchnorm = flag("sync_batchnorm", o["sync_batchnorm"])
@@ -277,8 +277,8 @@ def configure(o: dict[str, Any]) -> Configured:
             "Drop the ModelCheckpoint from callbacks, or leave enable_checkpointing at True.",
             "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks list.",
         )
-    if t.fast_dev_run:  # no bar, no files: a configured bar or checkpointer is left out too
-        given = [cb for cb in given if not isinstance(cb, (ProgressBar, ModelCheckpoint, ModelSummary))]
+    if t.fast_dev_run:  # no files: a configured checkpointer is left out too (Lightning's saves nothing)
+        given = [cb for cb in given if not isinstance(cb, ModelCheckpoint)]
     t.callbacks = lightning_order(given + default_callbacks(t, given, max_time))
     return Configured(t, strategy, loggers)
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from trainer.core.exceptions import misconfigured
+
 # reduce_fx: its names, and the functions Lightning accepts for them (torch's and Python's built-ins)
 _REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 _REDUCE_FN = {
@@ -75,9 +77,10 @@ def options_for(
     if plain and logger and add_dataloader_idx and not rank_zero_only:
         return None
     if not step and not epoch:
-        raise ValueError(
+        raise misconfigured(
             f"self.log({name!r}, ..., on_step=False, on_epoch=False) records nothing: set on_step=True "
-            "(every step) or on_epoch=True (the epoch's mean), or both."
+            "(every step) or on_epoch=True (the epoch's mean), or both.",
+            "`self.log(on_step=False, on_epoch=False)` is not useful.",
         )
     both = step and epoch  # in evaluation too: the step values are the loggers' rows per batch (Lightning's)
     return Options(

@@ -169,3 +169,15 @@ def test_a_value_logged_in_on_train_start_is_the_first_epochs_and_written_at_its
         rows = [r for r in csv.DictReader(f) if r["foo"]]
     assert [(r["step"], r["foo"], r["epoch"]) for r in rows] == [("1", "123.0", "0")]  # the first epoch's end only
     assert trainer.callback_metrics["foo"].item() == 123.0
+
+
+def test_logging_with_neither_on_step_nor_on_epoch_is_lightnings_error_with_the_fix():
+    from trainer import MisconfigurationException
+
+    class Useless(Classifier):
+        def training_step(self, batch, batch_idx):
+            self.log("x", 1.0, on_step=False, on_epoch=False)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(MisconfigurationException, match=r"^`self.log\(on_step=False, on_epoch=False\)` is not useful\. .*on_epoch=True"):
+        Trainer(**quiet(max_steps=1)).fit(Useless(), loader(32))
