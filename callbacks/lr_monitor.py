@@ -53,7 +53,8 @@ class LearningRateMonitor(Callback):
         if self.log_momentum and any("momentum" not in o.defaults and "betas" not in o.defaults for o in trainer.optimizers):
             import warnings
 
-            warnings.warn("LearningRateMonitor(log_momentum=True): an optimizer has no momentum; 0 is logged for it.", RuntimeWarning, stacklevel=2)
+            warnings.warn("You have set log_momentum=True, but some optimizers do not have momentum. This will log a value 0 "
+                          "for the momentum.", RuntimeWarning, stacklevel=2)
         names = self._names(trainer)[0]
         self.lrs = {name: [] for name in names}
         self.last_momentum_values = {f"{name}-momentum": None for name in names}
@@ -118,6 +119,14 @@ class LearningRateMonitor(Callback):
             if given is None and counts[type(opt)] > 1:
                 base += f"-{counts[type(opt)] - 1}"
             groups = opt.param_groups
+            given_names = [g["name"] for g in groups if g.get("name")]
+            if len(set(given_names)) < len(given_names):
+                duplicates = sorted({n for n in given_names if given_names.count(n) > 1})
+                raise misconfigured(
+                    "Give each param group of an optimizer its own 'name'.",
+                    "A single `Optimizer` cannot have multiple parameter groups with identical "
+                    f"`name` values. {base} has duplicated parameter group names {duplicates}",
+                )
             for j, group in enumerate(groups):
                 if len(groups) > 1:
                     names.append(f"{base}/{group.get('name', f'pg{j + 1}')}")

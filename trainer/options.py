@@ -174,7 +174,11 @@ def configure(o: dict[str, Any]) -> Configured:
     )
     t.precision = normalize_precision(o["precision"])
     t.accumulate_grad_batches = positive_int("accumulate_grad_batches", o["accumulate_grad_batches"])
-    t.gradient_clip_val = positive_number("gradient_clip_val", o["gradient_clip_val"])
+    clip_val = o["gradient_clip_val"]
+    if clip_val is not None and (isinstance(clip_val, bool) or not isinstance(clip_val, (int, float))):
+        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {clip_val}. gradient_clip_val={clip_val!r}: "
+                        "pass a positive number, e.g. 1.0, or None for no clipping.")
+    t.gradient_clip_val = positive_number("gradient_clip_val", clip_val)
     algorithm = o["gradient_clip_algorithm"]
     t.gradient_clip_algorithm = one_of(
         "gradient_clip_algorithm", algorithm, ("norm", "value"),

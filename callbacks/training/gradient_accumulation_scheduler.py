@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from trainer.core.exceptions import misconfigured
+from trainer.core.module import overridden
 
 from ..base import Callback
 
@@ -57,6 +59,13 @@ class GradientAccumulationScheduler(Callback):
                 "Automatic gradient accumulation and the `GradientAccumulationScheduler` is not supported for manual "
                 "optimization. Please remove the callback or switch to automatic optimization. (With "
                 "automatic_optimization=False, training_step decides when each optimizer steps.)"
+            )
+        if self.going_to_accumulate_grad_batches() and any(
+            overridden(pl_module, hook) for hook in ("optimizer_step", "optimizer_zero_grad")
+        ):
+            warnings.warn(
+                "When using `Trainer(accumulate_grad_batches != 1)` and overriding `LightningModule.optimizer_{step,zero_grad}`, "
+                "the hooks will not be called on every batch (rather, they are called on every optimization step).", stacklevel=2,
             )
         if self._given not in (None, 1) or (self._given is None and trainer.accumulate_grad_batches != 1):
             raise ValueError(

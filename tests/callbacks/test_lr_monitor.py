@@ -95,3 +95,26 @@ def test_it_needs_a_logger_and_a_known_interval():
     trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_checkpointing=False, callbacks=[LearningRateMonitor()])
     with pytest.raises(ValueError, match="LearningRateMonitor needs a logger"):
         trainer.fit(Classifier(), loader(32))
+
+
+def test_lightnings_sentences_for_a_missing_momentum_and_two_groups_of_one_name(tmp_path):
+    from trainer import MisconfigurationException
+
+    class Plain(Classifier):
+        def configure_optimizers(self):
+            return torch.optim.Adagrad(self.parameters(), lr=0.1)
+
+    trainer = Trainer(max_steps=1, enable_progress_bar=False, enable_checkpointing=False, log_dir=tmp_path,
+                      callbacks=[LearningRateMonitor(log_momentum=True)])
+    with pytest.warns(RuntimeWarning, match=r"^You have set log_momentum=True, but some optimizers do not have momentum\."):
+        trainer.fit(Plain(), loader(32))
+
+    class Twins(Classifier):
+        def configure_optimizers(self):
+            first, second = list(self.net.children())[0], list(self.net.children())[-1]
+            return torch.optim.SGD([{"params": first.parameters(), "name": "a"}, {"params": second.parameters(), "name": "a"}], lr=0.1)
+
+    trainer = Trainer(max_steps=1, enable_progress_bar=False, enable_checkpointing=False, log_dir=tmp_path,
+                      callbacks=[LearningRateMonitor()])
+    with pytest.raises(MisconfigurationException, match=r"^A single `Optimizer` cannot have multiple parameter groups with identical `name` values\. lr-SGD has duplicated parameter group names \['a'\]"):
+        trainer.fit(Twins(), loader(32))

@@ -175,6 +175,12 @@ class CountingWriter(BackgroundWriter):
         super().submit(fn, *args)
 
 
+class CountingCheckpoint(ModelCheckpoint):
+    def setup(self, trainer, pl_module, stage):
+        super().setup(trainer, pl_module, stage)
+        self._writer = CountingWriter()  # in each process: a writer is process state, which pickling leaves behind
+
+
 class PerRank(Callback):
     """Each rank's view of the checkpoints at the end of fit, in ``<folder>/rank<r>.json``."""
 
@@ -193,8 +199,7 @@ class PerRank(Callback):
 
 def ddp_run(folder: str, ranks: str, ckpt_path=None) -> Classifier:
     model = Scored(skew=0.25)
-    cb = ModelCheckpoint(dirpath=folder, monitor="val_metric", save_top_k=-1)
-    cb._writer = CountingWriter()
+    cb = CountingCheckpoint(dirpath=folder, monitor="val_metric", save_top_k=-1)
     os.makedirs(ranks, exist_ok=True)
     trainer = Trainer(**quiet(
         strategy="ddp", devices=2, max_epochs=2, val_check_interval=2, seed=0, callbacks=[cb, PerRank(ranks)],

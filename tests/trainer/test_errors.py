@@ -125,3 +125,31 @@ def test_log_of_a_non_scalar_names_the_shape():
 
     with pytest.raises(ValueError, match=r"self.log\('vec'.*shape \(3,\)"):
         Trainer(**quiet(max_steps=1)).fit(LogsVector(), loader())
+
+
+# --- Lightning's sentence first, then ours ------------------------------------------------------------
+def test_a_bad_gradient_clip_val_and_too_long_val_check_interval_say_lightnings_sentence_first():
+    with pytest.raises(TypeError, match=r"^`gradient_clip_val` should be an int or a float\. Got test\. gradient_clip_val='test'"):
+        Trainer(gradient_clip_val="test")
+    with pytest.raises(ValueError, match=r"^`val_check_interval` \(100\) must be less than or equal to the number of the training batches \(2\)\. "):
+        Trainer(**quiet(max_epochs=1, val_check_interval=100)).fit(Classifier(), loader(32), loader(16))
+
+
+def test_a_scheduler_dict_with_keys_lightning_does_not_know_warns_and_trains():
+    class Extra(Classifier):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1), "foo": 1}}
+
+    trainer = Trainer(**quiet(max_epochs=1))
+    with pytest.warns(RuntimeWarning, match=r"^Found unsupported keys in the lr scheduler dict: \{'foo'\}\. HINT"):
+        trainer.fit(Extra(), loader(32))
+    assert trainer.global_step == 2  # 32 samples in batches of 16
+
+
+def test_the_tuner_refuses_a_trainer_that_already_has_a_batch_size_finder():
+    from callbacks import BatchSizeFinder
+    from trainer.tuner import Tuner
+
+    with pytest.raises(ValueError, match=r"^Trainer is already configured with a `BatchSizeFinder` callback\."):
+        Tuner(Trainer(**quiet(callbacks=[BatchSizeFinder()]))).scale_batch_size(Classifier())

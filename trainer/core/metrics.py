@@ -380,7 +380,8 @@ def grad_norm(module: torch.nn.Module, norm_type: float | int | str, group_separ
     except (TypeError, ValueError):
         p = -1.0
     if not p > 0:
-        raise ValueError(f"grad_norm(norm_type={norm_type!r}): norm_type must be a positive number or 'inf'.")
+        raise ValueError(f"`norm_type` must be a positive number or 'inf' (infinity norm). Got {norm_type}. "
+                         f"grad_norm(norm_type={norm_type!r}): e.g. 2 for the L2 norm.")
     norms = {
         f"grad_{p}_norm{group_separator}{name}": param.grad.detach().norm(p)
         for name, param in module.named_parameters()

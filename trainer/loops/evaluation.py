@@ -359,6 +359,7 @@ def check_val_interval(trainer: Trainer) -> None:
         )
     if isinstance(interval, int) and interval > batches and trainer.check_val_every_n_epoch is not None:
         raise ValueError(
+            f"`val_check_interval` ({interval}) must be less than or equal to the number of the training batches ({batches}). "
             f"val_check_interval={interval!r} is more batches than an epoch has ({batches} training batches"
             + (f", with limit_train_batches={trainer.limit_train_batches!r}" if trainer.limit_train_batches is not None else "")
             + "), so validation would never run within an epoch. Pass at most "

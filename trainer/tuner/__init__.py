@@ -27,6 +27,7 @@ class Tuner:
         if not hasattr(trainer, "fit") or not hasattr(trainer, "strategy"):
             raise TypeError(f"Tuner(trainer={trainer!r:.80}) needs a trainer.Trainer.")
         self._trainer = trainer
+        self._for_callbacks = False  # the Tuner that tune_before hands the finder callbacks
 
     def lr_find(
         self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, dataloaders: Any = None,
@@ -61,6 +62,11 @@ class Tuner:
         ``max_trials`` trials, as Lightning's. Sets the size found on ``batch_arg_name`` (model,
         its ``hparams`` or the DataModule), leaves the Trainer's loaders built with it, and
         returns it."""
+        if not self._for_callbacks and any(type(cb).__name__ == "BatchSizeFinder" for cb in self._trainer.callbacks):
+            raise ValueError(
+                "Trainer is already configured with a `BatchSizeFinder` callback.Please remove it if you want to use the "
+                "Tuner. (The callback runs its own search when fit starts: keep one of the two.)"
+            )
         return scale_batch_size(
             self._trainer, model, train_dataloaders, val_dataloaders, dataloaders, datamodule, method, mode,
             steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val,
@@ -73,7 +79,9 @@ def tune_before(trainer: Trainer, stage: str, model: Any, loaders: Any, val_data
     "predict"; the learning rate only for fit) starts, so that it builds its loaders and
     optimizer with the values found. ``loaders`` are fit's train_dataloaders or an evaluation's
     dataloaders."""
+    tuner = Tuner(trainer)
+    tuner._for_callbacks = True
     for cb in trainer.callbacks:
         search = getattr(cb, "_search_before", None)
         if search is not None:
-            search(Tuner(trainer), stage, model, loaders, val_dataloaders, datamodule)
+            search(tuner, stage, model, loaders, val_dataloaders, datamodule)

@@ -58,3 +58,17 @@ def test_it_refuses_a_trainer_that_accumulates_too():
     trainer = Trainer(**quiet(max_epochs=1, accumulate_grad_batches=2, callbacks=[GradientAccumulationScheduler({0: 4})]))
     with pytest.raises(ValueError, match=r"^You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler`.*accumulate_grad_batches=2"):
         trainer.fit(Classifier(), loader(32))
+
+
+def test_a_model_with_its_own_optimizer_step_is_told_the_hook_runs_once_a_group():
+    class OwnStep(Classifier):
+        calls = 0
+
+        def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+            type(self).calls += 1
+            optimizer.step(closure=optimizer_closure)
+
+    trainer = Trainer(**quiet(max_epochs=1, callbacks=[GradientAccumulationScheduler({0: 2})]))
+    with pytest.warns(UserWarning, match=r"^When using `Trainer\(accumulate_grad_batches != 1\)` and overriding"):
+        trainer.fit(OwnStep(), loader(64))
+    assert OwnStep.calls == 2  # 4 batches, 2 groups

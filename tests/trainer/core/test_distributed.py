@@ -47,7 +47,7 @@ def test_grad_norm_has_lightnings_keys_and_values():
     total = torch.cat([model[0].weight.grad.flatten(), model[1].weight.grad.flatten()]).norm()
     assert torch.allclose(norms["grad_2.0_norm_total"], total)
     assert set(grad_norm(model, "inf")) >= {"grad_inf_norm_total"}
-    with pytest.raises(ValueError, match=r"norm_type=0\): norm_type must be a positive number"):
+    with pytest.raises(ValueError, match=r"^`norm_type` must be a positive number or 'inf' \(infinity norm\)\. Got 0\. grad_norm\(norm_type=0\)"):
         grad_norm(model, 0)
 
 

@@ -192,6 +192,10 @@ def _from_dicts(items: list[dict[str, Any]], where: str) -> OptimizerSetup:
 
 def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> SchedulerConfig:
     if isinstance(sched, dict):  # Lightning's nested form: {"scheduler": s, "interval": ...}
+        unsupported = sched.keys() - {"scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict"}
+        if unsupported:
+            warnings.warn(f"Found unsupported keys in the lr scheduler dict: {unsupported}. HINT: remove them from the "
+                          "output of `configure_optimizers`.", RuntimeWarning, stacklevel=2)
         interval, monitor = sched.get("interval", interval), sched.get("monitor", monitor)
         sched = sched.get("scheduler")
     if interval not in _INTERVALS:
