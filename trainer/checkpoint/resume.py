@@ -221,6 +221,13 @@ def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
     for cb in trainer.callbacks:  # the model's hook ran before its weights were loaded
         cb.on_load_checkpoint(trainer, run.module, ckpt)
     states = ckpt.get("callbacks", {})
+    given = {cb.state_key for cb in trainer.callbacks} | {getattr(cb, "legacy_state_key", None) for cb in trainer.callbacks}
+    missing = [key for key, state in states.items() if state and key not in given]
+    if missing and trainer.is_global_zero:
+        warnings.warn(
+            "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided during "
+            f"`Trainer` instantiation. Please add the following callbacks: {missing}.", stacklevel=2,
+        )
     for cb in trainer.callbacks:  # before the optimizers: BaseFinetuning puts back the param groups it added
         key = cb.state_key if cb.state_key in states else getattr(cb, "legacy_state_key", None)  # an older file's key
         if states.get(key):
@@ -351,7 +358,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         **weights,
         "lr_schedulers": [] if opt is None else [s.scheduler.state_dict() for s in opt.schedulers],
         "precision": run.precision.state_dict(),
-        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "callbacks": {cb.state_key: kept for cb in trainer.callbacks if (kept := cb.state_dict())},  # Lightning's: non-empty
         "loop": {
             "epoch": epoch, "batch_in_epoch": batch, "global_step": state.global_step,
             **({} if state.batches_stepped is None else {"batches_stepped": state.batches_stepped}),

@@ -4,6 +4,7 @@ from 0.1 read back into it, and resume."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -152,3 +153,13 @@ def test_python_numbers_leaves_the_tensors_alone_and_converts_numpys():
     assert plain["state_dict"]["w"] is weight
     assert type(plain["optimizer_states"][0]["param_groups"][0]["lr"]) is float
     assert plain["lr_schedulers"][0]["base_lrs"] == [0.1] and plain["extra"] == (3, "a") and type(plain["extra"][0]) is int
+
+
+def test_callbacks_holds_only_states_that_say_something_and_a_resume_without_one_of_them_says_which():
+    stop = EarlyStopping("val_loss", patience=5)
+    saver = ModelCheckpoint(dirpath="ck", save_last=True)
+    Trainer(**quiet(max_epochs=1, callbacks=[saver, stop], enable_progress_bar=True)).fit(Classifier(), loader(32), loader(16))
+    states = torch.load("ck/last.ckpt", weights_only=True)["callbacks"]
+    assert set(states) == {saver.state_key, stop.state_key}  # the bar's and the summary's empty states are left out
+    with pytest.warns(UserWarning, match=re.escape(f"Please add the following callbacks: [{stop.state_key!r}].")):
+        Trainer(**quiet(max_epochs=2)).fit(Classifier(), loader(32), loader(16), ckpt_path="ck/last.ckpt")
