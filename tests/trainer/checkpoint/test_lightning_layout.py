@@ -162,4 +162,5 @@ def test_callbacks_holds_only_states_that_say_something_and_a_resume_without_one
     states = torch.load("ck/last.ckpt", weights_only=True)["callbacks"]
     assert set(states) == {saver.state_key, stop.state_key}  # the bar's and the summary's empty states are left out
     with pytest.warns(UserWarning, match=re.escape(f"Please add the following callbacks: [{stop.state_key!r}].")):
-        Trainer(**quiet(max_epochs=2)).fit(Classifier(), loader(32), loader(16), ckpt_path="ck/last.ckpt")
+        Trainer(**quiet(max_epochs=2, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)])).fit(
+            Classifier(), loader(32), loader(16), ckpt_path="ck/last.ckpt")
