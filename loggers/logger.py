@@ -108,6 +108,28 @@ class Logger(ABC):
         """Called after a checkpoint is written (e.g. to upload it)."""
 
 
+class DummyLogger(Logger):
+    """Lightning's stand-in for the loggers under ``fast_dev_run``: ``trainer.logger`` is one,
+    so code such as ``self.logger.experiment.add_image(...)`` runs and writes nothing."""
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        pass
+
+    def log_hyperparams(self, params: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getitem__(self, index: int) -> DummyLogger:  # self.logger[0].experiment.add_image(...)
+        return self
+
+
 def params_dict(params: Any) -> dict[str, Any]:
     """Hyperparameters as a dict: ``argparse.Namespace`` and other objects with ``vars``."""
     if params is None:

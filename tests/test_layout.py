@@ -202,7 +202,7 @@ PUBLIC = {
         "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
         "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
     ],
-    "loggers": ["CSVLogger", "DummyExperiment", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
+    "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": [
         "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "ParallelStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError",
         "select_strategy",

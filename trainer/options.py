@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
-from loggers import Logger
+from loggers import DummyLogger, Logger
 from loggers._for_trainer import make_loggers
 from strategies import Strategy, select_strategy
 from strategies.precision import Precision, normalize_precision
@@ -273,7 +273,12 @@ def configure(o: dict[str, Any]) -> Configured:
     t.use_distributed_sampler = flag("use_distributed_sampler", o["use_distributed_sampler"])
     strategy.use_distributed_sampler = t.use_distributed_sampler
     callbacks, legacy = split_loggers(o["callbacks"])  # a TensorBoardLogger passed as a callback, as before loggers/
-    loggers = [] if t.fast_dev_run else make_loggers(o["logger"], legacy, t.default_root_dir, t.name)
+    given_logger = o["logger"]
+    if t.fast_dev_run:  # Lightning's: a stand-in that writes nothing, where a logger was asked for
+        empty = given_logger is False or isinstance(given_logger, (list, tuple)) and not given_logger
+        loggers: list[Logger] = [] if empty else [DummyLogger()]
+    else:
+        loggers = make_loggers(given_logger, legacy, t.default_root_dir, t.name)
     given = check_callbacks(callbacks)
     check_bars(given, o["enable_progress_bar"])
     if o["enable_checkpointing"] is False and any(isinstance(cb, ModelCheckpoint) for cb in given):

@@ -167,3 +167,18 @@ def test_a_callback_logs_in_on_train_epoch_end_and_a_checkpoint_monitors_it():
     trainer.fit(Classifier(), loader(32))
     assert trainer.callback_metrics["from_callback"] == 2.0
     assert "epoch=2" in trainer.checkpoint_callback.best_model_path
+
+
+def test_fast_dev_run_gives_code_that_uses_the_logger_a_stand_in_that_writes_nothing():
+    from loggers import DummyLogger
+
+    class UsesLogger(Counted):
+        def training_step(self, batch, batch_idx):
+            self.logger.experiment.add_scalar("custom", 1.0, self.global_step)  # a TensorBoard call, as in Lightning scripts
+            self.loggers[0].experiment[0].add_text("note", "x")
+            return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(fast_dev_run=True)
+    trainer.fit(UsesLogger(), loader(64))
+    assert isinstance(trainer.logger, DummyLogger) and os.listdir(".") == []
+    assert Trainer(fast_dev_run=True, logger=False).logger is None
