@@ -70,4 +70,4 @@ def check_names(unknown: dict[str, Any], valid: Iterable[str]) -> None:
         if name in UNSUPPORTED:
             raise TypeError(f"Trainer({name}={value!r}) is not supported: {UNSUPPORTED[name]}")
         hint = suggest(name, valid) or " See docs/trainer-arguments.md for the arguments Trainer takes."
-        raise TypeError(f"Trainer() got an unexpected argument {name!r}.{hint}")
+        raise TypeError(f"Trainer.__init__() got an unexpected keyword argument {name!r}.{hint}")  # Python's own words

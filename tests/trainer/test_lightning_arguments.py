@@ -152,12 +152,12 @@ def test_true_precision_trains_the_model_in_that_dtype(precision, dtype):
 # --- arguments we do not take ---------------------------------------------------------------
 @pytest.mark.parametrize(("typo", "meant"), [("max_epoch", "max_epochs"), ("default_root", "default_root_dir"), ("accelarator", "accelerator"), ("check_val_every_n_epochs", "check_val_every_n_epoch"), ("precison", "precision")])
 def test_a_misspelt_argument_gets_the_closest_name(typo, meant):
-    with pytest.raises(TypeError, match=rf"Trainer\(\) got an unexpected argument '{typo}'. Did you mean '{meant}'\?"):
+    with pytest.raises(TypeError, match=rf"Trainer\.__init__\(\) got an unexpected keyword argument '{typo}'. Did you mean '{meant}'\?"):
         Trainer(**{typo: 1})
 
 
 def test_an_argument_nothing_like_ours_points_at_the_list():
-    with pytest.raises(TypeError, match=r"unexpected argument 'zzz_qqq'. See docs/trainer-arguments.md"):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'zzz_qqq'. See docs/trainer-arguments.md"):
         Trainer(zzz_qqq=1)
 
 
