@@ -59,12 +59,14 @@ def resolve_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     return path
 
 
-def last_checkpoint(trainer: Trainer) -> tuple[str | None, str | None]:
-    """(the folders searched, the newest good checkpoint in them): rank 0 looks, every rank gets
-    the path (the folders only on rank 0, for its messages)."""
+def last_checkpoint(trainer: Trainer, pattern: str = "*.ckpt") -> tuple[str | None, str | None]:
+    """(the folders searched, the newest good checkpoint in them named as ``pattern`` says):
+    rank 0 looks, every rank gets the path (the folders only on rank 0, for its messages). Fit
+    resumes from the newest of any name (ours: a kill -9 resumes without ``save_last``); an
+    evaluation takes Lightning's "last", a ``last*.ckpt`` file (``save_last``, a stop's resume point)."""
     strategy = trainer.strategy
     folders = _search_folders(trainer) if strategy.is_global_zero else []
-    found = _find_last(folders) if folders else None
+    found = _find_last(folders, pattern) if folders else None
     return (" and ".join(folders) or None), strategy.broadcast_object(found)
 
 
@@ -126,13 +128,13 @@ def runs_base(trainer: Trainer) -> tuple[str | None, str | None]:
     return base, None if version is None else (version if isinstance(version, str) else f"version_{version}")
 
 
-def _find_last(folders: list[str]) -> str | None:
+def _find_last(folders: list[str], pattern: str = "*.ckpt") -> str | None:
     """The newest checkpoint in ``folders`` that is intact and loads safely; a damaged,
     truncated or refused newer file is skipped with a warning that names it and the file
     resumed instead."""
     # Temp files of unfinished saves start with "." and never match.
     files = [
-        f for folder in folders for f in glob.glob(os.path.join(glob.escape(folder), "*.ckpt"))
+        f for folder in folders for f in glob.glob(os.path.join(glob.escape(folder), pattern))
         if os.path.exists(f)  # no dangling link
     ]
     files.sort(key=_newest_first, reverse=True)

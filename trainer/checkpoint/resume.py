@@ -293,7 +293,7 @@ def evaluate_checkpoint(trainer: Trainer, run: Run, ckpt_path: Any) -> None:
     path = os.fspath(ckpt_path)
     strategy = trainer.strategy
     if path == "last":
-        folder, found = last_checkpoint(trainer)
+        folder, found = last_checkpoint(trainer, "last*.ckpt")
         if found is None:  # the model as it is, as Lightning does
             where = folder or f"{runs_base(trainer)[0]} (no fit of that name with checkpoints)"
             warn_no_last(run.stage, f"no checkpoint in {where}")

@@ -4,6 +4,7 @@ loaders, and evaluating a checkpoint with ckpt_path."""
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -352,3 +353,17 @@ def test_the_default_predict_step_takes_several_loaders_and_overfit_without_vali
     trainer = Trainer(max_epochs=1, overfit_batches=2, **quiet())
     trainer.fit(model, loader(64))
     assert trainer.num_val_batches == [] and trainer.num_training_batches == 2
+
+
+@pytest.mark.parametrize("save_last", [True, False])
+def test_evaluating_last_takes_the_last_ckpt_file_and_without_one_the_models_own_weights(save_last):
+    cb = ModelCheckpoint(dirpath="ck", save_last=save_last)
+    trainer = Trainer(**quiet(max_epochs=1, callbacks=[cb]))
+    trainer.fit(Classifier(), loader(32), loader(16))
+    if save_last:
+        trainer.validate(dataloaders=loader(16), ckpt_path="last")
+        assert trainer.ckpt_path == cb.last_model_path == os.path.abspath("ck/last.ckpt")
+    else:  # an epoch file is there, but "last" means Lightning's last.ckpt
+        with pytest.warns(UserWarning, match="No checkpoint will be loaded"):
+            trainer.validate(dataloaders=loader(16), ckpt_path="last")
+        assert trainer.ckpt_path is None and os.listdir("ck") == ["epoch=0-step=2.ckpt"]
