@@ -29,6 +29,7 @@ from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import last_checkpoint, load_good, runs_base, warn_no_last
 from trainer.data.batches import SkipBatches, rebuild_loader
 from trainer.data.fetch import Fetching, batches
+from trainer.core.exceptions import misconfigured
 from trainer.core.hparams import checkpoint_hparams
 from trainer.core.module import TrainModule
 from trainer.checkpoint.state_dicts import plain_state_dict
@@ -239,6 +240,10 @@ def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
     trainer.state.global_step = loop["global_step"]
     trainer.state.batches_stepped = loop.get("batches_stepped")  # manual optimization's (an older file: global_step)
     trainer.state.current_epoch = loop["epoch"]
+    if trainer.max_epochs not in (None, -1) and trainer.current_epoch > trainer.max_epochs:
+        raise misconfigured("Raise max_epochs to train on from it, or evaluate it with validate/test(ckpt_path=...).",
+                            f"You restored a checkpoint with current_epoch={trainer.current_epoch}, but you have set "
+                            f"Trainer(max_epochs={trainer.max_epochs}).")
     trainer.state.batch_in_epoch = _batch_position(loop, trainer.strategy.world_size)
     if "sharded" not in ours:  # a sharded folder's optimizer states were read with the weights
         _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", strategy.load_optimizer_state_dict)

@@ -164,3 +164,15 @@ def test_callbacks_holds_only_states_that_say_something_and_a_resume_without_one
     with pytest.warns(UserWarning, match=re.escape(f"Please add the following callbacks: [{stop.state_key!r}].")):
         Trainer(**quiet(max_epochs=2, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)])).fit(
             Classifier(), loader(32), loader(16), ckpt_path="ck/last.ckpt")
+
+
+def test_resuming_a_checkpoint_past_max_epochs_is_lightnings_error():
+    from trainer import MisconfigurationException
+
+    Trainer(**quiet(max_epochs=3, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)])).fit(Classifier(), loader(32))
+    again = Trainer(**quiet(max_epochs=1, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)]))
+    with pytest.raises(MisconfigurationException, match=r"^You restored a checkpoint with current_epoch=3, but you have set Trainer\(max_epochs=1\)\."):
+        again.fit(Classifier(), loader(32), ckpt_path="ck/last.ckpt")
+    done = Trainer(**quiet(max_epochs=3, callbacks=[ModelCheckpoint(dirpath="ck", save_last=True)]))
+    done.fit(Classifier(), loader(32), ckpt_path="ck/last.ckpt")  # at max_epochs: nothing left to train, no error
+    assert done.global_step == 6
