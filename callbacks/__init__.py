@@ -9,7 +9,7 @@ loggers had a package of their own), imported on first use: the loggers sit besi
 from typing import Any
 
 from .base import Callback, LambdaCallback
-from .early_stopping import EarlyStopping
+from .early_stopping import EarlyStopping, EarlyStoppingReason
 from .finders import BatchSizeFinder, LearningRateFinder
 from .model_checkpoint import ModelCheckpoint
 from .model_summary import ModelSummary
@@ -21,7 +21,7 @@ from .timer import Timer
 from .training import BackboneFinetuning, BaseFinetuning, GradientAccumulationScheduler, StochasticWeightAveraging
 
 __all__ = [
-    "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping",
+    "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
     "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
     "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -17,6 +18,16 @@ if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
 
 log = logging.getLogger("trainer")
+
+
+class EarlyStoppingReason(Enum):
+    """Why EarlyStopping stopped fit (``early_stopping.stopping_reason``), Lightning's values."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -81,7 +92,8 @@ class EarlyStopping(Callback):
     def _reset(self) -> None:
         self.wait_count = 0
         self.best_score = math.inf if self.mode == "min" else -math.inf
-        self.stopped_epoch: int | None = None  # the epoch in which fit was told to stop
+        self.stopped_epoch = 0  # the epoch in which fit was told to stop (Lightning's 0: not stopped)
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
 
     @property
@@ -124,7 +136,7 @@ class EarlyStopping(Callback):
             )
         current = float(metrics[self.monitor])
         before = self.best_score
-        reason = self._judge(current)
+        reason, why = self._judge(current)
         if self.verbose and self.best_score != before:
             self._say(trainer, f"Metric {self.monitor} improved" + (
                 f" by {abs(before - current):.6g} >= min_delta = {self.min_delta}" if math.isfinite(before) else ""
@@ -133,7 +145,7 @@ class EarlyStopping(Callback):
             trainer.should_stop = True
             trainer.state.stop_reason = "early_stopping"
             self.stopped_epoch = trainer.current_epoch
-            self.stopping_reason_message = reason
+            self.stopping_reason, self.stopping_reason_message = why, reason
             self._say(trainer, f"{reason} Stopping at epoch {trainer.current_epoch}, step {trainer.global_step}.")
 
     def _say(self, trainer: Trainer, message: str) -> None:
@@ -142,26 +154,29 @@ class EarlyStopping(Callback):
         elif trainer.is_global_zero:
             log.info("EarlyStopping: %s", message)
 
-    def _judge(self, current: float) -> str | None:
-        """Update the best score and wait count; returns why to stop, or None."""
+    def _judge(self, current: float) -> tuple[str | None, EarlyStoppingReason]:
+        """Update the best score and wait count; returns why to stop (None to go on), and the reason's kind."""
         better = "<" if self.mode == "min" else ">"
         if self.check_finite and not math.isfinite(current):
-            return f"Monitored metric {self.monitor} = {current} is not finite. Previous best value was {self.best_score:.6g}."
+            return (f"Monitored metric {self.monitor} = {current} is not finite. Previous best value was "
+                    f"{self.best_score:.6g}.", EarlyStoppingReason.NON_FINITE_METRIC)
         if self.stopping_threshold is not None and self._beats(current, self.stopping_threshold):
-            return f"Stopping threshold reached: {self.monitor} = {current:.6g} {better} {self.stopping_threshold}."
+            return (f"Stopping threshold reached: {self.monitor} = {current:.6g} {better} {self.stopping_threshold}.",
+                    EarlyStoppingReason.STOPPING_THRESHOLD)
         if self.divergence_threshold is not None and self._beats(self.divergence_threshold, current):
             worse = ">" if self.mode == "min" else "<"
-            return f"Divergence threshold reached: {self.monitor} = {current:.6g} {worse} {self.divergence_threshold}."
+            return (f"Divergence threshold reached: {self.monitor} = {current:.6g} {worse} {self.divergence_threshold}.",
+                    EarlyStoppingReason.DIVERGENCE_THRESHOLD)
         if self._improves(current):
             self.best_score, self.wait_count = current, 0
-            return None
+            return None, EarlyStoppingReason.NOT_STOPPED
         self.wait_count += 1
         if self.wait_count >= self.patience:
             return (
                 f"Monitored metric {self.monitor} did not improve by more than {self.min_delta} in the last "
-                f"{self.wait_count} check(s). Best score: {self.best_score:.6g}."
+                f"{self.wait_count} check(s). Best score: {self.best_score:.6g}.", EarlyStoppingReason.PATIENCE_EXHAUSTED,
             )
-        return None
+        return None, EarlyStoppingReason.NOT_STOPPED
 
     def _beats(self, a: float, b: float) -> bool:
         return a < b if self.mode == "min" else a > b
@@ -175,14 +190,18 @@ class EarlyStopping(Callback):
     def state_dict(self) -> dict[str, Any]:
         # Lightning's shape, which its EarlyStopping loads: a tensor score, epoch 0 for "not stopped".
         return {
-            "wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch or 0,
+            "wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch,
             "best_score": torch.tensor(self.best_score, dtype=torch.float64), "patience": self.patience,
+            "stopping_reason": self.stopping_reason.value, "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.wait_count = int(state_dict.get("wait_count", 0))
         self.best_score = float(state_dict.get("best_score", self.best_score))
-        self.stopped_epoch = state_dict.get("stopped_epoch") or None
+        self.stopped_epoch = int(state_dict.get("stopped_epoch") or 0)
+        self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value))
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")
+
 
 
 def _threshold(name: str, value: Any) -> float | None:

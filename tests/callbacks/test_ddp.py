@@ -96,7 +96,12 @@ def test_ranks_stop_skip_draw_and_log_as_one(tmp_path, capfd):
     # EarlyStopping: the reduced score decides, identically on both ranks, where one process stops.
     assert (trainer.current_epoch, trainer.global_step) == (reference.current_epoch, reference.global_step)
     assert zero["epoch"] == one["epoch"] == 4 and zero["step"] == one["step"] == 16
-    assert zero["stopper"] == one["stopper"] == {"wait_count": 2, "best_score": pytest.approx(0.8), "stopped_epoch": 3, "patience": 2}
+    message = zero["stopper"]["stopping_reason_message"]
+    assert "did not improve" in message
+    assert zero["stopper"] == one["stopper"] == {
+        "wait_count": 2, "best_score": pytest.approx(0.8), "stopped_epoch": 3, "patience": 2,
+        "stopping_reason": 3, "stopping_reason_message": message,  # 3: EarlyStoppingReason.PATIENCE_EXHAUSTED
+    }
     assert stopper.stopped_epoch == 3  # rank 0's state came back to the caller
 
     # NaNGuard(skip): both ranks skipped step 6, so the weights stayed finite and equal.

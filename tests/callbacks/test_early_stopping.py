@@ -105,7 +105,7 @@ def test_its_state_rides_in_checkpoints_and_a_resumed_run_keeps_its_patience():
     first.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8))
     ckpt = torch.load(first.checkpoint_callback.best_model_path, weights_only=True)
     state = ckpt["callbacks"]["EarlyStopping{'monitor': 'score', 'mode': 'min'}"]  # Lightning's key and shape
-    assert state == {"wait_count": 1, "best_score": pytest.approx(0.8), "stopped_epoch": 0, "patience": 2}
+    assert state == {"wait_count": 1, "best_score": pytest.approx(0.8), "stopped_epoch": 0, "patience": 2, "stopping_reason": 0, "stopping_reason_message": None}
     assert isinstance(state["best_score"], torch.Tensor)  # Lightning's EarlyStopping compares it as one
     # Resumed at epoch 3 with one check of patience used: epoch 3 exhausts it.
     stopper = EarlyStopping("score", patience=2)
@@ -119,7 +119,7 @@ def test_a_second_fit_starts_with_fresh_patience():
     trainer = _fit(stopper, [1.0, 2.0, 3.0])
     assert trainer.current_epoch == 2
     trainer.fit(Scripted([1.0, 0.5, 0.25]), loader(16, batch_size=8), loader(8, batch_size=8))
-    assert trainer.current_epoch == 3 and stopper.stopped_epoch is None and stopper.best_score == 0.25
+    assert trainer.current_epoch == 3 and stopper.stopped_epoch == 0 and stopper.best_score == 0.25  # Lightning's 0: not stopped
 
 
 def test_validate_alone_does_not_count_as_a_check():
@@ -197,6 +197,29 @@ def test_two_stoppers_are_told_apart_by_state_key_in_checkpoints():
     again = EarlyStopping("score", patience=5), EarlyStopping("train_score", mode="max", patience=5)
     resumed = Trainer(**quiet(callbacks=list(again), max_epochs=3, enable_checkpointing=True))
     resumed.fit(Scripted(script), loader(16, batch_size=8), loader(8, batch_size=8), ckpt_path=first.checkpoint_callback.best_model_path)
-    assert again[0].state_dict() == by_score.state_dict() == {"wait_count": 1, "best_score": pytest.approx(0.8), "stopped_epoch": 0, "patience": 5}
-    assert again[1].state_dict() == by_train.state_dict() == {"wait_count": 2, "best_score": 1.0, "stopped_epoch": 0, "patience": 5}
-    assert again[0].stopped_epoch is None  # not stopped
+    assert again[0].state_dict() == by_score.state_dict() == {"wait_count": 1, "best_score": pytest.approx(0.8), "stopped_epoch": 0, "patience": 5, "stopping_reason": 0, "stopping_reason_message": None}
+    assert again[1].state_dict() == by_train.state_dict() == {"wait_count": 2, "best_score": 1.0, "stopped_epoch": 0, "patience": 5, "stopping_reason": 0, "stopping_reason_message": None}
+    assert again[0].stopped_epoch == 0  # not stopped
+
+
+@pytest.mark.parametrize(
+    "options, scores, reason, words",
+    [
+        (dict(patience=2), [1.0, 1.0, 1.0, 1.0], "PATIENCE_EXHAUSTED", "did not improve"),
+        (dict(stopping_threshold=0.5), [1.0, 0.4, 0.3, 0.2], "STOPPING_THRESHOLD", "Stopping threshold reached"),
+        (dict(divergence_threshold=5.0), [1.0, 6.0, 7.0, 8.0], "DIVERGENCE_THRESHOLD", "Divergence threshold reached"),
+        (dict(), [1.0, float("nan"), 1.0, 1.0], "NON_FINITE_METRIC", "is not finite"),
+        (dict(patience=5), [1.0, 0.9, 0.8, 0.7], "NOT_STOPPED", None),
+    ],
+)
+def test_stopping_reason_says_why_as_lightnings_enum_and_rides_in_the_state(options, scores, reason, words):
+    from callbacks import EarlyStoppingReason
+
+    stopper = EarlyStopping("score", **options)
+    _fit(stopper, scores, num_sanity_val_steps=0)
+    assert stopper.stopping_reason is EarlyStoppingReason[reason]
+    assert (stopper.stopping_reason_message is None) if words is None else (words in stopper.stopping_reason_message)
+    assert (stopper.stopped_epoch > 0) == (words is not None)
+    restored = EarlyStopping("score", **options)
+    restored.load_state_dict(stopper.state_dict())
+    assert (restored.stopping_reason, restored.stopping_reason_message) == (stopper.stopping_reason, stopper.stopping_reason_message)
