@@ -118,3 +118,15 @@ def test_lightnings_sentences_for_a_missing_momentum_and_two_groups_of_one_name(
                       callbacks=[LearningRateMonitor()])
     with pytest.raises(MisconfigurationException, match=r"^A single `Optimizer` cannot have multiple parameter groups with identical `name` values\. lr-SGD has duplicated parameter group names \['a'\]"):
         trainer.fit(Twins(), loader(32))
+
+
+def test_a_schedulers_name_is_its_key(tmp_path):
+    class Named(Classifier):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [opt], [{"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1), "name": "my_logging_name"}]
+
+    monitor = LearningRateMonitor()
+    trainer = Trainer(max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, log_dir=tmp_path, callbacks=[monitor])
+    trainer.fit(Named(), loader(32))
+    assert list(monitor.lrs) == ["my_logging_name"]

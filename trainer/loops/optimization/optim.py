@@ -31,6 +31,7 @@ class SchedulerConfig:
     scheduler: Any
     interval: str = "epoch"
     monitor: str | None = None
+    name: str | None = None  # Lightning's: LearningRateMonitor's key for it
 
     @property
     def needs_metric(self) -> bool:
@@ -196,8 +197,10 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
         if unsupported:
             warnings.warn(f"Found unsupported keys in the lr scheduler dict: {unsupported}. HINT: remove them from the "
                           "output of `configure_optimizers`.", RuntimeWarning, stacklevel=2)
-        interval, monitor = sched.get("interval", interval), sched.get("monitor", monitor)
+        interval, monitor, name = sched.get("interval", interval), sched.get("monitor", monitor), sched.get("name")
         sched = sched.get("scheduler")
+    else:
+        name = None
     if interval not in _INTERVALS:
         raise ValueError(f"{where}: interval={interval!r} must be 'epoch' or 'step'.")
     if isinstance(sched, Optimizer):  # an optimizer has step() too, and would pass for a scheduler
@@ -207,7 +210,7 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
         )
     if not callable(getattr(sched, "step", None)):
         raise TypeError(f"{where}: the scheduler {sched!r} has no step() method.")
-    return SchedulerConfig(sched, interval, monitor)
+    return SchedulerConfig(sched, interval, monitor, name)
 
 
 def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:
