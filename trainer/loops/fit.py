@@ -212,10 +212,10 @@ class FitLoop(StopRules, Publishing):
         try:
             for i, fn in enumerate(fns):
                 if i == monitors:
-                    run.opt.step_schedulers("epoch", run.callback_metrics)
+                    run.opt.step_schedulers("epoch", run.callback_metrics, trainer.current_epoch + 1)
                 self._epoch_end_hook(fn, sink)
             if len(fns) <= monitors:  # no monitoring callback
-                run.opt.step_schedulers("epoch", run.callback_metrics)
+                run.opt.step_schedulers("epoch", run.callback_metrics, trainer.current_epoch + 1)
         finally:
             set_sink(previous)
             sink.reset_metrics()  # after the hooks, whose compute() saw the epoch (Lightning's order)

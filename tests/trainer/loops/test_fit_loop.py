@@ -175,3 +175,28 @@ def test_bf16_mixed_on_cuda_runs_the_step_in_bfloat16_and_keeps_float32_weights(
     assert model.dtypes == [torch.bfloat16, torch.bfloat16]
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert trainer._precision.scaler is None  # bfloat16 has float32's range: no scaling
+
+
+@pytest.mark.parametrize(
+    "interval, frequency, expected",
+    [
+        ("step", 3, [1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.25]),  # Lightning's: every 3rd batch of each epoch
+        ("epoch", 2, [1.0] * 8),  # after the 2nd epoch only
+    ],
+)
+def test_a_schedulers_frequency_steps_it_every_nth_batch_of_the_epoch_or_epoch(interval, frequency, expected):
+    seen = []
+
+    class Every(Classifier):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=1.0)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+            return [opt], [{"scheduler": sched, "interval": interval, "frequency": frequency}]
+
+        def on_train_batch_start(self, batch, batch_idx):
+            seen.append(self.trainer.optimizers[0].param_groups[0]["lr"])
+
+    trainer = Trainer(**quiet(max_epochs=2))
+    trainer.fit(Every(), loader(64))  # 4 batches an epoch
+    assert seen == expected
+    assert trainer.optimizers[0].param_groups[0]["lr"] == (0.5 if interval == "epoch" else 0.25)

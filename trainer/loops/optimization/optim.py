@@ -32,6 +32,7 @@ class SchedulerConfig:
     interval: str = "epoch"
     monitor: str | None = None
     name: str | None = None  # Lightning's: LearningRateMonitor's key for it
+    frequency: int = 1  # Lightning's: stepped at every frequency-th batch of the epoch ("step") or epoch
 
     @property
     def needs_metric(self) -> bool:
@@ -83,12 +84,14 @@ class OptimizerSetup:
     def needs_metric_at(self, interval: str) -> bool:
         return any(s.interval == interval and s.needs_metric for s in self.schedulers)
 
-    def step_schedulers(self, interval: str, metrics: dict[str, float]) -> None:
+    def step_schedulers(self, interval: str, metrics: dict[str, float], index: int) -> None:
+        """Step the ``interval`` schedulers due at ``index``: the batch in the epoch ("step", from 1)
+        or the epoch ("epoch", from 1), a multiple of each one's ``frequency``, as Lightning's."""
         if not self.automatic:
             return
         own_step = self.own.get("lr_scheduler_step")
         for config in self.schedulers:
-            if config.interval == interval:
+            if config.interval == interval and index % config.frequency == 0:
                 config.step(metrics, own_step)
 
 
@@ -198,9 +201,12 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
             warnings.warn(f"Found unsupported keys in the lr scheduler dict: {unsupported}. HINT: remove them from the "
                           "output of `configure_optimizers`.", RuntimeWarning, stacklevel=2)
         interval, monitor, name = sched.get("interval", interval), sched.get("monitor", monitor), sched.get("name")
+        frequency = sched.get("frequency", 1)
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
+            raise ValueError(f"{where}: frequency={frequency!r} must be an int >= 1 (step the scheduler every n {interval}s).")
         sched = sched.get("scheduler")
     else:
-        name = None
+        name, frequency = None, 1
     if interval not in _INTERVALS:
         raise ValueError(f"{where}: interval={interval!r} must be 'epoch' or 'step'.")
     if isinstance(sched, Optimizer):  # an optimizer has step() too, and would pass for a scheduler
@@ -210,7 +216,7 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
         )
     if not callable(getattr(sched, "step", None)):
         raise TypeError(f"{where}: the scheduler {sched!r} has no step() method.")
-    return SchedulerConfig(sched, interval, monitor, name)
+    return SchedulerConfig(sched, interval, monitor, name, frequency)
 
 
 def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:

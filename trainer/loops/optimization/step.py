@@ -89,7 +89,7 @@ class StepSequence:
         if opt.steps_at("step"):
             if opt.needs_metric_at("step"):
                 self.run.publish_step_metrics()
-            opt.step_schedulers("step", self.run.callback_metrics)
+            opt.step_schedulers("step", self.run.callback_metrics, self.trainer.state.batch_in_epoch)
 
     def before_step(self, optimizer: Optimizer, unscale: bool = True, clipping: str | None = "model") -> None:
         """Unscale (hooks and clipping see the true gradients), on_before_optimizer_step, clip:
