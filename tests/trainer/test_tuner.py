@@ -197,11 +197,18 @@ def test_scale_batch_size_stops_at_a_real_cuda_out_of_memory():
             return super().training_step(batch, batch_idx) + held[:1].sum() * 0
 
     model = Hungry(n=4096)
+    # cuBLAS keeps a workspace per thread from its first matrix product (the forward's on this
+    # thread, the backward's on autograd's): make both before measuring, so only the trials count.
+    w = torch.ones(8, 8, device="cuda", requires_grad=True)
+    (w @ w).sum().backward()
+    del w
     before = torch.cuda.memory_allocated()
     found = Tuner(Trainer(max_epochs=1, **quiet())).scale_batch_size(model, steps_per_trial=1, max_trials=12)
     total = torch.cuda.get_device_properties(0).total_memory / 2**30
     assert found in (2, 4, 8, 16, 32, 64, 128) and found <= total < 2 * found + 1
-    assert model.batch_size == found and torch.cuda.memory_allocated() <= before + 2**20  # the trials' memory is freed
+    # The trials' memory is freed: a trial held GiBs; the model's weights and the allocator's
+    # small blocks (about 1 MiB on an H100) stay.
+    assert model.batch_size == found and torch.cuda.memory_allocated() <= before + 2**24
 
 
 def test_the_batch_size_finder_refuses_distributed_strategies_and_several_evaluation_loaders():

@@ -265,8 +265,8 @@ def test_kill9_on_a_gpu_in_mixed_precision_then_restart_is_bit_exact(precision, 
     assert resumed_from(job)[1:] == (0, 3)
     assert_same_training(tmp_path, ref)
     if precision == "16-mixed":
-        saved = torch.load(glob.glob(str(tmp_path / "runs/lightning_logs/version_*/checkpoints/last.ckpt"))[0], weights_only=True)
-        assert "MixedPrecision" in saved  # the GradScaler, where Lightning keeps it
+        for path in checkpoints(tmp_path).values():
+            assert "MixedPrecision" in torch.load(path, weights_only=True), path  # the GradScaler, where Lightning keeps it
 
 
 # --- SIGTERM and Ctrl-C ----------------------------------------------------------------------

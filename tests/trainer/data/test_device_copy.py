@@ -30,7 +30,7 @@ def test_a_strategy_that_moves_batches_its_own_way_gets_them_as_they_are():
     batches = iter([torch.zeros(2)])
     assert OwnMove("cuda:0").device_batches(batches) is batches
     dp = DataParallelStrategy(device_ids=[0, 0])
-    dp.configure_devices([0, 0])
+    dp.configure_devices("auto")  # its device_ids choose the devices
     assert dp.device_batches(batches) is batches  # split on the CPU, then scattered
 
 
