@@ -23,7 +23,7 @@ from .training import BackboneFinetuning, BaseFinetuning, GradientAccumulationSc
 __all__ = [
     "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
     "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
-    "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+    "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
 ]
 
 
@@ -32,4 +32,8 @@ def __getattr__(name: str) -> Any:
         from loggers import TensorBoardLogger
 
         return TensorBoardLogger
+    if name == "Tqdm":  # Lightning's tqdm subclass; made on first use (importing tqdm is not free)
+        from .progress import tqdm_class
+
+        return tqdm_class()
     raise AttributeError(f"module 'callbacks' has no attribute {name!r}")

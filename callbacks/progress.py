@@ -88,9 +88,7 @@ class ProgressBar(Callback):
             if not self._tty:
                 _line("compiling the model (torch.compile): the first steps take longer")
         if self._tty:
-            from tqdm import tqdm
-
-            self._bar = tqdm(
+            self._bar = tqdm_class()(
                 total=None if total == float("inf") else int(total), initial=self._first_batch,
                 desc=f"Epoch {trainer.current_epoch}" + (" (compiling)" if self._compiling else ""),
                 dynamic_ncols=True, leave=True, mininterval=self.refresh_s,
@@ -154,9 +152,7 @@ class ProgressBar(Callback):
         """``print`` under the bar (``TrainModule.print`` comes here): ``tqdm.write`` while a stage runs."""
         if not self._active:
             return print(*args, sep=sep, **kwargs)
-        from tqdm import tqdm
-
-        tqdm.write(sep.join(map(str, args)), **kwargs)
+        tqdm_class().write(sep.join(map(str, args)), **kwargs)
 
     @property
     def total_train_batches(self) -> int | float:
@@ -188,10 +184,8 @@ class ProgressBar(Callback):
             return bar
         if stage not in self._totals:
             raise TypeError(f"The `{type(self).__name__}._{stage}_progress_bar` reference has not been set yet.")
-        from tqdm import tqdm
-
         total = self._totals[stage]
-        return tqdm(total=None if total in (None, float("inf")) else int(total), disable=True)
+        return tqdm_class()(total=None if total in (None, float("inf")) else int(total), disable=True)
 
     train_progress_bar = property(lambda self: self._record("train"))
     val_progress_bar = property(lambda self: self._record("val"))
@@ -246,9 +240,7 @@ class ProgressBar(Callback):
         self._eval_stage, self._eval_loader = stage, 0
         self._totals[stage] = getattr(self, f"total_{stage}_batches_current_dataloader")
         if self._active and self._tty:
-            from tqdm import tqdm
-
-            self._eval_bar = tqdm(desc=desc, leave=False, dynamic_ncols=True, mininterval=self.refresh_s)
+            self._eval_bar = tqdm_class()(desc=desc, leave=False, dynamic_ncols=True, mininterval=self.refresh_s)
 
     def _eval_batch(self, dataloader_idx: int = 0) -> None:
         if dataloader_idx != self._eval_loader:  # the next loader: its total
@@ -269,26 +261,18 @@ class ProgressBar(Callback):
     def on_validation_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(dataloader_idx)
 
+    on_test_batch_end = on_predict_batch_end = on_validation_batch_end
+
     def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_end()
+
+    on_test_end = on_predict_end = on_validation_end
 
     def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start("Test", "test")
 
-    def on_test_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_batch(dataloader_idx)
-
-    def on_test_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        self._eval_end()
-
     def on_predict_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start("Predict", "predict")
-
-    def on_predict_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_batch(dataloader_idx)
-
-    def on_predict_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        self._eval_end()
 
     def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         for bar in (self._bar, self._eval_bar):
@@ -378,11 +362,36 @@ def _line(text: str) -> None:
 
 
 def _duration(seconds: float, whole: bool = False) -> str:
-    """'42 ms' under a second (a short epoch read '0.0s'), '12.3 s' ('12 s' if ``whole``) under
-    a minute, then '4 min 05 s'."""
+    """'42 ms' under a second, '12.3 s' ('12 s' if ``whole``) under a minute, then '4 min 05 s'."""
     if round(seconds * 1e3) < 1000:  # compared as shown: 0.9996 s is "1.0 s", not "1000 ms"
         return f"{round(seconds * 1e3)} ms"
     if round(seconds, 1) < 60:
         return f"{round(seconds)} s" if whole else f"{seconds:.1f} s"
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest:02d} s"
+
+
+_TQDM: list[type] = []  # made on first use: importing tqdm is not free
+
+
+def tqdm_class() -> type:
+    """Lightning's ``Tqdm``: a tqdm whose ``format_num`` pads floats (and numeric strings) with
+    zeros to 5 characters, so that a bar's numbers keep their width ("1.000", "0.100")."""
+    if not _TQDM:
+        from tqdm import tqdm
+
+        def format_num(n: int | float | str) -> str:
+            text = n if isinstance(n, str) else tqdm.format_num(n)
+            if isinstance(n, int) or "e" in text:
+                return text
+            if "." not in text and len(text) < 5:
+                try:
+                    float(text)
+                except ValueError:
+                    return text
+                text += "."
+            return text + "0" * (5 - len(text))
+
+        _TQDM.append(type("Tqdm", (tqdm,), {"format_num": staticmethod(format_num), "__module__": __name__}))
+    return _TQDM[0]
+

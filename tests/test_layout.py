@@ -200,7 +200,7 @@ PUBLIC = {
     "callbacks": [
         "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
         "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
-        "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer",
+        "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
     ],
     "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": [

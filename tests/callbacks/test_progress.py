@@ -329,3 +329,14 @@ def test_tqdm_miniters_in_the_environment_is_a_lower_bound_on_the_refresh_rate(m
     assert TQDMProgressBar(refresh_rate=1).refresh_rate == 2
     assert TQDMProgressBar(refresh_rate=5).refresh_rate == 5
     assert not TQDMProgressBar(refresh_rate=0).is_disabled  # 2 from the environment
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(0.001, "0.001"), (0.1, "0.100"), (1.0, "1.000"), (10, "10"), (1e-5, "1e-5"), ("1", "1.000"), ("abc", "abc"), ("10000", "10000")],
+)
+def test_tqdm_pads_a_bars_floats_and_numeric_strings_to_five_characters(value, shown):
+    from callbacks import Tqdm
+    from tqdm import tqdm
+
+    assert issubclass(Tqdm, tqdm) and Tqdm.format_num(value) == shown

@@ -67,6 +67,33 @@ class DataModule(HyperparametersMixin):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         return batch
 
+    def __str__(self) -> str:
+        """Which loaders the DataModule gives now, and their datasets' sizes, one line each
+        (Lightning's): ``{Train dataloader: size=64}``, ``None`` for a loader its method
+        cannot give (not defined, or ``setup`` has not run), ``size=NA`` for a dataset without
+        a length, ``1. size=16 ; 2. size=NA`` for several loaders."""
+
+        def size(loader: Any) -> str:
+            dataset = getattr(loader, "dataset", None)
+            return str(len(dataset)) if hasattr(dataset, "__len__") else "NA"
+
+        lines = []
+        for title, method in (("Train", "train_dataloader"), ("Validation", "val_dataloader"),
+                              ("Test", "test_dataloader"), ("Predict", "predict_dataloader")):
+            try:
+                loaders = getattr(self, method)()
+            except Exception:  # noqa: BLE001 - any failure means "not available", as in Lightning
+                loaders = None
+            if isinstance(loaders, DataLoader):
+                text = f"size={size(loaders)}"
+            elif isinstance(loaders, (list, tuple, dict)) and loaders:
+                each = loaders.values() if isinstance(loaders, dict) else loaders
+                text = " ; ".join(f"{i}. size={size(x)}" if isinstance(x, DataLoader) else "None" for i, x in enumerate(each, 1))
+            else:
+                text = "None"
+            lines.append(f"{{{title} dataloader: {text}}}")
+        return os.linesep.join(lines)
+
     def state_dict(self) -> dict[str, Any]:
         """What checkpoints keep of this DataModule (plain data, tensors); empty by default."""
         return {}

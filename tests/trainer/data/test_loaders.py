@@ -68,6 +68,24 @@ def test_a_datamodule_gives_fit_and_test_their_loaders_and_runs_its_hooks_in_ord
     Trainer(max_steps=1, **quiet()).fit(Classifier(), dm)  # fit(model, dm), as Lightning allows
 
 
+def test_a_datamodule_prints_which_loaders_it_gives_and_their_sizes():
+    dm = Data()
+    assert str(dm).split(os.linesep) == [  # before setup no loader can be made
+        "{Train dataloader: None}", "{Validation dataloader: None}", "{Test dataloader: None}", "{Predict dataloader: None}",
+    ]
+    dm.setup("fit")
+    dm.predict_dataloader = lambda: [DataLoader(dm.val), DataLoader(_NoLen())]
+    assert str(dm).split(os.linesep) == [
+        "{Train dataloader: size=64}", "{Validation dataloader: size=32}", "{Test dataloader: size=32}",
+        "{Predict dataloader: 1. size=32 ; 2. size=NA}",
+    ]
+
+
+class _NoLen(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(3))
+
+
 def test_the_model_can_define_its_own_loaders():
     trainer = Trainer(max_epochs=1, **quiet())
     trainer.fit(WithLoaders())
