@@ -111,12 +111,12 @@ def refuse_non_finite(trainer: Trainer, what: str) -> None:
 
 
 def _named_state_tensors(trainer: Trainer) -> Iterator[tuple[str, torch.Tensor]]:
-    """The floating tensors a checkpoint's weights and optimizer state are made of, as this
-    process holds them (fsdp: its shards), read from the live objects, not from the
+    """The floating tensors a checkpoint's weights (the parameters) and optimizer state are
+    made of, as this process holds them (fsdp: its shards), read from the live objects, not from the
     checkpoint's layout."""
     module = trainer.strategy.module
-    if module is not None:
-        for name, t in [*module.named_parameters(), *module.named_buffers()]:
+    if module is not None:  # not the buffers: a causal mask holds -inf by design, and running stats follow the weights
+        for name, t in module.named_parameters():
             yield f"the weight {name!r}", t
     names = {id(p): n for n, p in module.named_parameters()} if module is not None else {}
     for i, optimizer in enumerate(trainer.optimizers):
@@ -131,8 +131,13 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 def _state_tensors(trainer: Trainer) -> Iterator[torch.Tensor]:
-    for _, t in _named_state_tensors(trainer):
-        yield _local(t)
+    """The tensors of ``_named_state_tensors`` without their names (each save: no strings made)."""
+    module = trainer.strategy.module
+    if module is not None:
+        yield from map(_local, module.parameters())
+    for optimizer in trainer.optimizers:
+        for per_param in optimizer.state.values():
+            yield from (_local(v) for v in per_param.values() if isinstance(v, torch.Tensor))
 
 
 def _checked(t: torch.Tensor) -> bool:

@@ -80,6 +80,21 @@ def test_a_nan_optimizer_state_is_refused_too_and_save_checkpoint_keeps_the_file
         assert f.read() == before
 
 
+class CausalMask(Classifier):
+    """A buffer that holds -inf by design, as a transformer's causal mask does."""
+
+    def __init__(self, persistent: bool):
+        super().__init__()
+        self.register_buffer("mask", torch.full((4, 4), float("-inf")).triu(1), persistent=persistent)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_buffer_that_holds_infinity_by_design_does_not_stop_the_saves(persistent):
+    _fit(CausalMask(persistent), epochs=2, callbacks=[ModelCheckpoint(save_last=True)])
+    saved = torch.load("checkpoints/last.ckpt", weights_only=True)
+    assert saved["global_step"] == 8 and ("mask" in saved["state_dict"]) == persistent
+
+
 @pytest.mark.slow
 def test_under_ddp_every_rank_refuses_the_save_together(tmp_path):
     # Each rank checks its own tensors, one all-reduce decides: no rank waits in a save the others skip.
