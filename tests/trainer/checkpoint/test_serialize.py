@@ -52,6 +52,7 @@ def many_kinds_of_tensor() -> dict:
         "with an attribute": tagged,
         "containers": [1, 2.5, "x", None, (torch.ones(2), {"k": torch.zeros(1)})],
         "ordered": collections.OrderedDict(w=torch.ones(1)),
+        "a storage of its own": torch.arange(4.0).untyped_storage(),
     }
 
 
@@ -61,6 +62,15 @@ def test_every_kind_of_tensor_gives_the_bytes_torch_save_gives():
         expected = torch_bytes(obj)
     with pytest.warns(UserWarning, match="will not be serialized"):
         assert our_bytes(obj) == expected
+
+
+def test_without_torchs_archive_pieces_it_is_torch_save_with_the_short_tensor_path(monkeypatch):
+    obj = many_kinds_of_tensor()
+    del obj["hooked"]
+    monkeypatch.setattr(serialize, "_OWN_ARCHIVE", False)
+    calls = []
+    monkeypatch.setattr(serialize._Pickler, "persistent_id", lambda self, o: calls.append(o))  # torch's replaces it
+    assert our_bytes(obj) == torch_bytes(obj) and calls == []
 
 
 def test_loaded_tensors_keep_their_views_strides_and_hooks_of_their_own():
