@@ -120,11 +120,16 @@ class DummyLogger(Logger):
     def version(self) -> str:
         return ""
 
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:  # any arguments, as Lightning's: it records nothing
         pass
 
-    def log_hyperparams(self, params: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
         pass
+
+    def __getattr__(self, name: str) -> Callable[..., None]:  # another logger's method (log_text, ...): does nothing
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return DummyExperiment().nop
 
     def __getitem__(self, index: int) -> DummyLogger:  # self.logger[0].experiment.add_image(...)
         return self

@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainer.core.distributed import rank_zero_warn
+from trainer.core.exceptions import misconfigured
 from trainer.data.loaders import LOADER_METHOD, defines
 
 if TYPE_CHECKING:
@@ -26,9 +27,10 @@ def fitted_sources(trainer: Trainer, stage: str, dataloaders: Any, datamodule: A
     """
     fitted = getattr(trainer, "_fitted", None)
     if fitted is None:
-        raise ValueError(
+        raise misconfigured(  # a TypeError (Lightning's) and a ValueError (ours before)
             f"trainer.{stage}() was called without a model, and this Trainer has not run fit: pass the model, "
-            f"trainer.{stage}(model, ...), or call trainer.fit(model, ...) first."
+            f"trainer.{stage}(model, ...), or call trainer.fit(model, ...) first.",
+            f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a previous run.", type_error=True,
         )
     model, fit_datamodule, fit_val = fitted
     if dataloaders is None and datamodule is None:

@@ -182,3 +182,11 @@ def test_fast_dev_run_gives_code_that_uses_the_logger_a_stand_in_that_writes_not
     trainer.fit(UsesLogger(), loader(64))
     assert isinstance(trainer.logger, DummyLogger) and os.listdir(".") == []
     assert Trainer(fast_dev_run=True, logger=False).logger is None
+
+
+def test_the_dummy_logger_takes_any_call_with_any_arguments():
+    from loggers import DummyLogger
+
+    logger = DummyLogger()
+    assert logger.log_hyperparams("1", 2, three="three") is None and logger.log_metrics("1", 2, three="three") is None
+    assert logger.log_text("key", columns=["a"], data=[[1]]) is None  # a method of another logger (WandbLogger's)

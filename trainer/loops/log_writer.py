@@ -82,7 +82,8 @@ class LogWriter(Callback):
             prefix = "lr" if len(trainer.optimizers) == 1 else f"lr/optimizer{i}"
             groups = opt.param_groups
             for j, group in enumerate(groups):  # float(): schedulers update tensors in place
-                values[prefix if len(groups) == 1 else f"{prefix}/group{j}"] = float(group["lr"])
+                if "lr" in group:  # (not in Lightning's stand-in for no optimizer)
+                    values[prefix if len(groups) == 1 else f"{prefix}/group{j}"] = float(group["lr"])
         if trainer.grad_norm is not None:
             values["grad_norm"] = float(trainer.grad_norm)
         if self._clock is not None and now > self._clock[0]:

@@ -200,3 +200,51 @@ def test_a_schedulers_frequency_steps_it_every_nth_batch_of_the_epoch_or_epoch(i
     trainer.fit(Every(), loader(64))  # 4 batches an epoch
     assert seen == expected
     assert trainer.optimizers[0].param_groups[0]["lr"] == (0.5 if interval == "epoch" else 0.25)
+
+
+class NoOptimizers(Classifier):
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def configure_optimizers(self):
+        return None
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        return super().training_step(batch, batch_idx)
+
+
+def test_configure_optimizers_returning_none_trains_nothing_and_says_so_as_lightning_does():
+    model = NoOptimizers()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = Trainer(**quiet(max_epochs=2))
+    with pytest.warns(UserWarning, match=r"`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer"):
+        trainer.fit(model, loader())
+    assert model.steps == 2 * len(loader()) and trainer.global_step == 2 * len(loader())  # the steps ran (and counted)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # nothing stepped
+    assert repr(trainer.optimizers[0]) == "No Optimizer" and trainer.optimizers[0].state_dict() == {}
+    assert "train_loss" in trainer.callback_metrics
+
+
+@pytest.mark.parametrize(
+    ("returned", "error", "lightning"),
+    [
+        (lambda opt: [{"optimizer": opt}, opt], TypeError, "Unknown configuration for model optimizers"),
+        (lambda opt: "adam", TypeError, "Unknown configuration for model optimizers"),
+        (lambda opt: {"optimizer": opt, "lr_scheduler": {"interval": "step"}}, ValueError,
+         'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler'),
+        (lambda opt: {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1), "interval": "batch"}},
+         ValueError, 'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "batch"'),
+    ],
+)
+def test_an_unusable_configure_optimizers_is_lightnings_misconfiguration_with_its_sentence_first(returned, error, lightning):
+    from trainer import MisconfigurationException
+
+    class Bad(Classifier):
+        def configure_optimizers(self):
+            return returned(torch.optim.SGD(self.parameters(), lr=0.1))
+
+    with pytest.raises(MisconfigurationException) as raised:
+        Trainer(**quiet(max_epochs=1)).fit(Bad(), loader())
+    assert isinstance(raised.value, error) and str(raised.value).startswith(lightning)

@@ -99,6 +99,14 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
     """The optimizers from ``module.configure_optimizers()``, else from ``Trainer(optimizer=...)``."""
     configure = getattr(module, "configure_optimizers", None)
     result = configure() if callable(configure) else None
+    own_configure = callable(configure) and (overridden(module, "configure_optimizers") or "configure_optimizers" in vars(module))
+    if result is None and factory is None and own_configure:  # Lightning's: a fit that steps nothing
+        warnings.warn(
+            f"`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer "
+            f"({type(module).__name__}.configure_optimizers(): training_step and backward run, no weight changes).",
+            UserWarning, stacklevel=2,
+        )
+        result = NoOptimizer()
     if result is None:
         if factory is None:
             raise misconfigured(
@@ -107,7 +115,7 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
                 "Trainer(optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)).",
                 "No `configure_optimizers()` method defined. Lightning `Trainer` expects as minimum a `training_step()`, "
                 "`train_dataloader()` and `configure_optimizers()` to be defined."
-                if not callable(configure) or not overridden(module, "configure_optimizers") else "",
+                if not own_configure else "",
             )
         try:
             result = factory(module.parameters())
@@ -175,14 +183,17 @@ def _parse(result: Any, where: str) -> OptimizerSetup:
             if opts and all(isinstance(x, Optimizer) for x in opts):
                 configs = [_scheduler(s, "epoch", None, where) for s in scheds]
                 return _checked(OptimizerSetup(list(opts), configs), where)
-    raise TypeError(f"{where}, which is not usable. Return {_SHAPES}.")
+    raise misconfigured(f"{where}, which is not usable. Return {_SHAPES}.", _UNKNOWN, type_error=True)
+
+
+_UNKNOWN = "Unknown configuration for model optimizers."  # Lightning's sentence
 
 
 def _from_dicts(items: list[dict[str, Any]], where: str) -> OptimizerSetup:
     setup = OptimizerSetup([])
     for item in items:
         if not isinstance(item.get("optimizer"), Optimizer):
-            raise TypeError(f"{where}: a dict without an 'optimizer'. Return {_SHAPES}.")
+            raise misconfigured(f"{where}: a dict without an 'optimizer'. Return {_SHAPES}.", _UNKNOWN, type_error=True)
         unknown = set(item) - {"optimizer", "lr_scheduler", "interval", "monitor"}
         if unknown:
             raise ValueError(f"{where}: unknown keys {sorted(unknown)}. Expected {_SHAPES}.")
@@ -204,11 +215,14 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
         frequency = sched.get("frequency", 1)
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"{where}: frequency={frequency!r} must be an int >= 1 (step the scheduler every n {interval}s).")
+        if "scheduler" not in sched:
+            raise misconfigured(f"{where}: the dict has no 'scheduler'.", 'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler.')
         sched = sched.get("scheduler")
     else:
         name, frequency = None, 1
     if interval not in _INTERVALS:
-        raise ValueError(f"{where}: interval={interval!r} must be 'epoch' or 'step'.")
+        raise misconfigured(f"{where}: interval={interval!r} must be 'epoch' or 'step'.",
+                            f'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "{interval}".')
     if isinstance(sched, Optimizer):  # an optimizer has step() too, and would pass for a scheduler
         raise TypeError(
             f"{where}: an optimizer where a scheduler belongs. For several optimizers return a list of them, "
@@ -224,6 +238,33 @@ def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:
     module steps each (``toggle_optimizer`` keeps the others' gradients off); automatic
     optimization takes one optimizer (``check_manual`` says so)."""
     return setup
+
+
+class NoOptimizer(Optimizer):
+    """Lightning's stand-in when ``configure_optimizers`` returns None: it steps nothing (a
+    closure it is given still runs), keeps no state, and has no learning rate."""
+
+    def __init__(self) -> None:
+        super().__init__([torch.zeros(1)], {})
+
+    def add_param_group(self, param_group: dict[Any, Any]) -> None:
+        pass
+
+    def load_state_dict(self, state_dict: dict[Any, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]
+        if closure is not None:
+            closure()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "No Optimizer"
 
 
 def clip(params: list[torch.nn.Parameter], value: float, algorithm: str) -> torch.Tensor:
