@@ -35,11 +35,14 @@ class Callback:
         """``MyCallback{'monitor': 'val_loss'}``: Lightning's form of a key told apart by arguments."""
         return f"{type(self).__qualname__}{kwargs!r}"
 
-    def wants(self, hook: str) -> bool:
+    def _wants(self, hook: str) -> bool:
         """Whether this run should call ``hook``, one this callback overrides; asked once at
         the start of each ``fit``/``validate``/``test``/``predict``. Say False for a per-batch
-        hook that has nothing to do this run, and it costs nothing on every batch."""
-        return True
+        hook that has nothing to do this run, and it costs nothing on every batch. (Private, so
+        that a Callback's public members are Lightning's hooks; a subclass's ``wants``, this
+        method's name in 0.1.0, is still asked.)"""
+        wants = getattr(type(self), "wants", None)
+        return True if wants is None else wants(self, hook)
 
     # --- whole run ---------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None: ...

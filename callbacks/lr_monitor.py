@@ -60,7 +60,7 @@ class LearningRateMonitor(Callback):
         self.last_momentum_values = {f"{name}-momentum": None for name in names}
         self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
 
-    def wants(self, hook: str) -> bool:
+    def _wants(self, hook: str) -> bool:
         if hook == "on_train_batch_start":
             return self.logging_interval != "epoch"
         if hook == "on_train_epoch_start":

@@ -173,7 +173,7 @@ class ModelCheckpoint(TopK, Callback):
         self._last_time = time.monotonic()
         self._at_epoch_end = saves_at_epoch_end(trainer, self.save_on_train_epoch_end)
 
-    def wants(self, hook: str) -> bool:
+    def _wants(self, hook: str) -> bool:
         # Saving only by epochs, nothing happens at batch ends: not called on every batch then.
         return hook != "on_train_batch_end" or self.every_n_train_steps is not None or self.train_time_interval is not None or (
             type(self).on_train_batch_end is not ModelCheckpoint.on_train_batch_end  # a subclass's own

@@ -50,7 +50,7 @@ class BasePredictionWriter(Callback):
     def wants_epoch_predictions(self) -> bool:
         return self.on_epoch
 
-    def wants(self, hook: str) -> bool:
+    def _wants(self, hook: str) -> bool:
         if hook == "on_predict_batch_end":
             return self.on_batch
         if hook == "on_predict_epoch_end":

@@ -275,3 +275,30 @@ def test_checkpoint_hooks_run_in_lightnings_order():
     assert log[:5] == [
         "module.on_load_checkpoint", "a.on_load_checkpoint", "b.on_load_checkpoint", "a.load_state_dict", "b.load_state_dict",
     ]
+
+
+def test_a_callbacks_public_members_are_lightnings_hooks_so_code_that_wraps_each_one_works():
+    from callbacks import LambdaCallback
+
+    public = {m for m in dir(Callback) if not m.startswith("_")}
+    assert "wants" not in public and {"setup", "on_train_batch_end", "state_dict", "state_key", "on_train_log"} <= public
+    calls = []
+    wrapped = LambdaCallback(**{h: (lambda h: lambda *a, **k: calls.append(h))(h) for h in public - {"state_key", "state_dict", "load_state_dict"}})
+    Trainer(**quiet(max_epochs=1, callbacks=[wrapped])).fit(Classifier(), loader(32))
+    assert {"setup", "on_fit_start", "on_train_batch_end", "on_train_epoch_end", "teardown"} <= set(calls)
+
+
+def test_a_subclass_wants_from_0_1_0_is_still_asked():
+    class OnlyEpochs(Callback):
+        def __init__(self):
+            self.batches = 0
+
+        def wants(self, hook):
+            return hook != "on_train_batch_end"
+
+        def on_train_batch_end(self, *args):
+            self.batches += 1
+
+    cb = OnlyEpochs()
+    Trainer(**quiet(max_epochs=1, callbacks=[cb])).fit(Classifier(), loader(32))
+    assert cb.batches == 0

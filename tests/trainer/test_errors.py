@@ -56,9 +56,13 @@ class NoStep(TrainModule):
         self.layer = nn.Linear(8, 2)
 
 
-class NoOptimizer(Classifier):
-    def configure_optimizers(self):
-        return None
+class NoConfigure(TrainModule):  # (configure_optimizers returning None runs with no optimizer, as in Lightning)
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 2)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).sum()
 
 
 class Junk(Classifier):
@@ -82,7 +86,7 @@ class Returns(Classifier):
         (nn.Linear(8, 2), TypeError, ["Linear", "training_step"]),
         ("not a model", TypeError, ["torch.nn.Module", "str"]),
         (NoStep(), TypeError, ["NoStep", "training_step"]),
-        (NoOptimizer(), ValueError, ["configure_optimizers", "Trainer(optimizer=", "lambda params"]),
+        (NoConfigure(), ValueError, ["No `configure_optimizers()` method defined", "Trainer(optimizer=", "lambda params"]),
         (Junk(), TypeError, ["'adam'", "configure_optimizers", "dict(optimizer="]),
         (Returns("string"), TypeError, ["'loss'", "dict with a 'loss'"]),
         (Returns("vector"), ValueError, ["shape (3,)", "loss.mean()"]),
@@ -112,9 +116,29 @@ def test_not_a_loader():
         Trainer(**quiet(max_steps=1)).fit(Classifier(), 3)
 
 
-def test_log_outside_a_step_explains_itself():
-    with pytest.raises(RuntimeError, match="outside a step"):
-        Classifier().log("x", 1.0)
+def test_log_without_a_trainer_warns_and_records_nothing_so_a_step_can_be_unit_tested():
+    model = Classifier()
+    with pytest.warns(UserWarning, match=r"^You are trying to `self.log\(\)` but the `self.trainer` reference is not registered"):
+        model.log("x", 1.0)
+    with pytest.warns(UserWarning, match="hasn't been passed to the `Trainer`"):
+        loss = model.training_step(next(iter(loader(16))), 0)  # Classifier's training_step logs train_loss
+    assert loss.ndim == 0
+
+
+def test_log_in_a_hook_that_logs_nothing_is_lightnings_error_naming_the_hook():
+    from trainer import MisconfigurationException
+
+    class LogsAtFitStart(Classifier):
+        def on_fit_start(self):
+            self.log("x", 1.0)
+
+    with pytest.raises(MisconfigurationException, match=r"^You can't `self.log\(\)` inside `on_fit_start`. .*LogsAtFitStart.on_fit_start") as raised:
+        Trainer(**quiet(max_steps=1)).fit(LogsAtFitStart(), loader())
+    assert isinstance(raised.value, RuntimeError)  # as before
+    model = Classifier()
+    Trainer(**quiet(max_steps=1)).fit(model, loader())
+    with pytest.raises(MisconfigurationException, match=r"^You are trying to `self.log\(\)` but it is not managed by the `Trainer` control flow"):
+        model.training_step(next(iter(loader(16))), 0)  # after fit: attached, but no stage runs
 
 
 def test_log_of_a_non_scalar_names_the_shape():

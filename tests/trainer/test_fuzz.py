@@ -33,7 +33,7 @@ from callbacks import ModelCheckpoint, ProgressBar
 from strategies import DDPStrategy, SingleDeviceStrategy
 from strategies._spawn import free_port
 from tests._models import Classifier, loader
-from trainer import Trainer
+from trainer import Trainer, TrainModule
 
 CUDA = torch.cuda.is_available()
 SGD = functools.partial(torch.optim.SGD, lr=0.1)
@@ -125,10 +125,10 @@ _PORT: dict[str, int] = {}  # one rendezvous port for every one-process DDP exam
 
 
 class NeedsOptimizer(Classifier):
-    """Takes its optimizer from Trainer(optimizer=...), so that option matters."""
+    """Takes its optimizer from Trainer(optimizer=...), so that option matters: it has no
+    configure_optimizers of its own (one returning None would train with no optimizer)."""
 
-    def configure_optimizers(self):
-        return None
+    configure_optimizers = TrainModule.configure_optimizers
 
 
 @st.composite

@@ -13,13 +13,14 @@ call, computed and reset at the epoch's end). Read back, the values are Lightnin
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from trainer.core.exceptions import misconfigured
+from trainer.core.exceptions import MisconfigurationException, misconfigured
 
 # reduce_fx: its names, and the functions Lightning accepts for them (torch's and Python's built-ins)
 _REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
@@ -180,18 +181,55 @@ def not_a_number(name: str, value: Any) -> UnloggableValue:
     )
 
 
-def outside(name: Any) -> RuntimeError:
-    """``self.log`` with no phase to log into: say which hook called it."""
-    where = None
-    for frame_info in inspect.stack()[2:8]:
-        own = frame_info.frame.f_locals.get("self")
-        if frame_info.function not in ("log", "log_dict", "log_metric") and own is not None and isinstance(own, torch.nn.Module):
-            where = f"{type(own).__name__}.{frame_info.function}"
+# The hooks not named on_*, for "You can't `self.log()` inside `setup`".
+_OTHER_HOOKS = frozenset((
+    "setup", "teardown", "prepare_data", "configure_model", "configure_optimizers", "configure_callbacks", "train_dataloader",
+    "val_dataloader", "test_dataloader", "predict_dataloader", "transfer_batch_to_device", "lr_scheduler_step",
+    "optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "backward", "state_dict", "load_state_dict",
+))
+
+
+class LogOutsideError(MisconfigurationException, RuntimeError):
+    """``self.log`` where Lightning refuses it (Lightning's ``MisconfigurationException``; a
+    ``RuntimeError`` as this project raised before)."""
+
+
+def outside(name: Any) -> LogOutsideError | None:
+    """``self.log`` with no phase to log into. None when no Trainer has the module (Lightning's
+    case of a step called on its own, as in a unit test: a warning, nothing recorded); else the
+    error to raise, naming the hook."""
+    from trainer.core.module import TrainModule  # (the module's file imports this one)
+
+    module, where, hook = None, None, None
+    for frame_info in inspect.stack()[2:10]:
+        frame, function = frame_info.frame, frame_info.function
+        own = frame.f_locals.get("self")
+        if function in ("log", "log_dict", "log_metric"):
+            continue
+        if where is None and (isinstance(own, torch.nn.Module) or hasattr(type(own), "state_key")):  # a module's or a callback's hook
+            where = f"{type(own).__name__}.{function}"
+        if hook is None and (function.startswith("on_") or function in _OTHER_HOOKS):
+            hook = function
+        if hook is None and function == "call" and isinstance(frame.f_locals.get("name"), str):  # the loop's hook dispatch
+            hook = frame.f_locals["name"]
+        if module is None:
+            module = own if isinstance(own, TrainModule) else next((v for v in frame.f_locals.values() if isinstance(v, TrainModule)), None)
+        if module is not None and hook is not None:
             break
+    trainer = getattr(module, "_trainer", None)
+    if trainer is None:
+        warnings.warn(
+            "You are trying to `self.log()` but the `self.trainer` reference is not registered on the model yet. This is "
+            f"most likely because the model hasn't been passed to the `Trainer`. (self.log({name!r}, ...) recorded nothing.)",
+            UserWarning, stacklevel=3,
+        )
+        return None
+    lightnings = (f"You can't `self.log()` inside `{hook or 'this hook'}`." if trainer.state.status in ("running", "interrupted") else
+                  "You are trying to `self.log()` but it is not managed by the `Trainer` control flow.")
     called = f" was called from {where}, where nothing is logged" if where else " was called outside a step"
-    return RuntimeError(
-        f"self.log({name!r}, ...){called}. Call it from training_step, validation_step, test_step, "
-        "predict_step, or an on_*_batch_end/on_*_epoch_end hook, while the Trainer runs them."
+    return LogOutsideError(
+        f"{lightnings} self.log({name!r}, ...){called}. Call it from training_step, validation_step, test_step, "
+        "or an on_*_batch_end/on_*_epoch_end hook (or on_train_start, ...), while the Trainer runs them."
     )
 
 

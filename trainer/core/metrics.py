@@ -324,7 +324,10 @@ def log_metric(
     """
     sink = getattr(_local, "sink", None)
     if sink is None:
-        raise outside(name)
+        error = outside(name)
+        if error is None:  # no Trainer has the module (a step called on its own): warned, nothing recorded
+            return
+        raise error
     series = sink._series.get(name)
     if series is None:
         series = sink.first_log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, add_dataloader_idx, rank_zero_only)

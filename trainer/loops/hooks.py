@@ -59,7 +59,7 @@ MONITORING = (EarlyStopping, ModelCheckpoint)
 
 
 def _overriding(callbacks: list[Callback], name: str) -> list[Callable[..., Any]]:
-    return [getattr(cb, name) for cb in callbacks if overrides(cb, name) and cb.wants(name)]
+    return [getattr(cb, name) for cb in callbacks if overrides(cb, name) and cb._wants(name)]
 
 
 def _module_hook(module: Any, name: str) -> Callable[..., Any] | None:
