@@ -51,7 +51,8 @@ def root_dir(default_root_dir: Any, log_dir: Any) -> str | None:
         raise TypeError(f"{name}={value!r} must be a path (str or os.PathLike), or None to {none}.")
     if value is None:
         return None
-    return os.getcwd() if isinstance(value, _DefaultDir) else os.fspath(value)
+    # Lightning's: "~" expanded, the path normalised ("runs/" is "runs")
+    return os.getcwd() if isinstance(value, _DefaultDir) else os.path.normpath(os.path.expanduser(os.fspath(value)))
 
 
 def loop_limits(max_epochs: Any, min_epochs: Any, max_steps: Any, min_steps: Any) -> tuple[Any, ...]:

@@ -215,13 +215,26 @@ def test_max_epochs_minus_one_trains_until_should_stop():
     assert trainer.global_step == 5 and trainer.should_stop
 
 
-def test_should_stop_waits_for_min_steps_and_min_epochs():
+def test_should_stop_waits_for_min_steps_and_min_epochs(caplog):
     trainer = Trainer(max_epochs=10, min_steps=6, callbacks=[StopAt(1)], **quiet())
     trainer.fit(Classifier(), loader(32, 8))
     assert trainer.global_step == 6
     trainer = Trainer(max_epochs=10, min_epochs=3, callbacks=[StopAt(1)], **quiet())
-    trainer.fit(Classifier(), loader(32, 8))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="trainer"):
+        trainer.fit(Classifier(), loader(32, 8))
     assert trainer.current_epoch == 3 and trainer.global_step == 12  # stops as epoch 3 ends, not before
+    said = [r.getMessage() for r in caplog.records if "has not been met" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(  # once, in Lightning's words
+        "Trainer was signaled to stop but the required `min_epochs=3` or `min_steps=None` has not been met. Training will continue")
+
+
+def test_default_root_dir_expands_the_home_folder_as_lightning_does(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert Trainer(default_root_dir="~/runs/").default_root_dir == str(tmp_path / "runs")
+    assert Trainer(default_root_dir=Path("~/runs")).default_root_dir == str(tmp_path / "runs")
 
 
 @pytest.mark.parametrize(("max_time", "seconds"), [("00:12:00:00", 43200.0), ("01:00:00:30", 86430.0), (timedelta(minutes=2), 120.0), ({"hours": 1, "minutes": 1}, 3660.0), (90, 90.0)])

@@ -235,16 +235,17 @@ class TrainModule(HyperparametersMixin, nn.Module):
         along a new first dimension; on one process, ``data`` unchanged."""
         return all_gather(data, group=group, sync_grads=sync_grads)
 
-    def freeze(self) -> None:
-        """No gradients for any parameter, and eval mode."""
+    def freeze(self) -> "TrainModule":
+        """No gradients for any parameter, and eval mode; returns the module (Lightning's)."""
         for p in self.parameters():
             p.requires_grad_(False)
-        self.eval()
+        return self.eval()
 
-    def unfreeze(self) -> None:
+    def unfreeze(self) -> "TrainModule":
+        """Gradients for every parameter, and train mode; returns the module."""
         for p in self.parameters():
             p.requires_grad_(True)
-        self.train()
+        return self.train()
 
     # --- hooks: the Callback hooks without (trainer, module); each runs before the callbacks'.
     # One the model does not override costs nothing: the loop never calls it.

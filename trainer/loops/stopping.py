@@ -89,8 +89,8 @@ class StopRules:
         if not self._told_min:
             self._told_min = True
             if t.is_global_zero:
-                log.info(
-                    "Trainer was signaled to stop but min_epochs=%s or min_steps=%s is not met yet (epoch %d, step %d); "
-                    "training goes on.", t.min_epochs, t.min_steps, s.current_epoch, s.global_step,
+                log.info(  # Lightning's sentence, then where the run is
+                    "Trainer was signaled to stop but the required `min_epochs=%r` or `min_steps=%r` has not been met. "
+                    "Training will continue... (epoch %d, step %d)", t.min_epochs, t.min_steps, s.current_epoch, s.global_step,
                 )
         return False

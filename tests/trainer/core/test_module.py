@@ -226,3 +226,9 @@ def test_on_gpu_says_whether_the_parameters_are_on_a_cuda_device():
     assert model.on_gpu is False
     if torch.cuda.is_available():
         assert model.cuda().on_gpu is True
+
+
+def test_freeze_and_unfreeze_return_the_module_as_lightnings_do():
+    model = Classifier()
+    assert model.freeze() is model and not model.training and not any(p.requires_grad for p in model.parameters())
+    assert model.unfreeze() is model and model.training and all(p.requires_grad for p in model.parameters())
