@@ -65,11 +65,10 @@ def test_bug_report_boring_model_fit_validate_test_predict_and_hook_order():
         "on_validation_epoch_start", "on_validation_epoch_end", "on_train_epoch_end", "on_train_end", "on_fit_end",
     ]
     assert {"train_loss", "valid_loss"} <= set(trainer.callback_metrics)
-    validated = trainer.validate(model, dataloaders=val_data)
-    tested = trainer.test(model, dataloaders=test_data)
-    for result, key in ((validated, "valid_loss"), (tested, "test_loss")):
-        result = result[0] if isinstance(result, list) else result  # Lightning: one dict per loader, in a list
+    for evaluate, data, key in ((trainer.validate, val_data, "valid_loss"), (trainer.test, test_data, "test_loss")):
+        result = evaluate(model, dataloaders=data)[0]  # Lightning: one dict per loader, in a list
         assert set(result) == {key} and result[key] == trainer.callback_metrics[key]
+        assert set(trainer.callback_metrics) == {key}  # each call starts afresh, as Lightning's
     predictions = trainer.predict(model, dataloaders=DataLoader(RandomDataset(32, 6), batch_size=2))
     assert len(predictions) == 3 and all(p.shape == (2, 2) for p in predictions)
 

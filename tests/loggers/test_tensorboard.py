@@ -131,14 +131,16 @@ def test_validate_and_test_after_fit_land_at_the_fit_step_and_predict_writes_not
     trainer, model = _fit(max_epochs=1)
     trainer.validate(model, loader(32))
     trainer.test(model, loader(32))
+    test_loss = trainer.callback_metrics["test_loss"].item()
     trainer.predict(model, loader(32))
+    assert trainer.callback_metrics == {}  # each call starts afresh, as Lightning's; predict logs nothing
     assert sorted(os.listdir("lightning_logs")) == ["version_0"]  # predict made no folder
     assert trainer.global_step == 4  # evaluation moved no counter
     acc = _read(trainer.run_dir)
     # fit's validation at its last step's, then validate's at the steps taken (in the order written:
     # event files of one second sort by a counter compared as text)
     assert [e.step for e in sorted(acc.Scalars("val_loss"), key=lambda e: e.wall_time)] == [3, 4]
-    assert _series(acc, "test_loss") == [(4, pytest.approx(trainer.callback_metrics["test_loss"].item(), rel=1e-6))]
+    assert _series(acc, "test_loss") == [(4, pytest.approx(test_loss, rel=1e-6))]
 
     fresh = Trainer(enable_progress_bar=False)
     fresh.predict(model, loader(32))

@@ -137,8 +137,9 @@ _FIT_KEEPS = (
     "num_test_batches", "num_predict_batches", "predict_loop", "run_dir", "log_dir", "test_dataloaders", "predict_dataloaders",
     "ckpt_user_managed",
 )
-# What an evaluation does not take from the run before (logged_metrics: Lightning's start afresh at each call).
-_CALL_OWN = ("hooks", "signals", "logged_metrics", "eval_metrics", "eval_steps")
+# What an evaluation does not take from the run before (callback_metrics and logged_metrics: Lightning's start
+# afresh at each call).
+_CALL_OWN = ("hooks", "signals", "callback_metrics", "logged_metrics", "eval_metrics", "eval_steps")
 
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
