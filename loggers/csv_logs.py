@@ -47,7 +47,9 @@ class ExperimentWriter:
             self._rows.append({"step": step, **values})
 
     def log_hparams(self, params: dict[str, Any]) -> None:
+        """Record ``params`` and write ``hparams.yaml`` now, as Lightning's writer does."""
         self.hparams.update(params)
+        write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
 
     def save(self) -> None:
         if self.hparams:
@@ -137,7 +139,7 @@ class CSVLogger(FolderLogger):
             self.save()
 
     @rank_zero_only
-    def log_hyperparams(self, params: Any) -> None:
+    def log_hyperparams(self, params: Any = None) -> None:
         self.experiment.log_hparams({k: v for k, v in params_dict(params).items() if not str(k).startswith("trainer/")})
 
     @rank_zero_only

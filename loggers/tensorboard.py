@@ -121,6 +121,8 @@ class TensorBoardLogger(FolderLogger):
         if self._experiment is None or time.perf_counter() - self._handed_off >= _HAND_OFF_S:
             self._hand_off()
 
+    _deferring = False  # set by the Trainer around a fit's start: the hand-off waits for the first step
+
     @rank_zero_only
     def log_hyperparams(self, params: Any, metrics: dict[str, Any] | None = None) -> None:
         """One HParams session: ``params`` become columns (their values shown as bool, number
@@ -141,6 +143,8 @@ class TensorBoardLogger(FolderLogger):
             metrics = add_prefix(metrics, self._prefix)
             self._declared += list(metrics) if chosen else []
             self._pending.append((0, time.time(), tuple(metrics.items())))
+        if not self._deferring:  # a call of the user's: on disk now, as in Lightning (a fit's start defers it)
+            self._hand_off()
 
     @rank_zero_only
     def log_graph(self, model: Any, input_array: Any = None) -> None:

@@ -380,3 +380,21 @@ def test_a_step_that_logged_nothing_sends_no_row():
     logger = Recording()
     _fit(logger, model=LogsNothing(), log_every_n_steps=1, limit_val_batches=0)
     assert [c for c in logger.calls if c[0] == "metrics"] == []  # Lightning's: no lr or throughput row on its own
+
+
+@pytest.mark.parametrize("name", ["", None])
+def test_log_hyperparams_called_by_the_user_is_on_disk_at_once_as_in_lightning(tmp_path, name):
+    tb = TensorBoardLogger(save_dir=str(tmp_path / "tb"), name=name)
+    tb.log_hyperparams({"lr": 0.1, "layers": 2})
+    files = os.listdir(tmp_path / "tb" / "version_0")  # no name: the version folder is right under save_dir
+    assert len(files) == 1 and files[0].startswith("events.out.tfevents")
+    tb.save()  # the writer's buffer, flushed (Lightning's does the same)
+    events = EventAccumulator(str(tmp_path / "tb" / "version_0"))
+    events.Reload()
+    assert "_hparams_/session_start_info" in events.summary_metadata
+
+    csv_logger = CSVLogger(save_dir=str(tmp_path / "csv"), name=name)
+    csv_logger.log_hyperparams()  # params default to none, as Lightning's
+    assert (tmp_path / "csv" / "version_0" / "hparams.yaml").read_text() == "{}\n"
+    csv_logger.log_hyperparams({"lr": 0.1})
+    assert "lr: 0.1" in (tmp_path / "csv" / "version_0" / "hparams.yaml").read_text()

@@ -50,8 +50,16 @@ class LogWriter(Callback):
         for logger in self.loggers:
             getattr(logger, "_resume_at", lambda step: None)(row_step(trainer))  # a resumed fit drops what came after
             if hparams is not None:  # Lightning's: called only for what save_hyperparameters recorded
-                # (ours: TensorBoard's HParams also get the Trainer's options as columns)
-                logger.log_hyperparams({**options, **hparams} if isinstance(logger, TensorBoardLogger) else hparams)
+                # (ours: TensorBoard's HParams also get the Trainer's options as columns, written
+                # with the first step's values: the fit's start waits for no file)
+                if isinstance(logger, TensorBoardLogger):
+                    logger._deferring = True
+                    try:
+                        logger.log_hyperparams({**options, **hparams})
+                    finally:
+                        logger._deferring = False
+                else:
+                    logger.log_hyperparams(hparams)
             logger.log_graph(module)
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
