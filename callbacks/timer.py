@@ -105,6 +105,9 @@ class Timer(Callback):
     def on_test_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._finish("test")
 
+    def on_fit_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        self._check(trainer)  # Lightning's: a budget already spent (a resumed timer, duration 0) trains nothing
+
     def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.interval == "step":
             self._check(trainer)
@@ -119,8 +122,8 @@ class Timer(Callback):
         trainer.state.stop_reason = "timer"
         if self._verbose:
             log.info(
-                "Time limit reached. Elapsed time is %s. Signaling Trainer to stop (the budget of %s is used up; "
-                "epoch %d, step %d).", timedelta(seconds=int(self.time_elapsed())),
+                "Time limit reached. Elapsed time is %s. Signaling Trainer to stop. (The budget of %s is used up; "
+                "epoch %d, step %d.)", timedelta(seconds=int(self.time_elapsed())),
                 timedelta(seconds=round(self._duration)), trainer.current_epoch, trainer.global_step,
             )
 

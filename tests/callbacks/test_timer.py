@@ -52,12 +52,17 @@ def test_a_resumed_run_spends_what_is_left_of_the_budget():
     first.fit(Slow(), loader(32, batch_size=8))
     used = torch.load(first.checkpoint_callback.best_model_path, weights_only=True)["callbacks"]["Timer"]["time_elapsed"]["train"]
     assert used >= 8 * 0.02
-    # A budget that the first run already used up: the resumed run stops after one step.
+    # A budget that the first run already used up: the resumed run trains no more (Lightning checks at fit's start).
     timer = Timer(used * 0.9)
     resumed = Trainer(**quiet(callbacks=[timer], max_epochs=10, enable_checkpointing=True))
     resumed.fit(Slow(), loader(32, batch_size=8), ckpt_path="last")
-    assert resumed.global_step == 8 + 1 and resumed.state.stop_reason == "timer"
-    assert timer.time_elapsed() > used
+    assert resumed.global_step == 8 and resumed.state.stop_reason == "timer"
+    assert timer.time_elapsed() >= used
+    # A budget with some left: it goes on, and stops at a step boundary once spent.
+    timer = Timer(used + 0.05)
+    resumed = Trainer(**quiet(callbacks=[timer], max_epochs=10, enable_checkpointing=True))
+    resumed.fit(Slow(), loader(32, batch_size=8), ckpt_path="last")
+    assert 8 < resumed.global_step < 80 and resumed.state.stop_reason == "timer" and timer.time_elapsed() > used
 
 
 @pytest.mark.parametrize(
@@ -74,7 +79,7 @@ def test_bad_durations_are_refused_with_the_accepted_forms(duration):
         Timer(duration)
 
 
-def test_without_a_duration_it_measures_each_stage_and_a_zero_budget_stops_at_the_first_step():
+def test_without_a_duration_it_measures_each_stage_and_a_zero_budget_trains_nothing():
     timer = Timer()
     assert timer.duration is None and timer.time_remaining() is None and timer.start_time() is None
     trainer = Trainer(**quiet(callbacks=[timer], max_steps=4, limit_val_batches=1))
@@ -82,9 +87,19 @@ def test_without_a_duration_it_measures_each_stage_and_a_zero_budget_stops_at_th
     trainer.test(Classifier(), loader(16, batch_size=8), verbose=False)
     assert trainer.global_step == 4 and timer.time_elapsed("train") >= timer.time_elapsed("validate") > 0
     assert timer.time_elapsed("test") > 0 and timer.end_time("test") >= timer.start_time("test")
-    stopped = Trainer(**quiet(callbacks=[Timer(timedelta(0))], max_epochs=5))
-    stopped.fit(Classifier(), loader(32, batch_size=8))
-    assert stopped.global_step == 1 and stopped.state.stop_reason == "timer"
+    for interval in ("step", "epoch"):  # Lightning's: checked at fit's start too, so a spent budget trains nothing
+        stopped = Trainer(**quiet(callbacks=[Timer(timedelta(0), interval=interval)], max_epochs=5))
+        stopped.fit(Classifier(), loader(32, batch_size=8))
+        assert stopped.global_step == 0 and stopped.current_epoch == 0 and stopped.state.stop_reason == "timer"
+    held = Trainer(**quiet(callbacks=[Timer(timedelta(0))], max_epochs=5, min_steps=3))
+    held.fit(Classifier(), loader(32, batch_size=8))
+    assert held.global_step == 3  # min_steps holds the stop back
+
+
+def test_the_stop_is_logged_in_lightnings_words(caplog):
+    with caplog.at_level("INFO", logger="trainer"):
+        Trainer(**quiet(callbacks=[Timer(timedelta(0))], max_epochs=5)).fit(Classifier(), loader(32, batch_size=8))
+    assert "Time limit reached. Elapsed time is 0:00:00. Signaling Trainer to stop." in caplog.text
 
 
 def test_bad_interval_is_refused():
