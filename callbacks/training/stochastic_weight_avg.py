@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -15,6 +17,8 @@ from ..base import Callback
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
+
+log = logging.getLogger("trainer")
 
 
 class StochasticWeightAveraging(Callback):
@@ -38,7 +42,7 @@ class StochasticWeightAveraging(Callback):
         device: torch.device | str | None = "cpu",
     ) -> None:
         lrs = swa_lrs if isinstance(swa_lrs, (list, tuple)) else [swa_lrs]
-        if not lrs or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0 for x in lrs):
+        if not lrs or any(not isinstance(x, float) or x <= 0 for x in lrs):  # Lightning's: floats only
             raise misconfigured(
                 f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}) must be a positive float, or a list of them (one per param group).",
                 "The `swa_lrs` should a positive float, or a list of positive floats",
@@ -94,9 +98,18 @@ class StochasticWeightAveraging(Callback):
         if self._scheduler is None and (trainer.current_epoch == self.swa_start or resumed):
             optimizer = trainer.optimizer
             before = [g["lr"] for g in optimizer.param_groups]
+            lrs = self._swa_lrs if isinstance(self._swa_lrs, (list, tuple)) else [self._swa_lrs] * len(optimizer.param_groups)
+            for group, lr in zip(optimizer.param_groups, lrs):  # Lightning's: each group's initial_lr is its SWA lr
+                group["initial_lr"] = lr
             self._scheduler = torch.optim.swa_utils.SWALR(
                 optimizer, swa_lr=self._swa_lrs, anneal_epochs=self._annealing_epochs, anneal_strategy=self._annealing_strategy,
+                last_epoch=trainer.max_epochs if self._annealing_strategy == "cos" else -1,
             )
+            for config in trainer.lr_scheduler_configs[:1]:  # the model's scheduler it replaces, as Lightning says
+                if config.interval != "epoch" or config.frequency != 1:
+                    warnings.warn(f"SWA is currently only supported every epoch. Found {config}", UserWarning, stacklevel=2)
+                if trainer.is_global_zero:
+                    log.info("Swapping scheduler `%s` for `SWALR`", type(config.scheduler).__name__)
             if resumed:  # SWALR's first step at creation happened in the run that saved it
                 for group, lr in zip(optimizer.param_groups, before):
                     group["lr"] = lr

@@ -78,6 +78,7 @@ def test_a_run_resumed_mid_swa_ends_with_the_same_weights():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(swa_lrs=-1.0), r"swa_lrs=-1.0\) must be a positive float"),
+    (dict(swa_lrs=[0.2, 1]), r"^The `swa_lrs` should a positive float, or a list of positive floats"),  # Lightning's: floats only
     (dict(swa_lrs=0.1, swa_epoch_start=0), r"swa_epoch_start=0\) must be an int >= 1"),
     (dict(swa_lrs=0.1, swa_epoch_start=1.5), r"or a float in \(0, 1\]"),
     (dict(swa_lrs=0.1, annealing_strategy="step"), r"Unknown StochasticWeightAveraging\(annealing_strategy\)='step'. Valid: 'cos', 'linear'"),
@@ -90,3 +91,29 @@ def test_bad_arguments_name_the_argument(kwargs, message):
 def test_swa_lrs_of_the_wrong_length_is_an_error_at_fit():
     with pytest.raises(ValueError, match=r"has 2 values and the optimizer has 1 param group"):
         _trainer(StochasticWeightAveraging(swa_lrs=[0.1, 0.2])).fit(Classifier(), loader(32))
+
+
+class Steps(Classifier):
+    def __init__(self, interval):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+        self.interval = interval
+
+    def configure_optimizers(self):
+        params = [{"params": self.net[0].parameters(), "lr": 0.1}, {"params": self.net[2].parameters(), "lr": 0.2}]
+        optimizer = torch.optim.SGD(params)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1), "interval": self.interval}}
+
+
+def test_swalr_takes_over_as_lightnings_does_and_says_so(caplog):
+    seen = []
+
+    class Watch(Callback):
+        def on_train_epoch_start(self, trainer, module):
+            groups = trainer.optimizer.param_groups
+            seen.append(([g["lr"] for g in groups], [g.get("initial_lr") for g in groups]))
+
+    with caplog.at_level("INFO", logger="trainer"), pytest.warns(UserWarning, match="SWA is currently only supported every epoch"):
+        _trainer(StochasticWeightAveraging(swa_lrs=[0.123, 0.321], swa_epoch_start=1), Watch(), epochs=1).fit(Steps("step"), loader(32))
+    assert seen == [([0.1, 0.2], [0.123, 0.321])]  # the lrs untouched at SWALR's start; initial_lr the SWA lrs
+    assert "Swapping scheduler `StepLR` for `SWALR`" in caplog.text
