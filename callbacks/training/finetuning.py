@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
@@ -39,8 +40,11 @@ class BaseFinetuning(Callback):
         """The leaf modules (and modules with parameters of their own) under ``modules``."""
         if isinstance(modules, nn.ModuleDict):
             modules = modules.values()
-        roots = [modules] if isinstance(modules, nn.Module) else list(modules)
-        return [m for root in roots for m in root.modules() if not list(m.children()) or m._parameters]
+        if isinstance(modules, nn.Module):
+            found = list(modules.modules())
+        else:  # an iterable of modules, or of iterables of them (Lightning's)
+            found = [m for item in modules for m in BaseFinetuning.flatten_modules(item)]
+        return [m for m in found if not list(m.children()) or m._parameters]
 
     @staticmethod
     def filter_params(modules: Any, train_bn: bool = True, requires_grad: bool = True) -> list[nn.Parameter]:
@@ -77,9 +81,17 @@ class BaseFinetuning(Callback):
 
     @staticmethod
     def filter_on_optimizer(optimizer: torch.optim.Optimizer, params: Iterable[nn.Parameter]) -> list[nn.Parameter]:
-        """``params`` that ``optimizer`` does not hold yet."""
+        """``params`` that ``optimizer`` does not hold yet (with Lightning's warning for the others)."""
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        return [p for p in params if id(p) not in held]
+        params = list(params)
+        kept = [p for p in params if id(p) not in held]
+        if len(kept) < len(params):
+            warnings.warn(
+                "The provided params to be frozen already exist within another group of this optimizer. Those parameters "
+                "will be skipped.\nHINT: Did you init your optimizer in `configure_optimizer` as such:\n "
+                f"{type(optimizer)}(filter(lambda p: p.requires_grad, self.parameters()), ...) ", UserWarning, stacklevel=2,
+            )
+        return kept
 
     @staticmethod
     def unfreeze_and_add_param_group(

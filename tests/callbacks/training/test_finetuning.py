@@ -87,6 +87,17 @@ def test_base_finetuning_helpers_freeze_and_unfreeze():
     assert len(BaseFinetuning.flatten_modules(model.backbone)) == 3
 
 
+def test_the_helpers_take_nested_lists_and_warn_of_params_the_optimizer_holds_as_lightnings_do():
+    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    assert BaseFinetuning.flatten_modules([net[0], [net[1], [net[2]]]]) == [net[0], net[1], net[2]]
+    BaseFinetuning.freeze([net[0], [net[1]]], train_bn=False)
+    assert not net[0].weight.requires_grad and not net[1].weight.requires_grad and not net[1].track_running_stats
+    optimizer = torch.optim.SGD(net[0].parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match="The provided params to be frozen already exist within another group"):
+        BaseFinetuning.unfreeze_and_add_param_group(net, optimizer)  # net[0]'s are in the optimizer already
+    assert len(optimizer.param_groups) == 2 and len(optimizer.param_groups[1]["params"]) == 4  # the others, once
+
+
 def test_bad_arguments_and_a_missing_backbone_are_explained():
     with pytest.raises(ValueError, match=r"BackboneFinetuning\(unfreeze_backbone_at_epoch\)=-1"):
         BackboneFinetuning(unfreeze_backbone_at_epoch=-1)
