@@ -148,16 +148,29 @@ class TensorBoardLogger(FolderLogger):
 
     @rank_zero_only
     def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """The model's graph, traced on ``input_array`` (default: ``model.example_input_array``,
+        a tensor or a tuple of the forward's positional arguments); Lightning's warnings when
+        there is none or it cannot be traced."""
+        import warnings
+
+        import torch
+
         if not self._log_graph:
             return
         if input_array is None:
             input_array = getattr(model, "example_input_array", None)
         if input_array is None:
-            import warnings
-
             warnings.warn(
-                "TensorBoardLogger(log_graph=True) needs an input: set model.example_input_array "
-                "(a tensor, or a tuple of them) or call logger.log_graph(model, input_array).", stacklevel=2
+                "Could not log computational graph to TensorBoard: The `model.example_input_array` attribute is not set or "
+                "`input_array` was not given. (Set model.example_input_array, or call logger.log_graph(model, input_array).)",
+                stacklevel=2,
+            )
+            return
+        if not isinstance(input_array, (torch.Tensor, tuple)):
+            warnings.warn(
+                "Could not log computational graph to TensorBoard: The `input_array` or `model.example_input_array` has "
+                f"type {type(input_array)} which can't be traced by TensorBoard. Make the input array a tuple representing "
+                "the positional arguments to the model's `forward()` implementation.", stacklevel=2,
             )
             return
         device = getattr(model, "device", None)
@@ -165,11 +178,15 @@ class TensorBoardLogger(FolderLogger):
             from trainer.data.batches import move_to_device
 
             input_array = move_to_device(input_array, device)
-        import warnings
+        from trainer.core import module as _module
 
-        with warnings.catch_warnings():  # add_graph traces with torch.jit, which torch now calls deprecated
-            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
-            self.experiment.add_graph(model, input_array)
+        _module.TRACING[0] = True  # torch.jit reads every attribute: a module no Trainer has must not raise
+        try:
+            with warnings.catch_warnings():  # add_graph traces with torch.jit, which torch now calls deprecated
+                warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
+                self.experiment.add_graph(model, input_array)
+        finally:
+            _module.TRACING[0] = False
 
     @rank_zero_only
     def save(self) -> None:

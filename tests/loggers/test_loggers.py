@@ -258,6 +258,24 @@ def test_log_graph_writes_the_models_graph_from_example_input_array():
     assert acc.Tags()["graph"] and len(acc.Graph().node) > 0
 
 
+def test_log_graph_of_a_module_no_trainer_has_and_lightnings_warnings_without_a_traceable_input():
+    model = Classifier()  # not attached: tracing reads model.trainer, which must not raise
+    logger = TensorBoardLogger("tb", log_graph=True, default_hp_metric=False)
+    logger.log_graph(model, torch.zeros(2, 8))
+    logger.save()
+    acc = EventAccumulator(logger.log_dir)
+    acc.Reload()
+    assert acc.Tags()["graph"]
+    with pytest.warns(UserWarning, match=r"^Could not log computational graph to TensorBoard: The `model.example_input_array` "
+                                         r"attribute is not set or `input_array` was not given"):
+        logger.log_graph(model)
+    model.example_input_array = {"x": 1}
+    with pytest.warns(UserWarning, match=r"^Could not log computational graph to TensorBoard: .* can't be traced by TensorBoard"):
+        logger.log_graph(model)
+    with pytest.raises(RuntimeError, match="is not attached to a `Trainer`"):
+        model.trainer  # outside the trace, as before
+
+
 def test_the_csv_writer_updates_a_written_row_when_its_step_comes_again():
     from loggers.csv_logs import ExperimentWriter
 

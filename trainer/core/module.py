@@ -336,7 +336,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     @property
     def trainer(self) -> "Trainer":
-        if self._trainer is None:
+        if self._trainer is None and not TRACING[0]:
             raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit(model, ...) first.")
         return self._trainer
 
@@ -376,6 +376,9 @@ class TrainModule(HyperparametersMixin, nn.Module):
         state = dict(state)
         state["_trainer"] = None
         return state
+
+
+TRACING = [False]  # torch.jit tracing a module (it reads every attribute): trainer reads None, as Lightning's
 
 
 def overridden(model: Any, name: str) -> bool:
