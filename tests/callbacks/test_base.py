@@ -302,3 +302,12 @@ def test_a_subclass_wants_from_0_1_0_is_still_asked():
     cb = OnlyEpochs()
     Trainer(**quiet(max_epochs=1, callbacks=[cb])).fit(Classifier(), loader(32))
     assert cb.batches == 0
+
+
+def test_a_mock_with_the_callback_spec_gets_every_hook_as_in_lightning():
+    from unittest.mock import Mock
+
+    mock = Mock(spec=Callback)
+    Trainer(**quiet(max_epochs=1, callbacks=[mock])).fit(Classifier(), loader(32))
+    called = {c[0] for c in mock.method_calls}
+    assert {"setup", "on_fit_start", "on_train_batch_end", "on_train_epoch_end", "on_fit_end", "teardown"} <= called
