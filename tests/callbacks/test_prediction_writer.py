@@ -144,3 +144,26 @@ def test_ddp_ranks_write_their_parts_and_the_indices_put_them_back_in_order(tmp_
     rows = torch.cat([torch.cat(part["predictions"]) for part in epoch])
     assert sorted(order.tolist()) == list(range(45))
     torch.testing.assert_close(rows[order.argsort()], expected)
+
+
+class Indices(BasePredictionWriter):
+    def __init__(self):
+        super().__init__("batch_and_epoch")
+        self.batches, self.epoch = [], None
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
+        self.batches.append(batch_indices)
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
+        self.epoch = batch_indices
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_indices_are_each_batchs_own_with_worker_processes_too(workers):
+    # Workers are given a few batches' indices before the first batch is asked for: those count too.
+    writer = Indices()
+    data = DataLoader(dataset(64), batch_size=4, num_workers=workers)
+    Trainer(**quiet(callbacks=[writer], limit_predict_batches=4)).predict(Logits(), data, return_predictions=False)
+    expected = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    assert writer.batches == expected and writer.epoch == [expected]
