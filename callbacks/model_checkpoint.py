@@ -337,8 +337,7 @@ class ModelCheckpoint(TopK, Callback):
     def _current(self, trainer: Trainer) -> Any:
         """The monitor's latest value, or None. A value training logs is published at each log
         step: between two, this step's is published now (every rank takes this path alike)."""
-        if self.monitor not in trainer.callback_metrics:
-            trainer.publish_step_metrics()
+        trainer.publish_step_metrics()  # this step's values, as Lightning's callback_metrics always are (once a step)
         counters = {"epoch": trainer.current_epoch, "step": trainer.global_step}  # Lightning's candidates too
         return trainer.callback_metrics.numbers().get(self.monitor, counters.get(self.monitor))
 

@@ -324,3 +324,22 @@ def test_a_save_inside_an_accumulation_group_warns_that_it_does_not_resume_exact
     cb = ModelCheckpoint(dirpath="ck", monitor="val_metric", save_top_k=-1)
     with pytest.warns(UserWarning, match=r"after batch 3, inside an accumulation group of accumulate_grad_batches=2"):
         fit(ScoredByStep(SCORES), [cb], val_check_interval=3, accumulate_grad_batches=2, max_epochs=1)
+
+
+class Counts(Classifier):
+    def __init__(self):
+        super().__init__()
+        self.count = 0.0
+
+    def training_step(self, batch, batch_idx):
+        self.count += 1.0
+        self.log("score", self.count, on_step=True, on_epoch=False)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("log_every_n_steps", [1, 50])
+def test_a_step_checkpoint_ranks_the_value_logged_in_that_very_step(log_every_n_steps):
+    ckpt = ModelCheckpoint(monitor="score", mode="max", every_n_train_steps=1, save_on_train_epoch_end=False)
+    trainer = Trainer(**quiet(callbacks=[ckpt], max_epochs=2, limit_val_batches=0, log_every_n_steps=log_every_n_steps))
+    trainer.fit(Counts(), loader(32, batch_size=16))  # 2 steps an epoch, 4 in all
+    assert ckpt.best_model_score == 4.0 and ckpt.best_model_path.endswith("epoch=1-step=4.ckpt")
