@@ -78,6 +78,9 @@ class LearningRateMonitor(Callback):
 
     def _log(self, trainer: Trainer, interval: str, step: int) -> None:
         names, optimizers, intervals = self._names(trainer)
+        for name in names:  # Lightning's remap when an optimizer gains groups: "lr-SGD"'s values go on as "lr-SGD/pg1"
+            if name not in self.lrs:
+                self.lrs[name] = self.lrs.pop(name[:-4]) if name.endswith("/pg1") and name[:-4] in self.lrs else []
         stats: dict[str, float] = {}
         i = 0
         for opt, when in zip(optimizers, intervals):
@@ -88,7 +91,7 @@ class LearningRateMonitor(Callback):
                 if interval != "any" and when not in (interval, None):
                     continue
                 stats[name] = float(group["lr"])
-                self.lrs.setdefault(name, []).append(stats[name])
+                self.lrs[name].append(stats[name])
                 if self.log_momentum:
                     key = f"{name}-momentum"
                     stats[key] = self.last_momentum_values[key] = float(

@@ -130,3 +130,20 @@ def test_a_schedulers_name_is_its_key(tmp_path):
     trainer = Trainer(max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, log_dir=tmp_path, callbacks=[monitor])
     trainer.fit(Named(), loader(32))
     assert list(monitor.lrs) == ["my_logging_name"]
+
+
+def test_an_optimizer_that_gains_a_group_moves_its_key_to_pg1_and_keeps_its_values_as_lightnings_does():
+    from callbacks import Callback
+
+    class Grows(Callback):
+        def on_train_epoch_start(self, trainer, module):
+            if trainer.current_epoch == 1:  # a finetuning callback's add_param_group, before the monitor logs
+                extra = torch.nn.Parameter(torch.zeros(1))
+                trainer.optimizers[0].add_param_group({"params": [extra], "lr": 0.01})
+
+    monitor = LearningRateMonitor(logging_interval="epoch")
+    trainer = Trainer(max_epochs=2, callbacks=[Grows(), monitor], logger=CSVLogger("logs"), enable_progress_bar=False,
+                      enable_checkpointing=False)
+    trainer.fit(Classifier(), loader(32))
+    assert list(monitor.lrs) == ["lr-SGD/pg1", "lr-SGD/pg2"] and monitor.lrs["lr-SGD/pg1"] == [0.1, 0.1]
+    assert monitor.lrs["lr-SGD/pg2"] == [0.01]
