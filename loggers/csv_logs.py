@@ -36,7 +36,14 @@ class ExperimentWriter:
                 self._header = next(csv.reader(f), [])
             self._last_offset = os.path.getsize(self.metrics_file_path)
 
-    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """The rows not yet on disk (Lightning's name): ``save`` writes them and empties it."""
+        return self._rows
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        if step is None:  # Lightning's: the count of rows waiting
+            step = len(self._rows)
         values = {k: _value(v) for k, v in metrics.items()}
         if self._rows and self._rows[-1]["step"] == step:
             self._rows[-1].update(values)

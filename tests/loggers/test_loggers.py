@@ -293,6 +293,16 @@ def test_the_csv_writer_updates_a_written_row_when_its_step_comes_again():
     ]
 
 
+def test_the_csv_writers_waiting_rows_are_its_metrics_and_a_save_empties_them_as_in_lightning(tmp_path):
+    logger = CSVLogger(str(tmp_path), flush_logs_every_n_steps=2)
+    logger.log_metrics({"test": 1}, step=0)
+    assert logger.experiment.metrics == [{"step": 0, "test": 1}]
+    logger.log_metrics({"test": 2}, step=1)  # the second step: saved
+    assert logger.experiment.metrics == [] and _rows(os.path.join(logger.log_dir, "metrics.csv"))[-1]["test"] == "2"
+    logger.experiment.log_metrics({"loss": 0.1})  # no step: the count of rows waiting, as Lightning's writer
+    assert logger.experiment.metrics == [{"step": 0, "loss": 0.1}]
+
+
 class LogsAtBatchEnd(Callback):
     """Logs the batch index in on_train_batch_end, as Lightning's docs' callbacks log their values."""
 
