@@ -193,9 +193,9 @@ class FolderLogger(Logger):
 
     @property
     def root_dir(self) -> str | None:
-        if self._save_dir is None:
-            return None
-        return os.path.join(self._save_dir, self._name)
+        save_dir = self.save_dir  # (the properties, as Lightning's: a subclass may give its own name)
+        # "~" and "$VAR" expanded, as Lightning's log_dir does (never a folder named "~")
+        return None if save_dir is None else os.path.expanduser(os.path.expandvars(os.path.join(save_dir, self.name)))
 
     @property
     def version(self) -> int | str:

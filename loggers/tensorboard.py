@@ -121,6 +121,7 @@ class TensorBoardLogger(FolderLogger):
         if self._experiment is None or time.perf_counter() - self._handed_off >= _HAND_OFF_S:
             self._hand_off()
 
+    _yaml_written = False  # hparams.yaml is in the run's folder (an empty one when no hyperparameters were logged)
     _deferring = False  # set by the Trainer around a fit's start: the hand-off waits for the first step
 
     @rank_zero_only
@@ -191,11 +192,12 @@ class TensorBoardLogger(FolderLogger):
     @rank_zero_only
     def save(self) -> None:
         self._hand_off()
-        if self._experiment is not None:
-            self._experiment.flush()
-        if self._hparams_dirty and self.root_dir is not None:
+        if self.root_dir is None:
+            return
+        self.experiment.flush()  # a run that logged nothing gets its folder and event file too, as in Lightning
+        if self._hparams_dirty or not self._yaml_written:  # hparams.yaml, "{}" without hyperparameters (Lightning's)
             write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self._hparams)
-            self._hparams_dirty = False
+            self._hparams_dirty, self._yaml_written = False, True
 
     @rank_zero_only
     def finalize(self, status: str) -> None:

@@ -426,3 +426,40 @@ def test_log_hyperparams_called_by_the_user_is_on_disk_at_once_as_in_lightning(t
     assert (tmp_path / "csv" / "version_0" / "hparams.yaml").read_text() == "{}\n"
     csv_logger.log_hyperparams({"lr": 0.1})
     assert "lr: 0.1" in (tmp_path / "csv" / "version_0" / "hparams.yaml").read_text()
+
+
+def test_a_logger_subclasss_own_name_and_version_and_home_in_save_dir_make_its_folder(tmp_path, monkeypatch):
+    class Named(TensorBoardLogger):
+        @property
+        def version(self):
+            return "version"
+
+        @property
+        def name(self):
+            return "name"
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RUNS", "runs")
+    assert Named(str(tmp_path / "logs")).log_dir == str(tmp_path / "logs" / "name" / "version")
+    assert Named("~/logs", sub_dir="sub").log_dir == str(tmp_path / "logs" / "name" / "version" / "sub")
+    assert TensorBoardLogger("$RUNS/tb").root_dir == os.path.join("runs", "tb", "lightning_logs")
+
+
+def test_the_run_folder_has_hparams_yaml_even_without_hyperparameters_as_in_lightning(tmp_path):
+    from trainer import TrainModule
+
+    class NoHparams(TrainModule):  # never calls save_hyperparameters
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 2)
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    logger = TensorBoardLogger(str(tmp_path), default_hp_metric=False)
+    Trainer(max_steps=1, logger=logger, enable_progress_bar=False, enable_checkpointing=False).fit(NoHparams(), loader(32))
+    assert (tmp_path / "lightning_logs" / "version_0" / "hparams.yaml").read_text() == "{}\n"
+    assert not (tmp_path / "hparams.yaml").exists()
