@@ -10,7 +10,8 @@ on the training thread (benchmarks/fit_cost.py). ``save`` writes the same zip ar
 torch's own writer, through a pickler whose ``persistent_id`` returns at once for the plain
 types and otherwise does what torch's does, and which reduces a plain CPU tensor directly, to
 what ``__reduce_ex__`` returns for it. The file is byte for byte the one ``torch.save`` writes
-(tests/trainer/checkpoint/test_serialize.py compares them).
+(tests/trainer/checkpoint/test_serialize.py compares them). A ``torch.save`` that code has
+replaced (a wrapper, a mock that counts the saves) is called instead, as Lightning calls it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ _serialization = torch.serialization
 _OWN_ARCHIVE = all(hasattr(_serialization, name) for name in (
     "_open_zipfile_writer", "_get_storage_alignment", "_serialization_tls", "location_tag", "normalize_storage_type",
 ))
+_TORCH_SAVE = torch.save  # a torch.save that code replaces (a wrapper, a mock counting saves) is called, as in Lightning
 
 
 class _Pickler(pickle.Pickler):
@@ -86,7 +88,7 @@ _PICKLE_MODULE = types.SimpleNamespace(Pickler=_Pickler, __name__=__name__)
 
 def save(obj: Any, f: str | IO[bytes]) -> None:
     """``torch.save(obj, f)``, faster for checkpoints of many small objects and tensors."""
-    if not _OWN_ARCHIVE or _serialization._serialization_tls.skip_data:  # (skip_data: torch's fake-tensor mode)
+    if torch.save is not _TORCH_SAVE or not _OWN_ARCHIVE or _serialization._serialization_tls.skip_data:
         torch.save(obj, f, pickle_module=_PICKLE_MODULE)
         return
     with _serialization._open_zipfile_writer(f) as archive:  # torch.save's records, in its order

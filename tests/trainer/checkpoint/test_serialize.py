@@ -105,3 +105,18 @@ def test_a_fits_checkpoint_file_is_what_torch_save_writes(tmp_path):
     assert written == torch_bytes(checkpoint)  # the background writer's bytes, through serialize.save
     assert os.path.basename(path) == "epoch=1-step=16.ckpt"
     assert torch.equal(checkpoint["state_dict"]["net.0.weight"], model.net[0].weight.detach())
+
+
+def test_a_replaced_torch_save_is_called_for_every_checkpoint_as_in_lightning(monkeypatch):
+    calls = []
+    real = torch.save
+
+    def counting(obj, f, *args, **kwargs):
+        calls.append(obj["global_step"])
+        return real(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", counting)
+    trainer = Trainer(max_epochs=2, enable_progress_bar=False, logger=False)
+    trainer.fit(Classifier(), loader())
+    assert calls == [8, 16]  # the two epoch-end checkpoints, through the replacement
+    assert torch.load(trainer.checkpoint_callback.best_model_path, weights_only=True)["global_step"] == 16
