@@ -239,5 +239,9 @@ class FolderLogger(Logger):
         ``new_version`` a fresh one for a logger the Trainer made itself)."""
         if self._fixed_version:
             return
+        if new_version and self._version is not None and resume_path is None:
+            folder = FolderLogger.log_dir.fget(self)  # claimed before this fit (trainer.log_dir was read): still empty?
+            if folder is not None and os.path.isdir(folder) and not os.listdir(folder):
+                return  # Lightning's: the version trainer.log_dir showed is the fit's
         if new_version or (self._version is None):
             self._version = self._claim(resume_path)

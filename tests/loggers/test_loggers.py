@@ -463,3 +463,18 @@ def test_the_run_folder_has_hparams_yaml_even_without_hyperparameters_as_in_ligh
     Trainer(max_steps=1, logger=logger, enable_progress_bar=False, enable_checkpointing=False).fit(NoHparams(), loader(32))
     assert (tmp_path / "lightning_logs" / "version_0" / "hparams.yaml").read_text() == "{}\n"
     assert not (tmp_path / "hparams.yaml").exists()
+
+
+def test_trainer_log_dir_read_before_fit_is_the_fits_folder_as_in_lightning(tmp_path):
+    trainer = Trainer(default_root_dir=str(tmp_path), max_steps=2, enable_progress_bar=False)
+    before = trainer.log_dir
+    seen = []
+
+    class Reads(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            seen.append(trainer.log_dir)
+
+    trainer.callbacks.append(Reads())
+    trainer.fit(Classifier(), loader(32))
+    assert before == str(tmp_path / "lightning_logs" / "version_0") == trainer.log_dir and set(seen) == {before}
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0"]
