@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from callbacks.base import Callback
+from trainer.core.exceptions import MisconfigurationException
 
 from trainer.tuner._search import get_value, holders, leaves_no_trace, quiet_fit, search_trainer, set_value
 
@@ -98,6 +99,14 @@ class _RangeTest(Callback):
         if f.mode == "linear":
             return f.lr_min + r * (f.lr_max - f.lr_min)
         return f.lr_min * (f.lr_max / f.lr_min) ** r
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        count = len(trainer.optimizers)
+        if count != 1:  # (several, under manual optimization: the search would step none of them, and never end)
+            raise MisconfigurationException(
+                f"`model.configure_optimizers()` returned {count}, but learning rate finder only works with single "
+                "optimizer. Search with one optimizer, or set each one's learning rate yourself."
+            )
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         self._lr = self.lr_at(trainer.global_step)

@@ -383,3 +383,39 @@ def test_keywords_given_to_a_manual_step_reach_the_optimizer():
     trainer = Trainer(max_steps=2, **quiet())
     trainer.fit(_StepKeywords(), loader(32, 16))
     assert trainer.optimizers[0].seen == 0.5 and trainer.global_step == 2
+
+
+def test_several_optimizers_under_automatic_optimization_are_lightnings_runtime_error():
+    class OptimizerIdx(Classifier):
+        def training_step(self, batch, batch_idx, optimizer_idx):  # Lightning 1.x's form
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(RuntimeError, match=r"^Training with multiple optimizers is only supported with manual optimization. "
+                                           r"Remove the `optimizer_idx` argument from `training_step`"):
+        Trainer(**quiet(max_steps=1)).fit(OptimizerIdx(), loader())
+
+    class TwoAdams(Classifier):
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters()), torch.optim.Adam(self.parameters())
+
+    with pytest.raises(ValueError, match="multiple optimizers is only supported with manual optimization") as raised:
+        Trainer(**quiet(max_steps=1)).fit(TwoAdams(), loader())
+    assert isinstance(raised.value, RuntimeError)
+
+
+def test_the_lr_finder_with_several_optimizers_refuses_instead_of_searching_forever():
+    from trainer import MisconfigurationException, Tuner
+
+    class TwoManual(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch, batch_idx):
+            return None
+
+        def configure_optimizers(self):
+            return [torch.optim.SGD(self.parameters(), lr=0.01), torch.optim.Adam(self.parameters(), lr=0.01)]
+
+    with pytest.raises(MisconfigurationException, match="returned 2, but learning rate finder only works with single optimizer"):
+        Tuner(Trainer(**quiet(max_epochs=1))).lr_find(TwoManual(), loader(), attr_name="lr")

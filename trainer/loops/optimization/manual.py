@@ -21,6 +21,7 @@ Lightning's ``_batches_that_stepped``), so a GAN's curves have one point per bat
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -185,13 +186,26 @@ def clip_gradients(
     return norm
 
 
+class SeveralOptimizersError(RuntimeError, ValueError):
+    """Several optimizers where Lightning takes one: its ``RuntimeError`` (a ``ValueError`` as before)."""
+
+
 def check_manual(trainer: Trainer, module: TrainModule, count: int) -> None:
     """Fit's options that assume the Trainer steps the optimizer, refused under manual optimization;
     several optimizers refused under automatic optimization."""
     name = type(module).__name__
+    if "optimizer_idx" in inspect.signature(module.training_step).parameters:  # Lightning 1.x's multi-optimizer step
+        raise SeveralOptimizersError(
+            "Training with multiple optimizers is only supported with manual optimization. Remove the `optimizer_idx` "
+            "argument from `training_step`, set `self.automatic_optimization = False` and access your optimizers in "
+            f"`training_step` with `opt1, opt2, ... = self.optimizers()`. ({name}.training_step takes optimizer_idx.)"
+        )
     if getattr(module, "automatic_optimization", True):
         if count > 1:
-            raise ValueError(
+            raise SeveralOptimizersError(
+                "Training with multiple optimizers is only supported with manual optimization. Set "
+                "`self.automatic_optimization = False`, then access your optimizers in `training_step` with "
+                "`opt1, opt2, ... = self.optimizers()`. "
                 f"{name}.configure_optimizers() returned {count} optimizers, and automatic optimization steps "
                 "one. Set `self.automatic_optimization = False` in __init__ and step them in training_step "
                 "(self.optimizers(), self.manual_backward(loss), opt.step(), opt.zero_grad()); or put every "
