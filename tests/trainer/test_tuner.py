@@ -55,6 +55,35 @@ def test_lr_find_records_the_range_and_sets_the_suggestion_on_the_model_and_hpar
     assert linear.results["lr"] == pytest.approx([0.01, 0.1325, 0.255, 0.3775, 0.5])
 
 
+def test_lr_find_records_nan_for_a_step_whose_training_step_returned_none_and_suggests_around_it():
+    class SkipsSome(Tunable):
+        def training_step(self, batch, batch_idx):
+            return None if self.trainer.global_step in (5, 12, 17) else super().training_step(batch, batch_idx)
+
+    model = SkipsSome(n=256)
+    finder = Tuner(Trainer(max_epochs=1, **quiet())).lr_find(model, num_training=20, early_stop_threshold=None)
+    losses = torch.tensor(finder.results["loss"])
+    assert len(finder.results["lr"]) == len(losses) == 20 and torch.isnan(losses[[5, 12, 17]]).all()
+    assert torch.isfinite(losses[[0, 6, 13, 19]]).all() and model.lr == finder.suggestion()
+
+
+def test_the_lr_search_sets_each_steps_lr_itself_so_a_plateau_scheduler_on_a_validation_metric_waits():
+    class Plateau(Tunable):
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", super().training_step(batch, batch_idx))
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.Adam(self.parameters(), lr=self.lr)
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=2)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss"}}
+
+    finder = LearningRateFinder(num_training_steps=12, update_attr=False)
+    trainer = Trainer(**quiet(max_epochs=2, callbacks=[finder], limit_val_batches=2))
+    trainer.fit(Plateau(n=128), val_dataloaders=loader(32))  # the search trains without validation: no val_loss yet
+    assert len(finder.optimal_lr.results["lr"]) == 12 and "val_loss" in trainer.callback_metrics
+    assert isinstance(trainer.lr_scheduler_configs[0].scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
 def test_a_search_leaves_no_trace(tmp_path):
     model = Tunable(oom_above=16)
     trainer = Trainer(max_epochs=1, enable_progress_bar=False)  # TensorBoard and checkpoints on

@@ -107,6 +107,7 @@ class _RangeTest(Callback):
                 f"`model.configure_optimizers()` returned {count}, but learning rate finder only works with single "
                 "optimizer. Search with one optimizer, or set each one's learning rate yourself."
             )
+        trainer.lr_scheduler_configs = []  # the search sets each step's lr itself (Lightning's): the model's schedulers wait
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         self._lr = self.lr_at(trainer.global_step)
@@ -120,7 +121,11 @@ class _RangeTest(Callback):
         if trainer.global_step == self._step:  # inside an accumulation group: no step yet
             return
         self._step = trainer.global_step
-        raw = sum(self._batch_losses) / max(1, len(self._batch_losses))
+        if not self._batch_losses:  # training_step returned None: Lightning's NaN, which suggestion() skips
+            self.finder.results["lr"].append(self._lr)
+            self.finder.results["loss"].append(float("nan"))
+            return
+        raw = sum(self._batch_losses) / len(self._batch_losses)
         self._batch_losses = []
         self._avg = self.beta * self._avg + (1 - self.beta) * raw
         smoothed = self._avg / (1 - self.beta ** self._step)
