@@ -79,7 +79,7 @@ def test_the_lr_search_sets_each_steps_lr_itself_so_a_plateau_scheduler_on_a_val
 
     finder = LearningRateFinder(num_training_steps=12, update_attr=False)
     trainer = Trainer(**quiet(max_epochs=2, callbacks=[finder], limit_val_batches=2))
-    trainer.fit(Plateau(n=128), val_dataloaders=loader(32))  # the search trains without validation: no val_loss yet
+    trainer.fit(Plateau(n=32), val_dataloaders=loader(32))  # 8 batches an epoch: the search crosses an epoch end, unvalidated
     assert len(finder.optimal_lr.results["lr"]) == 12 and "val_loss" in trainer.callback_metrics
     assert isinstance(trainer.lr_scheduler_configs[0].scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
