@@ -177,3 +177,11 @@ def test_the_tuner_refuses_a_trainer_that_already_has_a_batch_size_finder():
 
     with pytest.raises(ValueError, match=r"^Trainer is already configured with a `BatchSizeFinder` callback\."):
         Tuner(Trainer(**quiet(callbacks=[BatchSizeFinder()]))).scale_batch_size(Classifier())
+
+
+def test_the_tuner_refuses_a_trainer_that_already_has_a_learning_rate_finder():
+    from callbacks import LearningRateFinder
+    from trainer.tuner import Tuner
+
+    with pytest.raises(ValueError, match=r"^Trainer is already configured with a `LearningRateFinder` callback\."):
+        Tuner(Trainer(**quiet(callbacks=[LearningRateFinder()]))).lr_find(Classifier())
