@@ -251,6 +251,13 @@ def test_the_batch_size_finder_refuses_distributed_strategies_and_several_evalua
     with pytest.raises(MisconfigurationException, match="The Batch size finder cannot be used with multiple val dataloaders"):
         Tuner(Trainer(**quiet())).scale_batch_size(TwoVal(), method="validate")
 
+    class TwoValNoField(Classifier):  # no batch_size field either: the loaders are Lightning's first complaint
+        def val_dataloader(self):
+            return [DataLoader(dataset(16), batch_size=4)] * 2
+
+    with pytest.raises(MisconfigurationException, match="The Batch size finder cannot be used with multiple val dataloaders"):
+        Tuner(Trainer(**quiet())).scale_batch_size(TwoValNoField(), method="validate")
+
 
 def test_fast_dev_run_skips_both_searches_with_lightnings_warnings():
     tuner = Tuner(Trainer(fast_dev_run=True))

@@ -74,6 +74,9 @@ def scale_batch_size(
     if trainer.fast_dev_run:
         warnings.warn("Skipping batch size scaler since `fast_dev_run` is enabled.", UserWarning, stacklevel=3)
         return None
+    owner = datamodule if datamodule is not None else model
+    if method != "fit" and callable(getattr(owner, METHODS[method], None)):
+        check_one_loader(owner, method)  # first, as Lightning's
     places = holders(model, datamodule, batch_arg_name)
     if not places:
         raise MisconfigurationException(
@@ -87,11 +90,8 @@ def scale_batch_size(
             f"`model.{batch_arg_name}` will be used as the initial batch size for scaling. If this is not the intended "
             "behavior, please remove either one.", UserWarning, stacklevel=3,
         )
-    owner = datamodule if datamodule is not None else model
     if not callable(getattr(owner, METHODS[method], None)):
         raise MisconfigurationException(f"scale_batch_size(method={method!r}) needs {type(owner).__name__}.{METHODS[method]}() to build the loader.")
-    if method != "fit":
-        check_one_loader(owner, method)
     search = Search(trainer, model, datamodule, method, places, batch_arg_name, steps_per_trial, val_dataloaders)
     with leaves_no_trace(model):
         size, _ = search.adjust(value=init_val)
