@@ -190,3 +190,20 @@ def test_the_dummy_logger_takes_any_call_with_any_arguments():
     logger = DummyLogger()
     assert logger.log_hyperparams("1", 2, three="three") is None and logger.log_metrics("1", 2, three="three") is None
     assert logger.log_text("key", columns=["a"], data=[[1]]) is None  # a method of another logger (WandbLogger's)
+
+
+def test_fast_dev_run_logs_every_step_as_lightning_does():
+    class Logs(Classifier):
+        def training_step(self, batch, batch_idx):
+            self.log("a", 2.0, on_step=True, on_epoch=True)
+            return super().training_step(batch, batch_idx)
+
+    seen = []
+
+    class Rows(Callback):
+        def on_train_log(self, trainer, pl_module, metrics):
+            seen.append(trainer.global_step)
+
+    trainer = Trainer(fast_dev_run=3, callbacks=[Rows()])  # far fewer steps than log_every_n_steps=50
+    trainer.fit(Logs(), loader(64))
+    assert seen == [1, 2, 3] and {"a_step", "a_epoch"} <= set(trainer.logged_metrics)

@@ -49,7 +49,7 @@ class Publishing:
         trainer, run = self.trainer, self.run
         if not run.step_skipped and loss is not None:  # a skipped step's loss was judged already
             self._check_finite(loss)
-        step, every = trainer.state.log_step, trainer.log_every_n_steps
+        step, every = trainer.state.log_step, 1 if trainer.fast_dev_run else trainer.log_every_n_steps  # Lightning's: each step
         self._next_log = step - step % every + every
         if step % every:  # step 1: checked only
             return
