@@ -56,7 +56,7 @@ def _evaluate(
     with stage_hooks(trainer, run):
         loaders = evaluation_loaders(trainer, run, data, ckpt_path)
         evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # as set by then (setup hooks)
-        return per_loader(run.logged_metrics, loaders)
+        return per_loader(run.eval_metrics, loaders)  # the epoch values the loggers got (Lightning's: not the step rows)
 
 
 def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: Any) -> Loaders:

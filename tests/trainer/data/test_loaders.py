@@ -385,3 +385,21 @@ def test_evaluating_last_takes_the_last_ckpt_file_and_without_one_the_models_own
         with pytest.warns(UserWarning, match="No checkpoint will be loaded"):
             trainer.validate(dataloaders=loader(16), ckpt_path="last")
         assert trainer.ckpt_path is None and os.listdir("ck") == ["epoch=0-step=2.ckpt"]
+
+
+class StepAndEpoch(Classifier):
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        loss = super().validation_step(batch, batch_idx)
+        self.log("test_loss", torch.tensor(float(batch_idx)), on_step=True, on_epoch=True)
+        self.log("hidden", 1.0, logger=False)
+        return loss
+
+
+@pytest.mark.parametrize("several", [False, True])
+def test_test_results_hold_the_epoch_values_the_loggers_got_not_the_step_rows(several):
+    data = [loader(32), loader(32)] if several else loader(32)
+    trainer = Trainer(**quiet(max_epochs=1))
+    results = trainer.test(StepAndEpoch(), data, verbose=False)
+    suffix = [f"/dataloader_idx_{i}" for i in range(2)] if several else [""]
+    # Lightning's metrics["log"]: no test_loss_step rows, no plain test_loss alias, no logger=False value
+    assert [set(r) for r in results] == [{f"{name}{s}" for name in ("test_loss_epoch", "val_loss", "val_acc")} for s in suffix]
