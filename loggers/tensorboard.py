@@ -179,15 +179,11 @@ class TensorBoardLogger(FolderLogger):
             from trainer.data.batches import move_to_device
 
             input_array = move_to_device(input_array, device)
-        from trainer.core import module as _module
+        from trainer.core.module import jit_tracing
 
-        _module.TRACING[0] = True  # torch.jit reads every attribute: a module no Trainer has must not raise
-        try:
-            with warnings.catch_warnings():  # add_graph traces with torch.jit, which torch now calls deprecated
-                warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
-                self.experiment.add_graph(model, input_array)
-        finally:
-            _module.TRACING[0] = False
+        with jit_tracing(), warnings.catch_warnings():  # add_graph traces with torch.jit, which torch now calls deprecated
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
+            self.experiment.add_graph(model, input_array)
 
     @rank_zero_only
     def save(self) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from torch import nn
@@ -336,7 +337,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     @property
     def trainer(self) -> "Trainer":
-        if self._trainer is None and not TRACING[0]:
+        if self._trainer is None and not _TRACING[0]:
             raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit(model, ...) first.")
         return self._trainer
 
@@ -378,7 +379,18 @@ class TrainModule(HyperparametersMixin, nn.Module):
         return state
 
 
-TRACING = [False]  # torch.jit tracing a module (it reads every attribute): trainer reads None, as Lightning's
+_TRACING = [False]  # torch.jit tracing a module (it reads every attribute): trainer reads None, as Lightning's
+
+
+@contextlib.contextmanager
+def jit_tracing() -> Iterator[None]:
+    """Within: ``module.trainer`` is None on a module no Trainer has, rather than an error
+    (Lightning's ``_jit_is_scripting``), for torch.jit, which reads every attribute."""
+    _TRACING[0] = True
+    try:
+        yield
+    finally:
+        _TRACING[0] = False
 
 
 def overridden(model: Any, name: str) -> bool:

@@ -72,45 +72,39 @@ def batches(loader: Any, fetch: bool | Fetching = True, drawn: Any = None) -> It
     fetcher = batch_fetcher(loader, fetching) if fetching.batched else None
     if fetching.device is not None and (fetcher is None or not getattr(fetcher, "on_device", False)):
         fetching.not_on_device(loader)
-    if drawn is not None and getattr(loader, "num_workers", 0) > 0 and not getattr(loader, "persistent_workers", False):
-        it = _recording_workers(loader, drawn)  # the workers' first indices are drawn as the iterator starts
-    else:
-        it = iter(loader)
-        if drawn is not None and hasattr(it, "_next_index"):
-            it._next_index = _recording(it._next_index, drawn)
+    it = iter(loader) if drawn is None else _recorded_iter(loader, drawn)
     if fetcher is None or not hasattr(it, "_next_index"):
         return it
     return _fetched(it, fetcher)
 
 
-def _recording(next_index: Callable[[], Any], drawn: Any) -> Callable[[], Any]:
-    def record() -> Any:
-        indices = next_index()
-        drawn.append(list(indices) if isinstance(indices, (list, tuple)) else indices)
-        return indices
-
-    return record
-
-
-def _recording_workers(loader: Any, drawn: Any) -> Any:
-    """``iter(loader)`` of a loader with worker processes, recording every batch's indices into
-    ``drawn``, those the workers are given before the first batch is asked for too."""
-    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
-
+def _recorded_iter(loader: Any, drawn: Any) -> Any:
+    """``iter(loader)``, appending each batch's indices to ``drawn`` as its batch sampler hands
+    them out. A plain DataLoader with worker processes is iterated through a subclass of torch's
+    iterator, so that the indices the workers are given before the first batch count too; any
+    other loader's iterator records from now on."""
     kind = type(loader)
-    if not isinstance(loader, DataLoader) or kind.__iter__ is not DataLoader.__iter__ or kind._get_iterator is not DataLoader._get_iterator:
-        it = iter(loader)  # a loader of its own kind: only what it draws from now on is recorded
-        if hasattr(it, "_next_index"):
-            it._next_index = _recording(it._next_index, drawn)
-        return it
+    if (
+        getattr(loader, "num_workers", 0) > 0 and not getattr(loader, "persistent_workers", False) and isinstance(loader, DataLoader)
+        and kind.__iter__ is DataLoader.__iter__ and kind._get_iterator is DataLoader._get_iterator
+    ):
+        from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-    class Recording(_MultiProcessingDataLoaderIter):
-        def _next_index(self) -> Any:
-            indices = super()._next_index()
-            drawn.append(list(indices) if isinstance(indices, (list, tuple)) else indices)
-            return indices
+        class Recording(_MultiProcessingDataLoaderIter):
+            def _next_index(self) -> Any:
+                return _noted(super()._next_index(), drawn)
 
-    return Recording(loader)
+        return Recording(loader)
+    it = iter(loader)
+    if hasattr(it, "_next_index"):
+        next_index = it._next_index
+        it._next_index = lambda: _noted(next_index(), drawn)
+    return it
+
+
+def _noted(indices: Any, drawn: Any) -> Any:
+    drawn.append(list(indices) if isinstance(indices, (list, tuple)) else indices)
+    return indices
 
 
 def _fetched(it: Any, fetch: Fetch) -> Iterator[Any]:
