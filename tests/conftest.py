@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 
 import pytest
@@ -38,6 +39,43 @@ def requires_cuda(n: int = 1):
         return pytest.mark.cuda(skip(test))
 
     return mark
+
+
+# What the fork server imports once per pytest worker, before it forks any rank: torch, and what
+# DDP's and FSDP's wrappers import on first use (torch._dynamo alone is over a second a rank).
+# Only installed packages: Python 3.11's fork server ignores the caller's sys.path, so it could
+# import another checkout's trainer; the ranks import ours after they start.
+FORK_SERVER_PRELOAD = ["torch", "torch._dynamo", "torch.distributed.fsdp"]
+multiprocessing.get_context("forkserver").set_forkserver_preload(FORK_SERVER_PRELOAD)
+
+
+def _in_the_callers_environment(environ: dict[str, str], fn, *args):
+    """In a rank: the environment the fit was called in (as a spawned rank inherits it), except
+    the launcher variables the rank's start-up has just set (its rank, the rendezvous, the seed)."""
+    own = {k: os.environ[k] for k in _LAUNCHER_ENV if k in os.environ}
+    os.environ.clear()
+    os.environ.update({k: v for k, v in environ.items() if k not in _LAUNCHER_ENV}, **own)
+    return fn(*args)
+
+
+@pytest.fixture
+def ranks_from_the_fork_server(monkeypatch):
+    """strategy="ddp"/"fsdp" fits in this process start their ranks from multiprocessing's fork
+    server, warm with FORK_SERVER_PRELOAD, instead of spawning fresh interpreters that import
+    torch each time: about 3 s less per fit on 2 cores. The rest is as under spawn, the default:
+    each rank starts with none of this process's state, unpickles the Trainer, model, loaders
+    and callbacks, imports the tests' modules and ours, and gets the caller's environment.
+    tests/strategies/test_ddp.py runs the default start method itself."""
+    import strategies.ddp
+
+    spawn = strategies.ddp.spawn
+
+    def from_the_fork_server(fn, args, nprocs, start_method="spawn", timeout=None):
+        if start_method == "spawn":
+            fn, args, start_method = _in_the_callers_environment, (dict(os.environ), fn, *args), "forkserver"
+        return spawn(fn, args, nprocs, start_method, timeout=timeout)
+
+    monkeypatch.setattr(strategies.ddp, "spawn", from_the_fork_server)
 
 
 @pytest.fixture

@@ -23,13 +23,11 @@ from trainer import Trainer
 pytestmark = pytest.mark.slow
 
 STOP_WITHIN_S = 30.0
-# Workers fork from one warm server that imported torch once, instead of starting two fresh
-# interpreters per test: the failure paths under test are the same, and each test is seconds
-# faster. Only torch is preloaded: Python 3.11's fork server ignores the caller's sys.path, so
-# it could import another checkout's trainer; the workers import ours after they start.
+# Workers fork from one warm server that imported torch once (tests/conftest.py's
+# FORK_SERVER_PRELOAD), instead of starting two fresh interpreters per test: the failure paths
+# under test are the same, and each test is seconds faster.
 # (The default start method, spawn, is what tests/strategies/test_ddp.py runs.)
 START_METHOD = "forkserver"
-multiprocessing.get_context(START_METHOD).set_forkserver_preload(["torch"])
 
 
 class Faulty(Classifier):

@@ -14,6 +14,9 @@ from tests._models import Classifier, TinyGAN, gan_loader, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import Trainer
 
+# Ranks fork from a warm server (tests/conftest.py), not spawned: the same training, seconds less a fit.
+pytestmark = pytest.mark.usefixtures("ranks_from_the_fork_server")
+
 
 def _close(a: nn.Module, b: nn.Module) -> None:
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
