@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from trainer.core.checks import flag, positive_number
 
+from ._event_file import summary_writer_class
 from ._hparams import experiment, metric_columns, session_end_success, session_start, write_yaml
 from .logger import FolderLogger, add_prefix, params_dict, rank_zero_experiment, rank_zero_only
 
@@ -107,7 +108,8 @@ class TensorBoardLogger(FolderLogger):
         if self._experiment is None:
             with _without_boto3():  # a local import, written out: jsonargparse follows **kwargs into SummaryWriter
                 from torch.utils.tensorboard import SummaryWriter
-            self._experiment = SummaryWriter(log_dir=self.log_dir, purge_step=self._purge_step, **self._kwargs)
+            writer = summary_writer_class(SummaryWriter)  # torch's, with no writer thread (loggers/_event_file.py)
+            self._experiment = writer(log_dir=self.log_dir, purge_step=self._purge_step, **self._kwargs)
             self._purge_step = None
         return self._experiment
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import api_pb2, metadata
+from torch.utils.tensorboard import SummaryWriter
 
 from callbacks import Callback, ModelCheckpoint
 from loggers import TensorBoardLogger
@@ -372,3 +374,38 @@ def test_a_run_as_long_as_the_interval_gets_no_hint_and_no_extra_points(trainer_
     trainer.fit(RecordsLosses(), loader(n=64, batch_size=8))  # 8 steps: 4 and 8 are on the interval
     assert [s for s, _ in _series(_read(trainer.run_dir), "train_loss")] == [3, 7]
     assert not [line for line in trainer_log if "log_every_n_steps" in line]
+
+
+def test_the_writer_starts_no_thread_and_what_it_is_given_is_on_disk_at_each_flush(tmp_path):
+    logger = TensorBoardLogger(save_dir=tmp_path, name="run", version=0, flush_secs=3600)
+    threads = {t.ident for t in threading.enumerate()}
+    writer = logger.experiment  # torch's SummaryWriter (a subclass), as Lightning users call it
+    assert isinstance(writer, SummaryWriter)
+    writer.add_scalar("loss", 0.5, 1)
+    writer.add_text("note", "a user's text", 1)
+    assert {t.ident for t in threading.enumerate()} == threads  # no writer thread per run
+    writer.flush()
+    (first,) = glob.glob(str(tmp_path / "run" / "version_0" / "events.out.tfevents.*"))
+    events = EventAccumulator(first)
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 0.5)]
+    assert "note/text_summary" in events.Tags()["tensors"]
+    writer.close()
+    writer.add_scalar("loss", 0.25, 2)  # as torch's: after close, a new event file in the same folder
+    writer.close()
+    files = glob.glob(str(tmp_path / "run" / "version_0" / "events.out.tfevents.*"))
+    (second,) = set(files) - {first}
+    events = EventAccumulator(second)
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(2, 0.25)]
+
+
+def test_an_event_is_on_disk_without_a_flush_once_flush_secs_have_passed(tmp_path):
+    writer = TensorBoardLogger(save_dir=tmp_path, name="run", version=0, flush_secs=1e-6).experiment
+    time.sleep(0.01)
+    writer.add_scalar("loss", 0.5, 1)
+    (path,) = glob.glob(str(tmp_path / "run" / "version_0" / "events.out.tfevents.*"))
+    events = EventAccumulator(path)
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 0.5)]
+    writer.close()
