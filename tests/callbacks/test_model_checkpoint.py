@@ -334,21 +334,16 @@ def test_what_on_save_checkpoint_adds_is_copied_when_the_state_is_taken(tmp_path
 
 
 def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, monkeypatch):
-    # Both writer threads link last.ckpt's temp file before either swaps it in: were their temp
-    # names the same, the second would find the first's link there.
-    both_linked = threading.Barrier(2, timeout=10)
+    # One writer thread serves every ModelCheckpoint of the process: the two saves' writes
+    # come one after the other, each with its own temp name for last.ckpt.
+    writers = []
     real_link = os.link
 
-    def link_together(src, dst):
-        try:
-            return real_link(src, dst)
-        finally:
-            try:
-                both_linked.wait()
-            except threading.BrokenBarrierError:
-                pass  # only one save at this moment
+    def link(src, dst):
+        writers.append(threading.current_thread().name)
+        return real_link(src, dst)
 
-    monkeypatch.setattr(os, "link", link_together)
+    monkeypatch.setattr(os, "link", link)
     by_loss = ModelCheckpoint(dirpath="shared", monitor="val_loss", filename="loss-{epoch}", save_top_k=-1, save_last=True)
     by_step = ModelCheckpoint(dirpath="shared", filename="step-{epoch}", save_top_k=-1, save_last=True)
     fit(Classifier(), epochs=1, callbacks=[by_loss, by_step])
@@ -364,6 +359,7 @@ def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, m
     assert os.path.samefile("shared/last.ckpt", "shared/loss-epoch=0.ckpt") or os.path.samefile(
         "shared/last.ckpt", "shared/step-epoch=0.ckpt"
     )
+    assert len(writers) == 2 and len(set(writers)) == 1 and writers[0].startswith("checkpoint-writer"), writers
 
 
 def test_a_second_fit_saves_its_own_checkpoints_and_best_path():
@@ -375,6 +371,19 @@ def test_a_second_fit_saves_its_own_checkpoints_and_best_path():
     trainer.fit(Classifier(lr=0.01), loader(), loader(32))
     assert checkpoint.best_model_path != first and os.path.exists(checkpoint.best_model_path)
     assert torch.load(checkpoint.best_model_path, weights_only=True)["global_step"] == 16
+
+
+def test_fits_in_one_process_share_one_writer_thread_and_return_with_their_files_whole():
+    def writer_threads():
+        return {t.ident for t in threading.enumerate() if t.name.startswith("checkpoint-writer")}
+
+    seen = []
+    for run in range(3):  # a new Trainer and ModelCheckpoint each time, as a sweep makes them
+        fit(Classifier(), epochs=2, callbacks=[ModelCheckpoint(dirpath=f"run{run}", save_top_k=-1)])
+        assert files(f"run{run}") == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"]
+        assert checkpoint.load(f"run{run}/epoch=1-step=4.ckpt")["global_step"] == 4  # whole when fit returned
+        seen.append(writer_threads())
+    assert len(seen[0]) == 1 and seen[0] == seen[1] == seen[2]  # started once, not once per fit
 
 
 def test_a_second_run_to_the_same_step_in_one_folder_gets_lightnings_version_counter():

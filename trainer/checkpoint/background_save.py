@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator
@@ -84,22 +85,24 @@ def freeze(obj: dict[str, Any]) -> dict[str, Any] | Encoded:
 
 
 class BackgroundWriter:
-    """Runs checkpoint writes on a thread of their own, one at a time, in order.
+    """Runs checkpoint writes on a writer thread, one at a time, in order.
 
     ``submit`` first waits for the write before it, so at most one snapshot waits in memory,
     and a write that failed (a full disk) raises its error there, at the next save, or at
     ``wait()``. Each write is still atomic (``save_atomic``): a file is complete or absent.
+
+    The thread is the process's (``_shared_pool``), started at the first write and kept for
+    the next fits: starting a thread takes about 1 ms on this project's 2-core VM, which a
+    short fit paid on its training thread (benchmarks/fit_cost.py). It is not a daemon, so the
+    interpreter waits for a write in flight before it exits.
     """
 
     def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
         self.wait()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
-        self._pending = self._pool.submit(fn, *args)
+        self._pending = _shared_pool().submit(fn, *args)
 
     def wait(self) -> None:
         """Block until the last write is on disk; raise its error if it failed."""
@@ -112,20 +115,33 @@ class BackgroundWriter:
         pending, self._pending = self._pending, None
         return None if pending is None else pending.exception()
 
-    def close(self) -> None:
-        try:
-            self.wait()
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown()
-                self._pool = None
-
     def __getstate__(self) -> dict[str, Any]:
-        return {}  # a copy (e.g. in a spawned DDP worker) starts with no thread and nothing pending
+        return {}  # a copy (e.g. in a spawned DDP worker) starts with nothing pending
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__()
 
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _shared_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+        return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's thread is not there; a write there starts its own."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 class HandOff:
