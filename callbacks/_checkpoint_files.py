@@ -225,10 +225,15 @@ def save_at_exception(cb: Any, trainer: Any, exception: BaseException) -> None:
 
 
 def check_writable(dirpath: str) -> None:
+    """The folder exists (made if need be) and this process may create files in it. ``access``
+    answers for the permissions and a read-only file system without creating a file (a test
+    file cost a fit's start a create, an unlink and their waits); where it says no, a file is
+    tried, which fails with the system's own reason (or succeeds: ``access`` can be wrong)."""
     try:
         os.makedirs(dirpath, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=dirpath, prefix=".write-test-"):
-            pass
+        if not os.access(dirpath, os.W_OK | os.X_OK):
+            with tempfile.NamedTemporaryFile(dir=dirpath, prefix=".write-test-"):
+                pass
     except OSError as err:
         raise PermissionError(
             f"ModelCheckpoint cannot write to dirpath={dirpath!r}: {err.strerror or err}. "

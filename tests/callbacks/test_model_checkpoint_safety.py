@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 import signal
 import subprocess
 import sys
@@ -151,6 +152,41 @@ class CountBatches(Callback):
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self.batches += 1
+
+
+def test_a_folder_the_os_refuses_fails_before_training_with_the_systems_reason(tmp_path, monkeypatch):
+    # As for a user without write permission (these tests run as root, whom chmod does not stop):
+    # access() says no, and the test file the check then tries fails with the system's reason.
+    folder = str(tmp_path / "ckpts")
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: os.path.realpath(path) != os.path.realpath(folder))
+
+    def refused(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied", dir)
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
+    count = CountBatches()
+    trainer = _trainer(folder, max_steps=2, callbacks=[count, ModelCheckpoint(dirpath=folder)])
+    with pytest.raises(PermissionError, match=r"ModelCheckpoint cannot write to dirpath=.*ckpts.*: Permission denied\. Pick"):
+        trainer.fit(Classifier(), loader())
+    assert count.batches == 0
+
+
+def test_a_folder_access_wrongly_refuses_is_still_used_when_a_file_can_be_made_there(tmp_path, monkeypatch):
+    folder = str(tmp_path / "ckpts")
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False)  # some network mounts answer so
+    trainer = _trainer(folder, max_steps=2, callbacks=[ModelCheckpoint(dirpath=folder, every_n_train_steps=1)])
+    trainer.fit(Classifier(), loader())
+    assert sorted(os.listdir(folder)) == ["epoch=0-step=2.ckpt"]
+
+
+def test_a_writable_folder_is_checked_without_a_test_file(tmp_path, monkeypatch):
+    def no_test_file(*args, **kwargs):
+        raise AssertionError("a test file was created to check the folder")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", no_test_file)
+    folder = str(tmp_path / "ckpts")
+    _trainer(folder, max_steps=2, callbacks=[ModelCheckpoint(dirpath=folder, every_n_train_steps=1)]).fit(Classifier(), loader())
+    assert sorted(os.listdir(folder)) == ["epoch=0-step=2.ckpt"]
 
 
 def test_a_checkpoint_folder_that_cannot_be_written_fails_before_training(tmp_path):
