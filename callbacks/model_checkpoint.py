@@ -238,6 +238,11 @@ class ModelCheckpoint(TopK, Callback):
             self.write_last(trainer, pl_module)
         self._wait_for_writer(trainer)  # fit returns with its files on disk, or with the write's error
 
+    def _settle(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        """Before every callback's ``on_train_end`` (the Trainer calls it first): the files saved
+        so far are on disk, as Lightning's are once its loop ends."""
+        self._wait_for_writer(trainer)
+
     def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
         error = self._writer.error()  # let a write in flight finish: it is complete and resumable
         if error is not None:  # the run fails with its own error; say that this save failed too

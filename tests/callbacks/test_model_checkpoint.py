@@ -8,6 +8,7 @@ import json
 import math
 import os
 import threading
+import time
 import warnings
 
 import pytest
@@ -331,6 +332,26 @@ def test_what_on_save_checkpoint_adds_is_copied_when_the_state_is_taken(tmp_path
     Trainer(**quiet(enable_checkpointing=True, max_steps=4, callbacks=[ema, releaser, ckpt])).fit(Classifier(), loader(64, 4))
     # Taken at step 2, after on_train_batch_end filled it with 2.0; written after step 4's fill.
     assert torch.equal(checkpoint.load(tmp_path / "epoch=0-step=2.ckpt")["ema"], torch.full((3,), 2.0))
+
+
+class LoadsTheBestAtTheEnd(Callback):
+    """Listed before the ModelCheckpoint, as a user's callbacks are: it runs first at on_train_end."""
+
+    def on_train_end(self, trainer, module):
+        self.loaded = checkpoint.load(trainer.checkpoint_callback.best_model_path)["global_step"]
+
+
+def test_a_callbacks_on_train_end_finds_the_last_saved_file_whole_on_a_slow_disk(monkeypatch):
+    real_save_atomic = checkpoint.save_atomic
+
+    def slow_disk(obj, path):
+        time.sleep(0.3)  # the write is still going when training ends
+        real_save_atomic(obj, path)
+
+    monkeypatch.setattr(checkpoint, "save_atomic", slow_disk)
+    reader = LoadsTheBestAtTheEnd()
+    fit(Classifier(), epochs=2, callbacks=[reader, ModelCheckpoint(dirpath="ck", save_top_k=1)])
+    assert reader.loaded == 2 * STEPS_PER_EPOCH  # Lightning's loop has written it before on_train_end
 
 
 def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, monkeypatch):

@@ -25,7 +25,9 @@ class Hooks:
     module)`` arguments), then ``tail`` (the Trainer's log writer, which writes what all of them
     logged). One exception, Lightning's too: at ``on_train_epoch_end`` the monitoring callbacks
     (``ModelCheckpoint``, ``EarlyStopping``) come after the model, so that they can judge a value
-    the model logs there; ``epoch_end_monitors`` is where they start in that list. A hook that
+    the model logs there; ``epoch_end_monitors`` is where they start in that list. And
+    ``on_train_end`` starts by waiting for the checkpoints being written in the background,
+    since Lightning's are on disk when its loop ends. A hook that
     nothing overrides is an empty list, so the loop's ``for fn in ...`` costs one attribute
     lookup per step.
     """
@@ -46,6 +48,8 @@ class Hooks:
                 fns.append(own)
             if name == "on_train_epoch_end":
                 self.epoch_end_monitors = len(fns)
+            if name == "on_train_end":  # files saved in the background are on disk before any callback's hook reads them
+                fns = [cb._settle for cb in callbacks if isinstance(cb, ModelCheckpoint)] + fns
             setattr(self, name, fns + _overriding(after, name))
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> None:
