@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -49,33 +50,51 @@ FORK_SERVER_PRELOAD = ["torch", "torch._dynamo", "torch.distributed.fsdp"]
 multiprocessing.get_context("forkserver").set_forkserver_preload(FORK_SERVER_PRELOAD)
 
 
-def _in_the_callers_environment(environ: dict[str, str], fn, *args):
-    """In a rank: the environment the fit was called in (as a spawned rank inherits it), except
-    the launcher variables the rank's start-up has just set (its rank, the rendezvous, the seed)."""
+def _in_the_callers_environment(caller: int, environ: dict[str, str], fn, *args):
+    """In a rank: what a spawned rank inherits from the process that called fit, ``caller``.
+    Its environment, except the launcher variables the rank's start-up has just set (its rank,
+    the rendezvous, the seed); and its stdout and stderr as they are now (pytest's capture),
+    where the fork server's are the ones of the test that started it."""
     own = {k: os.environ[k] for k in _LAUNCHER_ENV if k in os.environ}
     os.environ.clear()
     os.environ.update({k: v for k, v in environ.items() if k not in _LAUNCHER_ENV}, **own)
+    for fd in (1, 2):
+        try:
+            target = os.open(f"/proc/{caller}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
+        except OSError:  # a socket cannot be opened again by its path: keep the server's
+            continue
+        os.dup2(target, fd)
+        os.close(target)
     return fn(*args)
 
 
-@pytest.fixture
-def ranks_from_the_fork_server(monkeypatch):
-    """strategy="ddp"/"fsdp" fits in this process start their ranks from multiprocessing's fork
-    server, warm with FORK_SERVER_PRELOAD, instead of spawning fresh interpreters that import
-    torch each time: about 3 s less per fit on 2 cores. The rest is as under spawn, the default:
-    each rank starts with none of this process's state, unpickles the Trainer, model, loaders
-    and callbacks, imports the tests' modules and ours, and gets the caller's environment.
-    tests/strategies/test_ddp.py runs the default start method itself."""
+@contextlib.contextmanager
+def ranks_forked_from_the_server():
+    """While it is open, strategy="ddp"/"fsdp" fits in this process start their ranks from
+    multiprocessing's fork server, warm with FORK_SERVER_PRELOAD, instead of spawning fresh
+    interpreters that import torch each time: about 3 s less per fit on 2 cores. The rest is as
+    under spawn, the default: each rank starts with none of this process's state, unpickles the
+    Trainer, model, loaders and callbacks, imports the tests' modules and ours, and gets the
+    caller's environment. tests/strategies/test_ddp.py runs the default start method itself."""
     import strategies.ddp
 
     spawn = strategies.ddp.spawn
 
     def from_the_fork_server(fn, args, nprocs, start_method="spawn", timeout=None):
         if start_method == "spawn":
-            fn, args, start_method = _in_the_callers_environment, (dict(os.environ), fn, *args), "forkserver"
+            fn, args, start_method = _in_the_callers_environment, (os.getpid(), dict(os.environ), fn, *args), "forkserver"
         return spawn(fn, args, nprocs, start_method, timeout=timeout)
 
-    monkeypatch.setattr(strategies.ddp, "spawn", from_the_fork_server)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(strategies.ddp, "spawn", from_the_fork_server)
+        yield
+
+
+@pytest.fixture
+def ranks_from_the_fork_server():
+    """:func:`ranks_forked_from_the_server` for the test."""
+    with ranks_forked_from_the_server():
+        yield
 
 
 @pytest.fixture

@@ -74,6 +74,7 @@ def _ranks(folder) -> list[dict]:
     return [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_ranks_stop_skip_draw_and_log_as_one(tmp_path, capfd):
     # What one process does with the same per-process data (32 samples, 4 steps per epoch).
     reference = Trainer(max_epochs=8, log_dir=None, enable_progress_bar=False, enable_checkpointing=False,
@@ -118,6 +119,7 @@ def test_ranks_stop_skip_draw_and_log_as_one(tmp_path, capfd):
     assert len(glob.glob(os.path.join("lightning_logs", "version_0", "events.out.tfevents.*"))) == 1
 
 
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_nan_guard_raise_raises_on_every_rank_at_the_same_step(tmp_path):
     folder = tmp_path / "ranks"
     folder.mkdir()

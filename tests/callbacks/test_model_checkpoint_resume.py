@@ -210,6 +210,7 @@ def ddp_run(folder: str, ranks: str, ckpt_path=None) -> Classifier:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_ddp_ranks_agree_on_the_best_only_rank_0_writes_and_a_mid_epoch_save_resumes_bit_exact():
     expected = ddp_run("a", "ranks-a")
     zero, one = (json.load(open(f"ranks-a/rank{r}.json")) for r in (0, 1))

@@ -129,6 +129,7 @@ def test_return_predictions_must_be_a_bool():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_ddp_ranks_write_their_parts_and_the_indices_put_them_back_in_order(tmp_path):
     torch.manual_seed(0)
     model = Logits()

@@ -150,6 +150,7 @@ def test_checkpoint_workflow_best_model_path_load_from_checkpoint_and_test():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_boring_model_under_ddp_with_two_processes():
     model = BoringModel()
     trainer = L.Trainer(

@@ -29,6 +29,7 @@ class WritesOnEveryRank(Classifier):
         return super().training_step(batch, batch_idx)
 
 
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_rank_zero_writes_and_the_other_rank_gets_a_logger_that_does_nothing():
     tb, csv_logger = TensorBoardLogger("tb", name="ddp"), CSVLogger("csv")
     trainer = Trainer(strategy=DDPStrategy(timeout=20), devices=2, max_epochs=1, log_every_n_steps=1, enable_progress_bar=False,

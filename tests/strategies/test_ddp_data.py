@@ -66,6 +66,7 @@ class CountsSanity(Callback):
         self.batches = state["batches"]
 
 
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_a_datamodule_and_several_validation_loaders_under_ddp_match_one_process(tmp_path):
     folder = tmp_path / "marks"
     folder.mkdir()
@@ -84,6 +85,7 @@ def test_a_datamodule_and_several_validation_loaders_under_ddp_match_one_process
         assert trainer.callback_metrics[f"val_loss/dataloader_idx_{i}"] == pytest.approx(alone[i][f"val_loss/dataloader_idx_{i}"], abs=1e-6)
 
 
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_predict_under_ddp_loads_the_checkpoint_and_returns_one_list_per_loader():
     Trainer(max_epochs=1, log_dir=None, enable_progress_bar=False, callbacks=[ModelCheckpoint(save_last=True)]).fit(
         Classifier(), DataLoader(dataset(32), batch_size=8))  # "last" to evaluate: Lightning's last.ckpt

@@ -81,6 +81,7 @@ def test_a_compiled_submodule_saves_plain_keys_and_its_checkpoint_resumes_a_plai
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_compile_under_ddp_trains_and_hands_back_plain_weights(tmp_path):
     torch.manual_seed(0)
     spread, single = Classifier(), Classifier()

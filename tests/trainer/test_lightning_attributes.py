@@ -254,6 +254,7 @@ class RanksToFile(Callback):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("use_distributed_sampler", [True, False])
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_ranks_and_sampler_under_ddp_with_two_processes(use_distributed_sampler):
     trainer = Trainer(
         strategy="ddp", accelerator="cpu", devices=2, max_steps=1, callbacks=[RanksToFile()],

@@ -49,6 +49,7 @@ def _counters(trainer: Trainer) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("strategy", ["single", pytest.param("ddp", marks=pytest.mark.slow)])
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_validate_test_and_predict_after_fit_keep_global_step_and_current_epoch(strategy):
     devices = 2 if strategy == "ddp" else 1
     trainer = Trainer(strategy=strategy, devices=devices, max_epochs=2, **quiet())
@@ -109,6 +110,7 @@ def test_deterministic_is_on_while_the_model_trains():
 
 # --- save_checkpoint where no fit's state is at hand --------------------------------------
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_save_checkpoint_after_a_spawned_ddp_fit_says_where_the_state_went():
     trainer = Trainer(strategy="ddp", devices=2, max_steps=2, **quiet())
     trainer.fit(Classifier(), loader())

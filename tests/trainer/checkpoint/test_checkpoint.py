@@ -345,6 +345,7 @@ def test_kill9_in_the_middle_of_a_save_leaves_the_previous_file_whole(tmp_path, 
 
 # --- across strategies -------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_a_ddp_checkpoint_loads_into_the_bare_model_and_resumes_on_one_device():
     t = Trainer(**quiet(enable_checkpointing=True, strategy="ddp", devices=2, max_epochs=1))
     t.fit(Classifier(optimizer="adam"), loader(64, shuffle=True))  # 2 ranks x 2 steps of 16

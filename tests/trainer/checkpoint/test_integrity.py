@@ -96,6 +96,7 @@ def test_a_buffer_that_holds_infinity_by_design_does_not_stop_the_saves(persiste
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_under_ddp_every_rank_refuses_the_save_together(tmp_path):
     # Each rank checks its own tensors, one all-reduce decides: no rank waits in a save the others skip.
     with pytest.raises(Exception, match=r"Not saving a checkpoint .* at step 4 \(epoch 1\): the weight 'net.0.weight'"):

@@ -19,6 +19,7 @@ from torch import nn
 
 from strategies import FSDPStrategy
 from tests._models import Classifier, loader
+from tests.conftest import ranks_forked_from_the_server
 from trainer import CheckpointError, Trainer
 from trainer.checkpoint.files import SHARDED_META
 
@@ -48,7 +49,8 @@ def sharded_folder(tmp_path_factory) -> Path:
         strategy=FSDPStrategy(checkpoint="sharded", shard=[nn.Linear]), devices=2, max_epochs=1,
         log_dir=root, enable_progress_bar=False, enable_model_summary=False,
     )
-    t.fit(_model(), loader(n=32, batch_size=8))
+    with ranks_forked_from_the_server():  # see tests/conftest.py
+        t.fit(_model(), loader(n=32, batch_size=8))
     return Path(t.checkpoint_callback.best_model_path).resolve()  # the epoch's folder
 
 

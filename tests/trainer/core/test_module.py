@@ -168,6 +168,7 @@ class LogsRank(Classifier):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_ddp_values_logged_in_an_epoch_end_hook_are_reduced_across_ranks():
     trainer = Trainer(strategy="ddp", devices=2, max_epochs=1, **quiet())
     trainer.fit(LogsRank(), loader(n=32), loader(n=16))

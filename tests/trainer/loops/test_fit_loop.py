@@ -102,6 +102,7 @@ class Records(Callback):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_ddp_step_values_in_callback_metrics_are_the_same_on_every_rank():
     trainer = Trainer(strategy="ddp", devices=2, max_epochs=2, log_every_n_steps=1, callbacks=[Records()], **quiet())
     trainer.fit(PlateauPerStep(), loader(n=128, batch_size=8, shuffle=True))

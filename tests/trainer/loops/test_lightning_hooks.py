@@ -223,6 +223,7 @@ class Gathers(Classifier):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_all_gather_under_ddp_with_two_processes():
     trainer = Trainer(strategy="ddp", devices=2, max_epochs=1, num_sanity_val_steps=0, **quiet())
     trainer.fit(Gathers(), loader(32), loader(16))

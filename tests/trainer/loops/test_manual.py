@@ -223,6 +223,7 @@ def test_toggle_optimizer_keeps_the_other_networks_gradients_out():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("clip", [None, 0.05])
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
 def test_a_gan_under_ddp_matches_one_device_with_the_doubled_batch(clip):
     torch.manual_seed(0)
     spread, single = TinyGAN(clip=clip), TinyGAN(clip=clip)
