@@ -187,11 +187,11 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     @property
     def global_rank(self) -> int:
-        return 0 if self._trainer is None else self._trainer.strategy.global_rank
+        return 0 if self._trainer is None else self._trainer.global_rank  # the Trainer's, as Lightning reads it
 
     @property
     def local_rank(self) -> int:
-        return 0 if self._trainer is None else self._trainer.strategy.local_rank
+        return 0 if self._trainer is None else self._trainer.local_rank
 
     @property
     def dtype(self) -> torch.dtype:

@@ -222,6 +222,16 @@ def test_the_trainer_is_settable_on_the_module_and_its_submodules_as_in_lightnin
     assert outer._trainer is None and outer.inner._trainer is None
 
 
+def test_the_modules_ranks_are_its_trainers_as_lightning_reads_them():
+    class Ranks:  # a Trainer stand-in, as Lightning's tests attach one: only the Trainer's own properties
+        global_rank, local_rank = 3, 1
+
+    model = Classifier()
+    assert (model.global_rank, model.local_rank) == (0, 0)
+    model._trainer = Ranks()
+    assert (model.global_rank, model.local_rank) == (3, 1)
+
+
 def test_on_gpu_says_whether_the_parameters_are_on_a_cuda_device():
     model = Classifier()
     assert model.on_gpu is False
