@@ -47,6 +47,10 @@ from trainer.options import WORKING_DIR, Options, check_weights_only, configure,
 from trainer.tuner import tune_before
 
 
+class _NoModel(AttributeError, RuntimeError):
+    """``save_checkpoint`` before any stage attached a model."""
+
+
 class Trainer(TrainerProperties, LoggerAccess):
     """Runs ``fit``, ``validate``, ``test`` and ``predict`` for a ``TrainModule``.
 
@@ -279,14 +283,18 @@ class Trainer(TrainerProperties, LoggerAccess):
         run = self._run
         if run.opt is None:  # no fit ran in this process: its optimizer state is elsewhere, or nowhere
             after_spawn = self._strategy.spawned and self.global_step > 0
-            raise RuntimeError(
-                f"trainer.save_checkpoint({os.fspath(path)!r}) needs a fit's full state (optimizer, RNG, "
-                + ("loop), which stayed in the worker processes of strategy='ddp' and ended with them; only "
-                   "the weights came back. Save those with torch.save(model.state_dict(), path), use the "
-                   "checkpoint the run wrote (trainer.checkpoint_callback.best_model_path), or call "
-                   "save_checkpoint inside fit, from a callback." if after_spawn else
-                   "loop), and no fit has run in this process. Call it during or after trainer.fit(...).")
+            why = f"trainer.save_checkpoint({os.fspath(path)!r}) needs a fit's full state (optimizer, RNG, loop), " + (
+                "which stayed in the worker processes of strategy='ddp' and ended with them; only the weights came "
+                "back. Save those with torch.save(model.state_dict(), path), use the checkpoint the run wrote "
+                "(trainer.checkpoint_callback.best_model_path), or call save_checkpoint inside fit, from a callback."
+                if after_spawn else "and no fit has run in this process. Call it during or after trainer.fit(...)."
             )
+            if self.model is None and not after_spawn:  # Lightning's AttributeError, its sentence first
+                raise _NoModel(
+                    "Saving a checkpoint is only possible if a model is attached to the Trainer. Did you call "
+                    f"`Trainer.save_checkpoint()` before calling `Trainer.{{fit,validate,test,predict}}`? {why}"
+                )
+            raise RuntimeError(why)
         ours = type(self).save_checkpoint is Trainer.save_checkpoint and not self._strategy.sharded_checkpoints
         job = take_hand_off() if ours else None
         if job is not None:  # ModelCheckpoint's: written in the background

@@ -120,8 +120,13 @@ def test_save_checkpoint_after_a_spawned_ddp_fit_says_where_the_state_went():
 
 
 def test_save_checkpoint_before_any_fit_says_to_fit_first():
-    with pytest.raises(RuntimeError, match=r"no fit has run in this process"):
+    # Lightning's AttributeError and sentence first; still the RuntimeError it was here.
+    with pytest.raises(AttributeError, match=r"^Saving a checkpoint is only possible if a model is attached to the Trainer\. Did "
+                       r"you call `Trainer\.save_checkpoint\(\)` before calling `Trainer\.\{fit,validate,test,predict\}`\? .*"
+                       r"no fit has run in this process") as raised:
         Trainer(**quiet()).save_checkpoint("early.ckpt")
+    assert isinstance(raised.value, RuntimeError)
+    assert not os.path.exists("early.ckpt")
 
 
 # --- estimated_stepping_batches ----------------------------------------------------------------
