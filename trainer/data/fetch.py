@@ -112,8 +112,12 @@ def _fetched(it: Any, fetch: Fetch) -> Iterator[Any]:
     pin = getattr(it, "_pin_memory", False) and not getattr(fetch, "on_device", False)
     ahead, total = getattr(fetch, "ahead", (1, 0))
     if ahead > 1:  # all but the epoch's last batch; the loop below draws that one, and the end
-        for batch in _read_ahead(next_index, fetch.rows, fetch.tensors, ahead, total):  # type: ignore[attr-defined]
-            yield pin_memory(batch, it._pin_memory_device) if pin else batch
+        chunks = _read_ahead(next_index, fetch.rows, fetch.tensors, ahead, total)  # type: ignore[attr-defined]
+        if pin:
+            for batch in chunks:
+                yield pin_memory(batch, it._pin_memory_device)
+        else:  # handed through in C: a generator's resume less per batch
+            yield from chunks
     while True:
         try:
             indices = next_index()
@@ -159,7 +163,7 @@ def _read_ahead(
         fields = [f.split(sizes) for f in rows(flat)]
         done = 0  # rows of the chunk handed out
         for k, n in enumerate(sizes):
-            if any(t._version != v for t, v in zip(tensors, versions)):  # changed since: fetch the rest again
+            if [t._version for t in tensors] != versions:  # changed since: fetch the rest again
                 versions = [t._version for t in tensors]
                 fields = [[None] * k + list(f.split(sizes[k:])) for f in rows(flat[done:])]
             yield [f[k] for f in fields]
