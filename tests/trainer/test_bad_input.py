@@ -158,6 +158,9 @@ class Optimizers(Classifier):
             "unknown key": {"optimizer": opt, "scheduler": None},
             "bad interval": {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1), "interval": "batch"},
             "plateau without monitor": (opt, torch.optim.lr_scheduler.ReduceLROnPlateau(opt)),
+            "scheduler of another optimizer": ([opt], [torch.optim.lr_scheduler.StepLR(torch.optim.SGD(self.parameters(), lr=0.1), 1)]),
+            "plateau on a metric never logged": {"optimizer": opt, "lr_scheduler": {
+                "scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(opt), "monitor": "giraffe"}},
             "none": None,
         }[self.what]
 
@@ -192,6 +195,12 @@ def checkpoint_files(tmp_path):
         (dict(model=Optimizers("unknown key")), ValueError, ["unknown keys ['scheduler']", "lr_scheduler="]),
         (dict(model=Optimizers("bad interval")), ValueError, ["interval='batch'", "'epoch' or 'step'"]),
         (dict(model=Optimizers("plateau without monitor")), ValueError, ["ReduceLROnPlateau", "monitor="]),
+        (dict(model=Optimizers("scheduler of another optimizer")), MisconfigurationException,
+         ["Some schedulers are attached with an optimizer that wasn't returned from `configure_optimizers`.", "StepLR steps an optimizer"]),
+        # Lightning's sentence first, after the first epoch (that is when the scheduler steps)
+        (dict(model=Optimizers("plateau on a metric never logged"), options=dict(max_steps=None, max_epochs=1), trained=2),
+         MisconfigurationException, ["ReduceLROnPlateau conditioned on metric giraffe which is not available. Available metrics are: "
+                                     "['train_loss']", "self.log('giraffe', value)", "'strict': False"]),
         (dict(model=Optimizers("none"), options=dict(optimizer=lambda: None)), TypeError, ["Trainer(optimizer=", "takes 0 positional", "lambda params"]),
         (dict(model=Optimizers("none"), options=dict(optimizer=lambda params: "adam")), TypeError, ["Trainer(optimizer=...) returned 'adam'", "not usable"]),
         # a monitored metric that is never logged names the ones that are
@@ -223,6 +232,23 @@ def test_bad_fit_input_fails_before_training(case, error, words, tmp_path):
         assert word in str(info.value), f"{word!r} not in: {info.value}"
     # Nothing trained, except where the problem only shows after an epoch (a monitor, a one-pass iterator).
     assert epochs.batches == case.get("trained", 0)
+
+
+class PlateauOnAMetricNeverLogged(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "monitor": "giraffe", "strict": False}}
+
+
+def test_a_plateau_scheduler_with_strict_false_skips_its_step_with_lightnings_warning():
+    model = PlateauOnAMetricNeverLogged()
+    trainer = Trainer(**quiet(max_epochs=2))
+    with pytest.warns(RuntimeWarning, match=r"^ReduceLROnPlateau conditioned on metric giraffe which is not available but "
+                      r"strict is set to `False`\. Skipping learning rate update\.$"):
+        trainer.fit(model, loader(32, 16))
+    assert trainer.global_step == 4  # trained on
+    assert trainer.lr_scheduler_configs[0].scheduler.last_epoch == 0  # never stepped
 
 
 def test_validate_test_predict_check_their_input():

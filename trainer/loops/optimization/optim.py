@@ -33,6 +33,7 @@ class SchedulerConfig:
     monitor: str | None = None
     name: str | None = None  # Lightning's: LearningRateMonitor's key for it
     frequency: int = 1  # Lightning's: stepped at every frequency-th batch of the epoch ("step") or epoch
+    strict: bool = True  # Lightning's: a monitor not logged is an error; False: a warning, and no step
 
     @property
     def needs_metric(self) -> bool:
@@ -47,9 +48,17 @@ class SchedulerConfig:
                 own_step(self.scheduler, None)
             return
         if self.monitor not in metrics:
-            raise ValueError(
-                f"lr_scheduler monitor={self.monitor!r} was not logged. Logged metrics: "
-                f"{sorted(metrics) or 'none'}. Log it with self.log({self.monitor!r}, value)."
+            if not self.strict:
+                warnings.warn(
+                    f"ReduceLROnPlateau conditioned on metric {self.monitor} which is not available but strict is set "
+                    "to `False`. Skipping learning rate update.", RuntimeWarning, stacklevel=2,
+                )
+                return
+            raise misconfigured(
+                f"lr_scheduler monitor={self.monitor!r} was not logged. Logged metrics: {sorted(metrics) or 'none'}. "
+                f"Log it with self.log({self.monitor!r}, value), or give the scheduler dict 'strict': False to skip the step.",
+                f"ReduceLROnPlateau conditioned on metric {self.monitor} which is not available. Available metrics are: "
+                f"{list(metrics)}. Condition can be set using `monitor` key in lr scheduler dict.",
             )
         if own_step is None:
             self.scheduler.step(metrics[self.monitor])
@@ -212,14 +221,14 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
             warnings.warn(f"Found unsupported keys in the lr scheduler dict: {unsupported}. HINT: remove them from the "
                           "output of `configure_optimizers`.", RuntimeWarning, stacklevel=2)
         interval, monitor, name = sched.get("interval", interval), sched.get("monitor", monitor), sched.get("name")
-        frequency = sched.get("frequency", 1)
+        frequency, strict = sched.get("frequency", 1), sched.get("strict", True)
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"{where}: frequency={frequency!r} must be an int >= 1 (step the scheduler every n {interval}s).")
         if "scheduler" not in sched:
             raise misconfigured(f"{where}: the dict has no 'scheduler'.", 'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler.')
         sched = sched.get("scheduler")
     else:
-        name, frequency = None, 1
+        name, frequency, strict = None, 1, True
     if interval not in _INTERVALS:
         raise misconfigured(f"{where}: interval={interval!r} must be 'epoch' or 'step'.",
                             f'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "{interval}".')
@@ -230,13 +239,22 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
         )
     if not callable(getattr(sched, "step", None)):
         raise TypeError(f"{where}: the scheduler {sched!r} has no step() method.")
-    return SchedulerConfig(sched, interval, monitor, name, frequency)
+    return SchedulerConfig(sched, interval, monitor, name, frequency, bool(strict))
 
 
 def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:
     """Several optimizers may share a parameter, as in Lightning: under manual optimization the
     module steps each (``toggle_optimizer`` keeps the others' gradients off); automatic
-    optimization takes one optimizer (``check_manual`` says so)."""
+    optimization takes one optimizer (``check_manual`` says so). A scheduler must drive one
+    of the optimizers returned: one built on another would step an optimizer nobody uses."""
+    for config in setup.schedulers:
+        optimizer = getattr(config.scheduler, "optimizer", None)
+        if isinstance(optimizer, Optimizer) and all(optimizer is not o for o in setup.optimizers):
+            raise misconfigured(
+                f"{where}: the scheduler {type(config.scheduler).__name__} steps an optimizer that is not among those "
+                "returned. Build it on one of them, e.g. StepLR(optimizer, ...) with the optimizer you return.",
+                "Some schedulers are attached with an optimizer that wasn't returned from `configure_optimizers`.",
+            )
     return setup
 
 
