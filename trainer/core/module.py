@@ -118,15 +118,15 @@ class TrainModule(HyperparametersMixin, nn.Module):
         return clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
-        """Until ``untoggle_optimizer``, only ``optimizer``'s parameters require grad: a backward
-        then leaves the other networks' gradients alone (and costs less)."""
+        """Until ``untoggle_optimizer``, the other optimizers' parameters require no grad, so a backward leaves
+        their gradients alone (and costs less); as in Lightning, a parameter of no optimizer is left as it is."""
         opt = getattr(optimizer, "optimizer", optimizer)
         own = {id(p) for group in opt.param_groups for p in group["params"]}
         saved = {}
-        for p in self.parameters():
-            saved[p] = p.requires_grad
-            if id(p) not in own:
-                p.requires_grad_(False)
+        for o in self._trainer.optimizers if self._trainer is not None else [opt]:
+            for p in (p for group in o.param_groups for p in group["params"] if p not in saved):
+                saved[p] = p.requires_grad
+                p.requires_grad_(saved[p] and id(p) in own)
         self._toggled = saved
 
     def untoggle_optimizer(self, optimizer: Any) -> None:

@@ -221,6 +221,32 @@ def test_toggle_optimizer_keeps_the_other_networks_gradients_out():
     assert all(p.requires_grad for p in model.parameters())
 
 
+def test_toggle_optimizer_leaves_a_parameter_of_no_optimizer_as_lightning_does():
+    class WithAFrozenHead(TinyGAN):  # `scale` is in no optimizer: it must keep its gradient
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(()))
+
+        def training_step(self, batch, batch_idx):
+            real, z = batch
+            opt_g, opt_d = self.optimizers()
+            self.toggle_optimizer(opt_d)
+            self.during = (self.scale.requires_grad, [p.requires_grad for p in self.generator.parameters()])
+            d_loss = nn.functional.softplus(self.scale * self.discriminator(real)).mean()
+            opt_d.zero_grad()
+            self.manual_backward(d_loss)
+            opt_d.step()
+            self.untoggle_optimizer(opt_d)
+            self.scale_grad = self.scale.grad
+            return d_loss
+
+    model = WithAFrozenHead()
+    Trainer(max_steps=1, **quiet()).fit(model, gan_loader())
+    assert model.during[0] is True and model.during[1] and not any(model.during[1])
+    assert model.scale_grad is not None
+    assert all(p.requires_grad for p in model.parameters())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("clip", [None, 0.05])
 @pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
