@@ -132,7 +132,7 @@ def _assert_same_weights(state: dict, model: torch.nn.Module) -> None:
 
 
 def _child_pids() -> list[int]:
-    """Live children of this process, from /proc (multiprocessing's resource tracker aside)."""
+    """Live children of this process, from /proc (multiprocessing's resource tracker and fork server aside)."""
     me, children = str(os.getpid()), []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -144,7 +144,7 @@ def _child_pids() -> list[int]:
                 cmdline = f.read()
         except OSError:
             continue  # it exited meanwhile
-        if ppid == me and b"resource_tracker" not in cmdline:
+        if ppid == me and b"resource_tracker" not in cmdline and b"forkserver" not in cmdline:
             children.append(int(entry))
     return children
 
