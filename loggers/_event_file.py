@@ -42,7 +42,7 @@ class EventFile:
         name = "events.out.tfevents.%010d.%s.%s.%s" % (time.time(), socket.gethostname(), os.getpid(), uid)
         self._file = open(os.path.join(logdir, name + filename_suffix), "wb")  # noqa: SIM115 (closed by close())
         self._records = RecordWriter(self._file)
-        self._flush_secs = flush_secs
+        self._flush_secs, self._flushed = flush_secs, time.monotonic()  # (max_queue_size: no queue to size)
         self._lock = threading.Lock()  # a user's add_* from another thread: whole records
         self._closed = False
         self.add_event(self._event(
@@ -74,8 +74,6 @@ class EventFile:
     def _flush(self) -> None:
         self._file.flush()
         self._flushed = time.monotonic()
-
-    _flushed = 0.0
 
     def close(self) -> None:
         with self._lock:
