@@ -18,6 +18,11 @@ TINY = (
     "--n-heads", "2", "--sample-chars", "60",
 )
 
+# Under ddp/fsdp: 7 batches a rank an epoch, so that validation (every quarter epoch) comes within
+# --max-steps 2, inside fit; after a fit that never validated, the example launches its ranks again
+# for trainer.validate.
+VALIDATES_IN_FIT = ("--corpus-mb", "0.02", "--batch-size", "128")
+
 
 def test_trains_logs_checkpoints_and_prints_a_sample(script_env):
     # 2 epochs of 15 steps (128 windows of 16 characters from 0.02 MB), like the default run's 2 of 443
@@ -52,7 +57,7 @@ def test_trains_logs_checkpoints_and_prints_a_sample(script_env):
 
 
 def test_ddp_on_two_processes(script_env):
-    output = run_example("char_lm", *TINY, "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--log-dir", "tb", env=script_env)
+    output = run_example("char_lm", *TINY, *VALIDATES_IN_FIT, "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--log-dir", "tb", env=script_env)
     assert "world size 2" in output
     assert "--- sample from the checkpoint" in output
     assert torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)["steadytrainer"]["loop"]["world_size"] == 2
@@ -70,7 +75,7 @@ def test_on_a_gpu_in_mixed_precision(precision, script_env):
 
 
 def test_fsdp_on_two_processes(script_env):
-    output = run_example("char_lm", *TINY, "--n-layers", "2", "--strategy", "fsdp", "--devices", "2", "--max-steps", "2", "--log-dir", "tb", env=script_env)
+    output = run_example("char_lm", *TINY, *VALIDATES_IN_FIT, "--n-layers", "2", "--strategy", "fsdp", "--devices", "2", "--max-steps", "2", "--log-dir", "tb", env=script_env)
     assert "Training with fsdp (gloo) on cpu" in output and "world size 2" in output
     assert "--- sample from the checkpoint" in output  # the checkpoint loads into the bare model
     ckpt = torch.load(os.path.join(only_run_dir("tb"), "checkpoints", "last.ckpt"), weights_only=True)
