@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import tempfile
+import weakref
 from typing import Any
 
 from trainer.checkpoint import files as ckpt_io
@@ -113,14 +114,28 @@ def free_name(dirpath: str, name: str, kept: dict[str, float], replacing: str | 
     return name
 
 
-def last_name(dirpath: str, current: str, counter: bool = True) -> str:
+# Each save_last callback's last file in this process (absolute path -> the callback). A file still
+# being written counts as there, as Lightning's, written in the loop, would be: a second callback
+# sharing the folder takes last-v1.ckpt whatever the writer thread's timing.
+_LAST_TAKEN: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def last_name(dirpath: str, current: str, counter: bool = True, owner: Any = None) -> str:
     """``last.ckpt`` in ``dirpath``; with Lightning's version counter, ``last-v1.ckpt``, ... when
-    another run's is there. This fit's own (``current``: ``last_model_path``, restored when it
-    resumed) is overwritten."""
+    another run's or another callback's is there (or being written). This fit's own (``current``:
+    ``last_model_path``, restored when it resumed) is overwritten. ``owner`` (the callback that
+    will write it) takes the name."""
     path, n = os.path.join(dirpath, LAST), 0
-    while counter and path != current and os.path.lexists(path):
+
+    def taken(p: str) -> bool:
+        other = _LAST_TAKEN.get(os.path.abspath(p))
+        return os.path.lexists(p) or (other is not None and other is not owner and other._writer.in_flight)
+
+    while counter and path != current and taken(path):
         n += 1
         path = os.path.join(dirpath, f"last-v{n}.ckpt")
+    if owner is not None:
+        _LAST_TAKEN[os.path.abspath(path)] = owner
     return path
 
 
@@ -218,7 +233,7 @@ def save_at_exception(cb: Any, trainer: Any, exception: BaseException) -> None:
         return
     path = os.path.join(cb.dirpath, cb._format(trainer))
     trainer.save_checkpoint(path)
-    last = last_name(cb.dirpath, cb.last_model_path, cb.enable_version_counter) if cb.save_last else None
+    last = last_name(cb.dirpath, cb.last_model_path, cb.enable_version_counter, cb) if cb.save_last else None
     rotate(path, None, last, cb.save_last == "link")
     cb.last_model_path = last or cb.last_model_path
     log.info("An %s was raised with message: %s, saved checkpoint to %s", type(exception).__name__, exception, path)

@@ -270,7 +270,7 @@ class ModelCheckpoint(TopK, Callback):
         self._wait_for_writer(trainer)
         if trainer.global_step == self._newest_step and self._newest_path:
             return self._newest_path
-        last = last_name(self.dirpath, self.last_model_path, self.enable_version_counter) if self.save_last else None
+        last = last_name(self.dirpath, self.last_model_path, self.enable_version_counter, self) if self.save_last else None
         path = resume_point(trainer, self.dirpath_given, last)
         if path is not None:
             self.last_model_path = path if self.save_last else self.last_model_path
@@ -285,7 +285,7 @@ class ModelCheckpoint(TopK, Callback):
         self._waiting = False
         score = self._score(trainer)
         self.current_score = score if self.monitor is not None else None
-        last = last_name(self.dirpath, self.last_model_path, self.enable_version_counter)
+        last = last_name(self.dirpath, self.last_model_path, self.enable_version_counter, self if self.save_last else None)
         if score is None or not self._keeps(score):  # no file to rank: only last.ckpt moves on
             if self.save_last:
                 self._last_step_saved = self._newest_step = trainer.global_step

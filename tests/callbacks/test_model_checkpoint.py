@@ -354,22 +354,30 @@ def test_a_callbacks_on_train_end_finds_the_last_saved_file_whole_on_a_slow_disk
     assert reader.loaded == 2 * STEPS_PER_EPOCH  # Lightning's loop has written it before on_train_end
 
 
-def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, monkeypatch):
-    # One writer thread serves every ModelCheckpoint of the process: the two saves' writes
-    # come one after the other, each with its own temp name for last.ckpt.
+@pytest.mark.parametrize("disk", ["fast", "slow"])
+def test_two_checkpoints_sharing_a_folder_get_last_and_last_v1_as_in_lightning(disk, monkeypatch):
+    # Lightning writes in the loop: the first callback's last.ckpt is there when the second
+    # names its own, which becomes last-v1.ckpt. Here the first may still be on the writer
+    # thread (a slow disk): the name is the same. One writer thread serves both callbacks.
     writers = []
-    real_link = os.link
+    real_link, real_save_atomic = os.link, checkpoint.save_atomic
 
     def link(src, dst):
         writers.append(threading.current_thread().name)
         return real_link(src, dst)
 
+    def slow_disk(obj, path):
+        time.sleep(0.2)
+        real_save_atomic(obj, path)
+
     monkeypatch.setattr(os, "link", link)
+    if disk == "slow":
+        monkeypatch.setattr(checkpoint, "save_atomic", slow_disk)
     by_loss = ModelCheckpoint(dirpath="shared", monitor="val_loss", filename="loss-{epoch}", save_top_k=-1, save_last=True)
     by_step = ModelCheckpoint(dirpath="shared", filename="step-{epoch}", save_top_k=-1, save_last=True)
     fit(Classifier(), epochs=1, callbacks=[by_loss, by_step])
 
-    assert files("shared") == ["last.ckpt", "loss-epoch=0.ckpt", "step-epoch=0.ckpt"]
+    assert files("shared") == ["last-v1.ckpt", "last.ckpt", "loss-epoch=0.ckpt", "step-epoch=0.ckpt"]
     for name in files("shared"):
         saved = checkpoint.load(os.path.join("shared", name))
         assert saved["global_step"] == STEPS_PER_EPOCH
@@ -377,9 +385,9 @@ def test_two_checkpoints_sharing_a_folder_point_last_at_a_whole_file(tmp_path, m
     keys = checkpoint.load("shared/loss-epoch=0.ckpt")["callbacks"]
     loss_file = keys["ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, 'train_time_interval': None}"]
     assert loss_file["best_k_models"] == {}
-    assert os.path.samefile("shared/last.ckpt", "shared/loss-epoch=0.ckpt") or os.path.samefile(
-        "shared/last.ckpt", "shared/step-epoch=0.ckpt"
-    )
+    assert os.path.samefile("shared/last.ckpt", "shared/loss-epoch=0.ckpt")
+    assert os.path.samefile("shared/last-v1.ckpt", "shared/step-epoch=0.ckpt")
+    assert (os.path.basename(by_loss.last_model_path), os.path.basename(by_step.last_model_path)) == ("last.ckpt", "last-v1.ckpt")
     assert len(writers) == 2 and len(set(writers)) == 1 and writers[0].startswith("checkpoint-writer"), writers
 
 

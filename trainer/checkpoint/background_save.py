@@ -104,6 +104,11 @@ class BackgroundWriter:
         self.wait()
         self._pending = _shared_pool().submit(fn, *args)
 
+    @property
+    def in_flight(self) -> bool:
+        """A write was handed over and has not finished."""
+        return self._pending is not None and not self._pending.done()
+
     def wait(self) -> None:
         """Block until the last write is on disk; raise its error if it failed."""
         error = self.error()
