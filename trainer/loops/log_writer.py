@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from callbacks.base import Callback
 from loggers import Logger, TensorBoardLogger
+from trainer.core.exceptions import PossibleUserWarning
 from trainer.core.hparams import is_plain
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class LogWriter(Callback):
             warnings.warn(
                 f"The number of training batches ({trainer.num_training_batches}) is smaller than the logging interval "
                 f"Trainer(log_every_n_steps={every}). Set a lower value for log_every_n_steps if you want to see logs for "
-                "the training epoch.", UserWarning, stacklevel=2,
+                "the training epoch.", PossibleUserWarning, stacklevel=2,
             )
         if self.loggers and trainer.global_step == 0 and 2 <= steps < every:
             log.info(
