@@ -66,3 +66,12 @@ def test_an_unknown_filter_key_is_warned_about(tmp_path):
     trainer = _trainer(tmp_path, DeviceStatsMonitor(filter_keys={"cpu_percnt"}), limit_train_batches=1, limit_val_batches=0)
     with pytest.warns(UserWarning, match="filter_keys contains keys not found in device stats.*cpu_percnt"):
         trainer.fit(Classifier(), loader(64))
+
+
+def test_without_psutil_fit_stops_at_setup_with_the_install_command(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psutil", None)  # as if not installed: its import fails
+    trainer = _trainer(tmp_path, DeviceStatsMonitor(), limit_val_batches=0)
+    with pytest.raises(ModuleNotFoundError, match=r"psutil` is not installed: pip install psutil .*steadytrainer\[monitors\]"):
+        trainer.fit(Classifier(), loader(64))
