@@ -10,6 +10,7 @@ import pytest
 from callbacks import DeviceStatsMonitor
 from loggers import CSVLogger
 from tests._models import Classifier, loader
+from tests.conftest import requires_cuda
 from trainer import MisconfigurationException, Trainer
 
 
@@ -75,3 +76,13 @@ def test_without_psutil_fit_stops_at_setup_with_the_install_command(tmp_path, mo
     trainer = _trainer(tmp_path, DeviceStatsMonitor(), limit_val_batches=0)
     with pytest.raises(ModuleNotFoundError, match=r"psutil` is not installed: pip install psutil .*steadytrainer\[monitors\]"):
         trainer.fit(Classifier(), loader(64))
+
+
+@requires_cuda(1)
+def test_cuda_memory_statistics_on_a_gpu(tmp_path):
+    trainer = _trainer(tmp_path, DeviceStatsMonitor(), accelerator="cuda", devices=1, limit_val_batches=0)
+    trainer.fit(Classifier(), loader(64))
+    keys = set(_rows(tmp_path)[0])
+    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.large_pool.peak", "num_ooms"):
+        assert f"DeviceStatsMonitor.on_train_batch_end/{key}" in keys
+    assert not any(k.endswith("/cpu_percent") for k in keys)  # cpu_stats=None: the GPU's only

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from callbacks import Throughput, measure_flops
+from tests.conftest import requires_cuda
 
 
 def test_rates_over_the_window_from_given_totals():
@@ -45,3 +46,13 @@ def test_measure_flops_of_a_linear_layer_on_the_meta_device():
     forward = measure_flops(model, lambda: model(x))
     assert forward == 2 * 4 * 32 * 2  # a multiply and an add per weight and sample
     assert measure_flops(model, lambda: model(x), torch.Tensor.sum) == 2 * forward  # and the weight gradient (x needs none)
+
+
+@requires_cuda(1)
+def test_a_known_gpu_has_its_peak_flops():
+    from callbacks.monitors.throughput import get_available_flops
+
+    name = torch.cuda.get_device_name(0).lower()
+    if not any(chip in name for chip in ("h100", "h200", "a100", "l4", "t4", "v100")):
+        pytest.skip(f"{name!r} is not in the table")
+    assert get_available_flops(torch.device("cuda", 0), torch.bfloat16) > 1e13
