@@ -5,4 +5,11 @@ from .spike import SpikeDetection, TrainingSpikeException
 from .throughput import Throughput, measure_flops
 from .throughput_monitor import ThroughputMonitor
 
-__all__ = ["DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops"]
+__all__ = [
+    "DeviceStatsMonitor",
+    "SpikeDetection",
+    "Throughput",
+    "ThroughputMonitor",
+    "TrainingSpikeException",
+    "measure_flops",
+]

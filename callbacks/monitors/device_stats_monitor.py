@@ -42,7 +42,7 @@ def get_device_stats(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         return torch.cuda.memory_stats(device)
     if device.type == "mps":
-        return {f"M1_{k[len('cpu_'):]}": v for k, v in get_cpu_stats().items()}
+        return {f"M1_{k[len('cpu_') :]}": v for k, v in get_cpu_stats().items()}
     return get_cpu_stats()
 
 
@@ -62,7 +62,9 @@ class DeviceStatsMonitor(Callback):
 
     def __init__(self, cpu_stats: bool | None = None, filter_keys: set[str] | None = None) -> None:
         if cpu_stats not in (None, True, False):
-            raise misconfigured(f"DeviceStatsMonitor(cpu_stats={cpu_stats!r}) must be None, True or False.", type_error=True)
+            raise misconfigured(
+                f"DeviceStatsMonitor(cpu_stats={cpu_stats!r}) must be None, True or False.", type_error=True
+            )
         self._cpu_stats = cpu_stats
         self._filter_keys = None if filter_keys is None else set(filter_keys)
         self._cadence = LogCadence()
@@ -72,13 +74,16 @@ class DeviceStatsMonitor(Callback):
             return
         if not trainer.loggers:
             raise misconfigured(
-                "DeviceStatsMonitor writes to the loggers: pass Trainer(logger=True) or a logger, or drop the callback.",
+                "DeviceStatsMonitor writes to the loggers: pass Trainer(logger=True) or a logger, "
+                "or drop the callback.",
                 "Cannot use `DeviceStatsMonitor` callback with `Trainer(logger=False)`.",
             )
         device = trainer.strategy.root_device
         needs_psutil = self._cpu_stats or (self._cpu_stats is None and device.type in ("cpu", "mps"))
         if needs_psutil and not _psutil_available():
-            raise ModuleNotFoundError(f"`DeviceStatsMonitor` cannot log CPU stats as `psutil` is not installed: {_INSTALL}.")
+            raise ModuleNotFoundError(
+                f"`DeviceStatsMonitor` cannot log CPU stats as `psutil` is not installed: {_INSTALL}."
+            )
         if self._filter_keys is not None:
             unknown = self._filter_keys - self._stats(device).keys()
             if unknown:
@@ -86,7 +91,9 @@ class DeviceStatsMonitor(Callback):
 
                 warnings.warn(
                     "`DeviceStatsMonitor` filter_keys contains keys not found in device stats and will be ignored:"
-                    f" {unknown}", UserWarning, stacklevel=2,
+                    f" {unknown}",
+                    UserWarning,
+                    stacklevel=2,
                 )
 
     def _stats(self, device: torch.device) -> dict[str, Any]:
@@ -113,7 +120,9 @@ class DeviceStatsMonitor(Callback):
         self._cadence.train_batch_start(trainer)
         self._log(trainer, "on_train_batch_start", self._cadence.stepped)
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._log(trainer, "on_train_batch_end", self._cadence.stepped)
 
     def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
@@ -122,20 +131,36 @@ class DeviceStatsMonitor(Callback):
     def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._cadence.eval_start()
 
-    def on_validation_batch_start(self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._cadence.eval_batch_start(trainer)
         self._log(trainer, "on_validation_batch_start", trainer.state.log_step)
 
     def on_validation_batch_end(
-        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         self._log(trainer, "on_validation_batch_end", trainer.state.log_step)
 
-    def on_test_batch_start(self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_start(
+        self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._cadence.eval_batch_start(trainer)
         self._log(trainer, "on_test_batch_start", trainer.state.log_step)
 
     def on_test_batch_end(
-        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         self._log(trainer, "on_test_batch_end", trainer.state.log_step)

@@ -71,7 +71,9 @@ class SpikeDetection(Callback):
         return sum(self._recent) / len(self._recent) if self._recent else math.nan
 
     @torch.no_grad()
-    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if isinstance(outputs, torch.Tensor):
             loss = outputs.detach()
         elif isinstance(outputs, Mapping):
@@ -113,8 +115,14 @@ class SpikeDetection(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "last_val": self.last_val, "mode": self.mode, "warmup": self.warmup, "atol": self.atol, "rtol": self.rtol,
-            "bad_batches": list(self.bad_batches), "bad_batches_path": self.exclude_batches_path, "recent": list(self._recent),
+            "last_val": self.last_val,
+            "mode": self.mode,
+            "warmup": self.warmup,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "bad_batches": list(self.bad_batches),
+            "bad_batches_path": self.exclude_batches_path,
+            "recent": list(self._recent),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

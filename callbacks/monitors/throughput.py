@@ -41,7 +41,9 @@ class Throughput:
         if using_sparse_model is None and available_flops is not None:
             warnings.warn(
                 "MFU assumes dense model FLOPs (no sparsity acceleration)."
-                " Set 'using_sparse_model=True' for MFU to use sparse FLOPs.", UserWarning, stacklevel=2,
+                " Set 'using_sparse_model=True' for MFU to use sparse FLOPs.",
+                UserWarning,
+                stacklevel=2,
             )
         if using_sparse_model and available_flops is not None:
             available_flops *= sparse_cuda_acceleration_factor
@@ -56,7 +58,9 @@ class Throughput:
         self._lengths: _Increasing = _Increasing(window_size, "lengths")
         self._flops: deque[float] = deque(maxlen=window_size)
 
-    def update(self, *, time: float, batches: int, samples: int, lengths: int | None = None, flops: int | None = None) -> None:
+    def update(
+        self, *, time: float, batches: int, samples: int, lengths: int | None = None, flops: int | None = None
+    ) -> None:
         """Adds one measurement: the totals so far (``time`` in seconds), and ``flops``, this
         process's FLOPs since the last update (``measure_flops`` times the batches)."""
         self._time.append(time)
@@ -79,7 +83,11 @@ class Throughput:
     def compute(self) -> dict[str, int | float]:
         """The totals, and the rates once the window is full."""
         sep, everywhere = self.separator, self.world_size > 1
-        metrics: dict[str, int | float] = {"time": self._time[-1], "batches": self._batches[-1], "samples": self._samples[-1]}
+        metrics: dict[str, int | float] = {
+            "time": self._time[-1],
+            "batches": self._batches[-1],
+            "samples": self._samples[-1],
+        }
         if self._lengths:
             metrics["lengths"] = self._lengths[-1]
         elapsed = self._time[-1] - self._time[0] if self._time else 0.0
@@ -97,7 +105,9 @@ class Throughput:
                 if everywhere:
                     metrics["items_per_sec"] = items_per_sec * self.world_size
         if len(self._flops) == self._flops.maxlen:
-            flops_per_sec = (sum(self._flops) - self._flops[0]) / elapsed  # the first update's FLOPs came before the window
+            flops_per_sec = (
+                sum(self._flops) - self._flops[0]
+            ) / elapsed  # the first update's FLOPs came before the window
             if everywhere:
                 metrics["flops_per_sec"] = flops_per_sec
             metrics[f"device{sep}flops_per_sec"] = flops_per_sec / self.world_size
@@ -129,14 +139,18 @@ class _Increasing(list):
 
     def append(self, value: Any) -> None:
         if self and self[-1] >= value:
-            raise ValueError(f"Expected the value to increase, last: {self[-1]}, current: {value} (Throughput's {self.name})")
+            raise ValueError(
+                f"Expected the value to increase, last: {self[-1]}, current: {value} (Throughput's {self.name})"
+            )
         super().append(value)
         if len(self) > self.maxlen:
             del self[0]
 
 
 def measure_flops(
-    model: torch.nn.Module, forward_fn: Callable[[], torch.Tensor], loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
+    model: torch.nn.Module,
+    forward_fn: Callable[[], torch.Tensor],
+    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> int:
     """The FLOPs of ``forward_fn()`` (a forward pass of ``model``), and of ``loss_fn``'s loss and
     its backward pass when given, counted by ``torch.utils.flop_counter``. A model built under
@@ -160,21 +174,75 @@ def measure_flops(
 
 # Peak dense FLOPs per second from NVIDIA's datasheets, per chip and dtype ("tf32": float32 matmuls on tensor cores).
 _GPU_PEAK = {
-    "h200": {torch.float64: 3.4e13, torch.float32: 6.7e13, "tf32": 4.945e14, torch.bfloat16: 9.895e14, torch.float16: 9.895e14,
-             torch.int8: 1.979e15},
-    "h100 sxm": {torch.float64: 3.4e13, torch.float32: 6.7e13, "tf32": 4.945e14, torch.bfloat16: 9.895e14,
-                 torch.float16: 9.895e14, torch.int8: 1.979e15},
-    "h100 pcie": {torch.float64: 2.56e13, torch.float32: 5.12e13, "tf32": 3.78e14, torch.bfloat16: 7.56e14,
-                  torch.float16: 7.56e14, torch.int8: 1.513e15},
-    "a100": {torch.float64: 9.7e12, torch.float32: 1.95e13, "tf32": 1.56e14, torch.bfloat16: 3.12e14, torch.float16: 3.12e14,
-             torch.int8: 6.24e14},
-    "a10g": {torch.float32: 3.12e13, "tf32": 6.25e13, torch.bfloat16: 1.25e14, torch.float16: 1.25e14, torch.int8: 2.5e14},
-    "l4": {torch.float32: 3.03e13, "tf32": 6.0e13, torch.bfloat16: 1.21e14, torch.float16: 1.21e14, torch.int8: 2.42e14},
-    "l40": {torch.float32: 9.05e13, "tf32": 9.05e13, torch.bfloat16: 1.81e14, torch.float16: 1.81e14, torch.int8: 3.62e14},
+    "h200": {
+        torch.float64: 3.4e13,
+        torch.float32: 6.7e13,
+        "tf32": 4.945e14,
+        torch.bfloat16: 9.895e14,
+        torch.float16: 9.895e14,
+        torch.int8: 1.979e15,
+    },
+    "h100 sxm": {
+        torch.float64: 3.4e13,
+        torch.float32: 6.7e13,
+        "tf32": 4.945e14,
+        torch.bfloat16: 9.895e14,
+        torch.float16: 9.895e14,
+        torch.int8: 1.979e15,
+    },
+    "h100 pcie": {
+        torch.float64: 2.56e13,
+        torch.float32: 5.12e13,
+        "tf32": 3.78e14,
+        torch.bfloat16: 7.56e14,
+        torch.float16: 7.56e14,
+        torch.int8: 1.513e15,
+    },
+    "a100": {
+        torch.float64: 9.7e12,
+        torch.float32: 1.95e13,
+        "tf32": 1.56e14,
+        torch.bfloat16: 3.12e14,
+        torch.float16: 3.12e14,
+        torch.int8: 6.24e14,
+    },
+    "a10g": {
+        torch.float32: 3.12e13,
+        "tf32": 6.25e13,
+        torch.bfloat16: 1.25e14,
+        torch.float16: 1.25e14,
+        torch.int8: 2.5e14,
+    },
+    "l4": {
+        torch.float32: 3.03e13,
+        "tf32": 6.0e13,
+        torch.bfloat16: 1.21e14,
+        torch.float16: 1.21e14,
+        torch.int8: 2.42e14,
+    },
+    "l40": {
+        torch.float32: 9.05e13,
+        "tf32": 9.05e13,
+        torch.bfloat16: 1.81e14,
+        torch.float16: 1.81e14,
+        torch.int8: 3.62e14,
+    },
     "t4": {torch.float32: 8.1e12, torch.float16: 6.5e13, torch.int8: 1.3e14},
     "v100": {torch.float64: 7.8e12, torch.float32: 1.57e13, torch.float16: 1.25e14},
-    "rtx 4090": {torch.float32: 8.26e13, "tf32": 8.26e13, torch.bfloat16: 8.26e13, torch.float16: 8.26e13, torch.int8: 6.606e14},
-    "rtx 3090": {torch.float32: 3.56e13, "tf32": 3.56e13, torch.bfloat16: 3.56e13, torch.float16: 3.56e13, torch.int8: 2.84e14},
+    "rtx 4090": {
+        torch.float32: 8.26e13,
+        "tf32": 8.26e13,
+        torch.bfloat16: 8.26e13,
+        torch.float16: 8.26e13,
+        torch.int8: 6.606e14,
+    },
+    "rtx 3090": {
+        torch.float32: 3.56e13,
+        "tf32": 3.56e13,
+        torch.bfloat16: 3.56e13,
+        torch.float16: 3.56e13,
+        torch.int8: 2.84e14,
+    },
 }
 
 

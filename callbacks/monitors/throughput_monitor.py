@@ -35,9 +35,14 @@ class ThroughputMonitor(Callback):
     one); MFU needs a GPU whose peak FLOPs are known. Global rank 0 measures.
     """
 
-    def __init__(self, batch_size_fn: Callable[[Any], int], length_fn: Callable[[Any], int] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, batch_size_fn: Callable[[Any], int], length_fn: Callable[[Any], int] | None = None, **kwargs: Any
+    ) -> None:
         if not callable(batch_size_fn):
-            raise TypeError(f"ThroughputMonitor(batch_size_fn={batch_size_fn!r}) must be a function of the batch, e.g. lambda b: b[0].size(0).")
+            raise TypeError(
+                f"ThroughputMonitor(batch_size_fn={batch_size_fn!r}) must be a function of the batch, "
+                "e.g. lambda b: b[0].size(0)."
+            )
         if length_fn is not None and not callable(length_fn):
             raise TypeError(f"ThroughputMonitor(length_fn={length_fn!r}) must be a function of the batch, or None.")
         self.kwargs = kwargs
@@ -57,7 +62,9 @@ class ThroughputMonitor(Callback):
         self.available_flops = get_available_flops(trainer.strategy.root_device, compute_dtype(trainer.precision))
         stages = ["train", "validate"] if stage == "fit" else [_STAGE_OF.get(str(stage), str(stage))]
         for name in stages:
-            self._throughputs[name] = Throughput(available_flops=self.available_flops, world_size=trainer.world_size, **self.kwargs)
+            self._throughputs[name] = Throughput(
+                available_flops=self.available_flops, world_size=trainer.world_size, **self.kwargs
+            )
 
     def _stage(self, trainer: Trainer) -> str:
         return str(trainer.state.stage)
@@ -65,7 +72,9 @@ class ThroughputMonitor(Callback):
     def _start(self, trainer: Trainer) -> None:
         stage = self._stage(trainer)
         if stage not in self._throughputs:
-            self._throughputs[stage] = Throughput(available_flops=self.available_flops, world_size=trainer.world_size, **self.kwargs)
+            self._throughputs[stage] = Throughput(
+                available_flops=self.available_flops, world_size=trainer.world_size, **self.kwargs
+            )
         if trainer.state.fn == "fit" or stage not in self._samples:  # validate/test/predict count on across calls
             self._throughputs[stage].reset()
             self._lengths[stage] = self._samples[stage] = self._batches[stage] = 0
@@ -86,7 +95,9 @@ class ThroughputMonitor(Callback):
             if not self._module_has_flops:
                 warnings.warn(
                     "When using the `ThroughputMonitor`, you need to define a `flops_per_batch` attribute or property"
-                    f" in {type(pl_module).__name__} to compute the FLOPs.", UserWarning, stacklevel=2,
+                    f" in {type(pl_module).__name__} to compute the FLOPs.",
+                    UserWarning,
+                    stacklevel=2,
                 )
         self._throughputs[stage].update(
             time=elapsed,
@@ -112,7 +123,9 @@ class ThroughputMonitor(Callback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int) -> None:
         self._cadence.train_batch_start(trainer)
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not trainer.is_global_zero:
             return
         self._update(trainer, pl_module, batch)
@@ -134,11 +147,19 @@ class ThroughputMonitor(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start(trainer)
 
-    def on_validation_batch_start(self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._cadence.eval_batch_start(trainer)
 
     def on_validation_batch_end(
-        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         self._eval_batch_end(trainer, pl_module, batch)
 
@@ -153,21 +174,37 @@ class ThroughputMonitor(Callback):
     def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start(trainer)
 
-    def on_test_batch_start(self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_start(
+        self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._cadence.eval_batch_start(trainer)
 
     def on_test_batch_end(
-        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         self._eval_batch_end(trainer, pl_module, batch)
 
     def on_predict_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start(trainer)
 
-    def on_predict_batch_start(self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_predict_batch_start(
+        self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._cadence.eval_batch_start(trainer)
 
     def on_predict_batch_end(
-        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         self._eval_batch_end(trainer, pl_module, batch)

@@ -124,13 +124,15 @@ class ModelPruning(Callback):
             if name not in _NAMES:
                 raise misconfigured(
                     f"ModelPruning(pruning_fn={fn!r}): valid names are {list(_NAMES)}.",
-                    f"The provided `pruning_fn` {name} isn't available in PyTorch's built-in functions: {list(_NAMES)} ",
+                    f"The provided `pruning_fn` {name} isn't available in PyTorch's built-in functions:"
+                    f" {list(_NAMES)} ",
                 )
             kwargs: dict[str, Any] = {}
             if name.endswith("_structured"):
                 if dim is None:
                     raise misconfigured(
-                        f"ModelPruning(pruning_fn={fn!r}) prunes whole slices: give pruning_dim (e.g. 0, the output channels).",
+                        f"ModelPruning(pruning_fn={fn!r}) prunes whole slices: give pruning_dim "
+                        "(e.g. 0, the output channels).",
                         "When requesting `structured` pruning, the `pruning_dim` should be provided.",
                     )
                 if name == "ln_structured":
@@ -165,13 +167,16 @@ class ModelPruning(Callback):
         )
 
     # --- what is pruned ------------------------------------------------------------------
-    def filter_parameters_to_prune(self, parameters_to_prune: Sequence[tuple[nn.Module, str]] = ()) -> Sequence[tuple[nn.Module, str]]:
+    def filter_parameters_to_prune(
+        self, parameters_to_prune: Sequence[tuple[nn.Module, str]] = ()
+    ) -> Sequence[tuple[nn.Module, str]]:
         """Override to choose which of the parameters found are pruned (all, by default)."""
         return parameters_to_prune
 
     @staticmethod
     def sanitize_parameters_to_prune(
-        pl_module: nn.Module, parameters_to_prune: Sequence[tuple[nn.Module, str]] | None = (),
+        pl_module: nn.Module,
+        parameters_to_prune: Sequence[tuple[nn.Module, str]] | None = (),
         parameter_names: Sequence[str] = (),
     ) -> Sequence[tuple[nn.Module, str]]:
         """The pairs to prune: those given, checked against the model, or when none are given
@@ -187,7 +192,8 @@ class ModelPruning(Callback):
         )
         if not pairs_ok:
             raise misconfigured(
-                f"ModelPruning(parameters_to_prune={parameters_to_prune!r}): give pairs such as [(model.fc1, 'weight')].",
+                f"ModelPruning(parameters_to_prune={parameters_to_prune!r}): give pairs such as "
+                "[(model.fc1, 'weight')].",
                 "The provided `parameters_to_prune` should either be list of tuple"
                 " with 2 elements: (nn.Module, parameter_name_to_prune) or None",
             )
@@ -202,7 +208,9 @@ class ModelPruning(Callback):
         return parameters_to_prune
 
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
-        found = self.sanitize_parameters_to_prune(pl_module, self._parameters_to_prune, parameter_names=self._parameter_names)
+        found = self.sanitize_parameters_to_prune(
+            pl_module, self._parameters_to_prune, parameter_names=self._parameter_names
+        )
         self._parameters_to_prune = self.filter_parameters_to_prune(found)
         if self._use_lottery_ticket_hypothesis:
             # the weights as fit found them, one copy per module, with the (index, name) pairs it holds
@@ -267,7 +275,9 @@ class ModelPruning(Callback):
             self.apply_lottery_ticket_hypothesis()
 
     @rank_zero_only
-    def _log_sparsity_stats(self, before: list[tuple[int, int]], after: list[tuple[int, int]], amount: int | float = 0) -> None:
+    def _log_sparsity_stats(
+        self, before: list[tuple[int, int]], after: list[tuple[int, int]], amount: int | float = 0
+    ) -> None:
         total = sum(size for _, size in after)
         zeros_before, zeros_after = sum(z for z, _ in before), sum(z for z, _ in after)
         log.info(

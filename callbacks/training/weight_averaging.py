@@ -62,13 +62,18 @@ class WeightAveraging(Callback):
             warnings.warn(
                 "You're using the WeightAveraging callback with a model that overrides the configure_model "
                 "callback. WeightAveraging doesn't support sharding model layers, so you may run out of memory.",
-                UserWarning, stacklevel=2,
+                UserWarning,
+                stacklevel=2,
             )
             pl_module.configure_model()  # the layers must exist for the copy
         device = self._device if self._device is not None else pl_module.device
-        self._average_model = AveragedModel(model=pl_module, device=device, use_buffers=self._use_buffers, **self._kwargs)
+        self._average_model = AveragedModel(
+            model=pl_module, device=device, use_buffers=self._use_buffers, **self._kwargs
+        )
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step  # optimizer steps taken: unchanged by a batch that only accumulated
         if step > self._latest_update_step and self.should_update(step_idx=step - 1):
             self._update(pl_module)
@@ -114,7 +119,7 @@ class WeightAveraging(Callback):
             return
         average = self._average_model.state_dict()  # the copy's keys start with "module."
         checkpoint["current_model_state"] = checkpoint["state_dict"]
-        checkpoint["state_dict"] = {k[len("module."):]: v for k, v in average.items() if k.startswith("module.")}
+        checkpoint["state_dict"] = {k[len("module.") :]: v for k, v in average.items() if k.startswith("module.")}
         checkpoint["averaging_state"] = {k: v for k, v in average.items() if not k.startswith("module.")}
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: TrainModule, checkpoint: dict[str, Any]) -> None:
@@ -123,7 +128,8 @@ class WeightAveraging(Callback):
                 "You're using the WeightAveraging callback, but loading a checkpoint outside the 'fit' stage. The "
                 "WeightAveraging state cannot be restored. If you're using the checkpoint for prediction or testing, "
                 "you can ignore this warning. To disable the warning, remove the WeightAveraging callback.",
-                UserWarning, stacklevel=2,
+                UserWarning,
+                stacklevel=2,
             )
         elif "current_model_state" in checkpoint and "averaging_state" in checkpoint:
             log.info("Found current_model_state in the checkpoint. This will be used to initialize the model.")
@@ -135,7 +141,9 @@ class WeightAveraging(Callback):
         else:
             warnings.warn(
                 "The checkpoint was not created with WeightAveraging. Both the current and the average model will be "
-                "initialized with state_dict.", UserWarning, stacklevel=2,
+                "initialized with state_dict.",
+                UserWarning,
+                stacklevel=2,
             )
             self._average_model.module.load_state_dict(copy.deepcopy(checkpoint["state_dict"]), strict=False)
 
@@ -144,7 +152,8 @@ class WeightAveraging(Callback):
         assert self._average_model is not None  # callers check
         average = self._average_model.module
         return zip(
-            itertools.chain(average.parameters(), average.buffers()), itertools.chain(pl_module.parameters(), pl_module.buffers())
+            itertools.chain(average.parameters(), average.buffers()),
+            itertools.chain(pl_module.parameters(), pl_module.buffers()),
         )
 
     def _swap_models(self, pl_module: TrainModule) -> None:
@@ -181,7 +190,9 @@ class EMAWeightAveraging(WeightAveraging):
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay <= 1:
             raise misconfigured(f"EMAWeightAveraging(decay={decay!r}) must be a number in [0, 1], such as 0.999.")
         super().__init__(device=device, use_buffers=use_buffers, **kwargs, avg_fn=get_ema_avg_fn(decay=decay))
-        self.update_every_n_steps = positive_int("EMAWeightAveraging(update_every_n_steps)", update_every_n_steps, minimum=0)
+        self.update_every_n_steps = positive_int(
+            "EMAWeightAveraging(update_every_n_steps)", update_every_n_steps, minimum=0
+        )
         self.update_starting_at_step = positive_int(
             "EMAWeightAveraging(update_starting_at_step)", update_starting_at_step, allow_none=True, minimum=0
         )
@@ -194,4 +205,8 @@ class EMAWeightAveraging(WeightAveraging):
             started = self.update_starting_at_step is None or step_idx >= self.update_starting_at_step
             if started and self.update_every_n_steps > 0 and step_idx % self.update_every_n_steps == 0:
                 return True
-        return epoch_idx is not None and self.update_starting_at_epoch is not None and epoch_idx >= self.update_starting_at_epoch
+        return (
+            epoch_idx is not None
+            and self.update_starting_at_epoch is not None
+            and epoch_idx >= self.update_starting_at_epoch
+        )

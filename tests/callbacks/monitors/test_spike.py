@@ -48,10 +48,17 @@ def test_a_smooth_loss_runs_to_the_end(tmp_path):
     assert detector.bad_batches == [] and not (tmp_path / "skip_batches.json").exists()
 
 
-@pytest.mark.parametrize(("spike", "finite_only", "raises"), [
-    (float("nan"), True, True), (float("inf"), True, True), (float("nan"), False, False), (float("-inf"), False, False),
-    (float("inf"), False, True), (0.6, True, False),
-])
+@pytest.mark.parametrize(
+    ("spike", "finite_only", "raises"),
+    [
+        (float("nan"), True, True),
+        (float("inf"), True, True),
+        (float("nan"), False, False),
+        (float("-inf"), False, False),
+        (float("inf"), False, True),
+        (0.6, True, False),
+    ],
+)
 def test_non_finite_losses(tmp_path, spike, finite_only, raises):
     if raises:
         with pytest.raises(TrainingSpikeException):

@@ -14,9 +14,15 @@ def test_rates_over_the_window_from_given_totals():
     for i in range(1, 6):  # a batch of 3 samples of 2 items each, 10 FLOPs, every second after 1.5 s
         throughput.update(time=0.5 + i, batches=i, samples=3 * i, lengths=6 * i, flops=10)
     assert throughput.compute() == {
-        "time": 5.5, "batches": 5, "samples": 15, "lengths": 30,
-        "device|batches_per_sec": 1.0, "device|samples_per_sec": 3.0, "device|items_per_sec": 6.0,
-        "device|flops_per_sec": 10.0, "device|mfu": 0.1,
+        "time": 5.5,
+        "batches": 5,
+        "samples": 15,
+        "lengths": 30,
+        "device|batches_per_sec": 1.0,
+        "device|samples_per_sec": 3.0,
+        "device|items_per_sec": 6.0,
+        "device|flops_per_sec": 10.0,
+        "device|mfu": 0.1,
     }
 
 
@@ -25,8 +31,13 @@ def test_several_processes_add_the_global_rates():
     throughput.update(time=1.0, batches=1, samples=4)
     throughput.update(time=2.0, batches=2, samples=8, flops=5)
     assert throughput.compute() == {
-        "time": 2.0, "batches": 2, "samples": 8, "device/batches_per_sec": 1.0, "device/samples_per_sec": 4.0,
-        "batches_per_sec": 2.0, "samples_per_sec": 8.0,
+        "time": 2.0,
+        "batches": 2,
+        "samples": 8,
+        "device/batches_per_sec": 1.0,
+        "device/samples_per_sec": 4.0,
+        "batches_per_sec": 2.0,
+        "samples_per_sec": 8.0,
     }
 
 
@@ -45,7 +56,9 @@ def test_measure_flops_of_a_linear_layer_on_the_meta_device():
         x = torch.randn(4, 32)
     forward = measure_flops(model, lambda: model(x))
     assert forward == 2 * 4 * 32 * 2  # a multiply and an add per weight and sample
-    assert measure_flops(model, lambda: model(x), torch.Tensor.sum) == 2 * forward  # and the weight gradient (x needs none)
+    assert (
+        measure_flops(model, lambda: model(x), torch.Tensor.sum) == 2 * forward
+    )  # and the weight gradient (x needs none)
 
 
 @requires_cuda(1)

@@ -20,8 +20,18 @@ def _rows(folder) -> list[dict[str, str]]:
 
 
 def _trainer(tmp_path, monitor, **options):
-    options = dict(max_epochs=1, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False,
-                   enable_model_summary=False, logger=CSVLogger(tmp_path), callbacks=[monitor]) | options
+    options = (
+        dict(
+            max_epochs=1,
+            log_every_n_steps=1,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            logger=CSVLogger(tmp_path),
+            callbacks=[monitor],
+        )
+        | options
+    )
     return Trainer(**options)
 
 
@@ -32,12 +42,15 @@ class Counted(Classifier):
         super().__init__()
         with torch.device("meta"):
             twin, x, y = Classifier(), torch.randn(16, 8), torch.randint(0, 2, (16,))
-        self.flops_per_batch = measure_flops(twin, lambda: twin(x), lambda out: torch.nn.functional.cross_entropy(out, y))
+        self.flops_per_batch = measure_flops(
+            twin, lambda: twin(x), lambda out: torch.nn.functional.cross_entropy(out, y)
+        )
 
 
 def test_training_rates_are_logged_at_each_logging_step_once_the_window_is_full(tmp_path):
-    monitor = ThroughputMonitor(batch_size_fn=lambda batch: batch[0].size(0), length_fn=lambda batch: 3 * batch[0].size(0),
-                                window_size=3)
+    monitor = ThroughputMonitor(
+        batch_size_fn=lambda batch: batch[0].size(0), length_fn=lambda batch: 3 * batch[0].size(0), window_size=3
+    )
     model = Counted()
     _trainer(tmp_path, monitor, max_epochs=2, log_every_n_steps=2, limit_val_batches=0).fit(model, loader(128))
     rows = [r for r in _rows(tmp_path) if "train/batches" in r]

@@ -56,8 +56,11 @@ def test_verbose_2_logs_each_parameter(caplog):
         _fit(model, ModelPruning("random_unstructured", parameters_to_prune=pairs, amount=0.25, verbose=2))
     lines = [m for m in caplog.messages if m.startswith("Applied `RandomUnstructured` to")]
     assert len(lines) == 2
-    assert re.match(r"Applied `RandomUnstructured` to `Linear\(in_features=8, out_features=16, bias=True\)\.weight` "
-                    r"with amount=0.25\. Pruned: 0 \(0\.00%\) -> \d+ \(\d+\.\d\d%\)$", lines[0])
+    assert re.match(
+        r"Applied `RandomUnstructured` to `Linear\(in_features=8, out_features=16, bias=True\)\.weight` "
+        r"with amount=0.25\. Pruned: 0 \(0\.00%\) -> \d+ \(\d+\.\d\d%\)$",
+        lines[0],
+    )
     assert int((model.net[0].weight == 0).sum()) + int((model.net[3].weight == 0).sum()) == round(0.25 * (128 + 32))
     assert not (model.net[0].bias == 0).any()  # not among the pairs
 
@@ -65,23 +68,40 @@ def test_verbose_2_logs_each_parameter(caplog):
 def test_apply_pruning_and_amount_follow_the_epoch():
     zeros = Zeros()
     model = Classifier()
-    pruning = ModelPruning("l1_unstructured", parameter_names=["weight"], amount=lambda epoch: 10 * (epoch + 1),
-                           apply_pruning=lambda epoch: epoch in (1, 2), use_lottery_ticket_hypothesis=False)
+    pruning = ModelPruning(
+        "l1_unstructured",
+        parameter_names=["weight"],
+        amount=lambda epoch: 10 * (epoch + 1),
+        apply_pruning=lambda epoch: epoch in (1, 2),
+        use_lottery_ticket_hypothesis=False,
+    )
     _fit(model, pruning, zeros, epochs=4)
     assert zeros.counts == [0, 20, 50, 50]  # epoch 1 prunes 20 weights, epoch 2 30 more, then none
 
 
 def test_structured_pruning_zeros_whole_rows_of_each_layer():
     model = Classifier()
-    _fit(model, ModelPruning("ln_structured", parameter_names=["weight"], use_global_unstructured=False, amount=0.5,
-                             pruning_dim=0, pruning_norm=1))
+    _fit(
+        model,
+        ModelPruning(
+            "ln_structured",
+            parameter_names=["weight"],
+            use_global_unstructured=False,
+            amount=0.5,
+            pruning_dim=0,
+            pruning_norm=1,
+        ),
+    )
     first, last = model.net[0].weight, model.net[3].weight
     assert int((first == 0).all(dim=1).sum()) == 8 and int((last == 0).all(dim=1).sum()) == 1
 
 
 def test_a_prune_function_prunes_each_parameter_on_its_own():
     model = Classifier()
-    _fit(model, ModelPruning(prune.random_unstructured, parameter_names=["weight"], use_global_unstructured=False, amount=4))
+    _fit(
+        model,
+        ModelPruning(prune.random_unstructured, parameter_names=["weight"], use_global_unstructured=False, amount=4),
+    )
     assert [int((m.weight == 0).sum()) for m in (model.net[0], model.net[3])] == [4, 4]
 
 
@@ -89,7 +109,11 @@ def test_lottery_ticket_resets_the_remaining_weights_to_their_initial_values():
     model = Classifier()
     initial = copy.deepcopy(model.net[0].weight.detach())
     pairs = [(model.net[0], "weight")]
-    _fit(model, ModelPruning("l1_unstructured", parameters_to_prune=pairs, amount=0.5, make_pruning_permanent=False), epochs=1)
+    _fit(
+        model,
+        ModelPruning("l1_unstructured", parameters_to_prune=pairs, amount=0.5, make_pruning_permanent=False),
+        epochs=1,
+    )
     layer = model.net[0]
     assert torch.equal(layer.weight_orig.detach(), initial)  # reset after the epoch's pruning
     model(torch.zeros(1, 8))  # the forward pre-hook recomputes weight from weight_orig and the mask
@@ -122,17 +146,20 @@ def test_without_make_pruning_permanent_the_masks_stay():
     assert hasattr(model.net[0], "weight_mask") and hasattr(model.net[0], "weight_orig")
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    (dict(pruning_fn="l1_unstructured", parameter_names=["chocolate"]), r"chocolate isn't in \('weight', 'bias'\)"),
-    (dict(pruning_fn={}), r"`pruning_fn` is expected to be a str in \["),
-    (dict(pruning_fn="l2_unstructured"), "isn't available in PyTorch's built-in functions"),
-    (dict(pruning_fn="random_structured"), "the `pruning_dim` should be provided"),
-    (dict(pruning_fn="ln_structured", pruning_dim=0), "requesting `ln_structured` pruning, the `pruning_norm`"),
-    (dict(pruning_fn="random_structured", pruning_dim=0), 'Only the "unstructured" PRUNING_TYPE is supported'),
-    (dict(pruning_fn=prune.L1Unstructured, use_global_unstructured=False), "currently only supported with"),
-    (dict(pruning_fn="l1_unstructured", verbose=3), r"must be any of \(0, 1, 2\)"),
-    (dict(pruning_fn="l1_unstructured", amount="half"), "`amount` should be provided"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(pruning_fn="l1_unstructured", parameter_names=["chocolate"]), r"chocolate isn't in \('weight', 'bias'\)"),
+        (dict(pruning_fn={}), r"`pruning_fn` is expected to be a str in \["),
+        (dict(pruning_fn="l2_unstructured"), "isn't available in PyTorch's built-in functions"),
+        (dict(pruning_fn="random_structured"), "the `pruning_dim` should be provided"),
+        (dict(pruning_fn="ln_structured", pruning_dim=0), "requesting `ln_structured` pruning, the `pruning_norm`"),
+        (dict(pruning_fn="random_structured", pruning_dim=0), 'Only the "unstructured" PRUNING_TYPE is supported'),
+        (dict(pruning_fn=prune.L1Unstructured, use_global_unstructured=False), "currently only supported with"),
+        (dict(pruning_fn="l1_unstructured", verbose=3), r"must be any of \(0, 1, 2\)"),
+        (dict(pruning_fn="l1_unstructured", amount="half"), "`amount` should be provided"),
+    ],
+)
 def test_bad_settings_fail_at_construction(kwargs, match):
     with pytest.raises(MisconfigurationException, match=match):
         ModelPruning(**kwargs)

@@ -1,4 +1,4 @@
-"""WeightAveraging and EMAWeightAveraging: the average against one computed by hand, validation on it, checkpoints and resume."""
+"""WeightAveraging and EMAWeightAveraging: the average against one by hand, validation on it, checkpoints, resume."""
 
 from __future__ import annotations
 
@@ -103,8 +103,13 @@ def test_ema_state_survives_a_resume(tmp_path):
     _fit(straight, EMAWeightAveraging(decay=0.9), epochs=4)
     _fit(resumed, EMAWeightAveraging(decay=0.9), ModelCheckpoint(dirpath=tmp_path, save_last=True), epochs=2)
     again = Classifier()
-    _fit(again, EMAWeightAveraging(decay=0.9), ModelCheckpoint(dirpath=tmp_path, save_last=True), epochs=4,
-         ckpt_path=os.path.join(tmp_path, "last.ckpt"))
+    _fit(
+        again,
+        EMAWeightAveraging(decay=0.9),
+        ModelCheckpoint(dirpath=tmp_path, save_last=True),
+        epochs=4,
+        ckpt_path=os.path.join(tmp_path, "last.ckpt"),
+    )
     assert _close(list(again.parameters()), list(straight.parameters()))
 
 
