@@ -20,7 +20,8 @@ from .prediction_writer import BasePredictionWriter
 from .timer import Timer
 from .training import BackboneFinetuning, BaseFinetuning, GradientAccumulationScheduler, StochasticWeightAveraging
 from .training import EMAWeightAveraging, ModelPruning, WeightAveraging
-from .monitors import DeviceStatsMonitor, SpikeDetection, Throughput, ThroughputMonitor, TrainingSpikeException, measure_flops
+from .monitors import DeviceStatsMonitor, SpikeDetection, ThroughputMonitor, TrainingSpikeException
+from .monitors import Throughput, measure_flops
 
 __all__ = [
     "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",

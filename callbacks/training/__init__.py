@@ -1,4 +1,4 @@
-"""Callbacks that change how the model trains: weight averaging, pruning, staged fine-tuning, an accumulation schedule."""
+"""Callbacks that change how the model trains: weight averaging, pruning, staged fine-tuning, accumulation schedules."""
 
 from .finetuning import BackboneFinetuning, BaseFinetuning
 from .gradient_accumulation_scheduler import GradientAccumulationScheduler
