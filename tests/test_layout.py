@@ -66,8 +66,8 @@ def test_no_package_file_is_over_400_lines(path):
 
 
 @pytest.mark.parametrize("package", [
-    "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization", "trainer/tuner", "trainer/utilities",
-    "callbacks", "callbacks/training", "strategies", "loggers",
+    "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization", "trainer/tuner",
+    "trainer/utilities", "callbacks", "callbacks/training", "callbacks/monitors", "strategies", "loggers",
 ])
 def test_no_room_holds_more_than_12_modules_and_its_init_says_what_it_is_for(package):
     folder = os.path.join(ROOT, package)
@@ -201,6 +201,8 @@ PUBLIC = {
         "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
         "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
         "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
+        "EMAWeightAveraging", "ModelPruning", "WeightAveraging",
+        "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
     ],
     "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": [
