@@ -2,7 +2,7 @@
 
 from .device_stats_monitor import DeviceStatsMonitor
 from .spike import SpikeDetection, TrainingSpikeException
-from .throughput import Throughput, measure_flops
+from trainer.utilities.throughput import Throughput, measure_flops
 from .throughput_monitor import ThroughputMonitor
 
 __all__ = [

@@ -10,7 +10,7 @@ import torch
 
 from ..base import Callback
 from ._cadence import LogCadence
-from .throughput import Throughput, compute_dtype, get_available_flops
+from trainer.utilities.throughput import Throughput, compute_dtype, get_available_flops
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

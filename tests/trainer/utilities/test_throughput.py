@@ -63,7 +63,7 @@ def test_measure_flops_of_a_linear_layer_on_the_meta_device():
 
 @requires_cuda(1)
 def test_a_known_gpu_has_its_peak_flops():
-    from callbacks.monitors.throughput import get_available_flops
+    from trainer.utilities.throughput import get_available_flops
 
     name = torch.cuda.get_device_name(0).lower()
     if not any(chip in name for chip in ("h100", "h200", "a100", "l4", "t4", "v100")):
