@@ -115,7 +115,8 @@ def profiler_of(profiler: Any) -> Profiler:
         raise misconfigured(
             f"Unknown profiler={profiler!r}. Valid: None, {', '.join(map(repr, _PROFILERS[:3]))}, or a Profiler "
             f"instance.{suggest(name, _PROFILERS[:3])}",
-            f"When passing string value for the `profiler` parameter of `Trainer`, it can only be one of {list(_PROFILERS)}.",
+            "When passing string value for the `profiler` parameter of `Trainer`, it can only be one of "
+            f"{list(_PROFILERS)}.",
         )
     from trainer.profilers import AdvancedProfiler, PyTorchProfiler, SimpleProfiler  # torch.profiler's, when asked for
 
@@ -278,8 +279,8 @@ def configure(o: dict[str, Any]) -> Configured:
         t.limit_train_batches = t.limit_val_batches = t.overfit_batches
     if flag("barebones", o["barebones"]) and o["profiler"] is not None:
         raise ValueError(
-            f"`Trainer(barebones=True, profiler={o['profiler']!r})` was passed. Profiling can impact raw speed so it is "
-            "disabled in barebones mode: drop one of the two."
+            f"`Trainer(barebones=True, profiler={o['profiler']!r})` was passed. Profiling can impact raw speed "
+            "so it is disabled in barebones mode: drop one of the two."
         )
     if o["barebones"]:  # Lightning's: everything that costs time per run, off
         t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False

@@ -32,7 +32,10 @@ _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predi
 _STAGES = {"validation": RunningStage.VALIDATING, "test": RunningStage.TESTING, "predict": RunningStage.PREDICTING}
 _COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
 # Lightning's profiler names of each batch's fetch
-_NEXT = {"validation": "[_EvaluationLoop].val_next", "test": "[_EvaluationLoop].test_next", "predict": "[_PredictionLoop].predict_next"}
+_NEXT = {
+    "validation": "[_EvaluationLoop].val_next", "test": "[_EvaluationLoop].test_next",
+    "predict": "[_PredictionLoop].predict_next",
+}
 _LIMITS = {"validation": "limit_val_batches", "test": "limit_test_batches"}
 
 

@@ -378,7 +378,7 @@ class FitLoop(StopRules, Publishing):
         return epoch_batches
 
     def _training_step(self, first_batch: Any, stepper: Any) -> Callable[[Any, int], Any]:
-        """The epoch's ``training_step(batch, batch_idx)``: the strategy's runner, timed with a profiler, in LBFGS's closure."""
+        """The epoch's training step: the strategy's runner, timed with a profiler, inside LBFGS's closure."""
         training_step = self.trainer.strategy.step_runner("training_step", first_batch)
         if self.run.profiling is not None:
             training_step = self.run.profiling.strategy_call(self.trainer.strategy, "training_step", training_step)

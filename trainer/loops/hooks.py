@@ -41,7 +41,8 @@ class Hooks:
     ) -> None:
         """``profiling``: a recording profiler's timers (profiling.py): then every callback's and the
         module's hook, overridden or not, is a timed call, as Lightning times them, and each
-        training batch is timed from the last ``on_train_batch_start`` function to the first ``on_train_batch_end`` one."""
+        training batch is timed from the last ``on_train_batch_start`` function to the first
+        ``on_train_batch_end`` one."""
         tail = list(tail or [])
         self.callbacks = callbacks + tail
         self.module_hooks: dict[str, Callable[..., Any]] = {}  # name -> the model's own hook, adapted
@@ -59,8 +60,11 @@ class Hooks:
                 self.epoch_end_monitors = len(fns)
             if name == "on_train_end":  # files saved in the background are on disk before any callback's hook reads them
                 fns = [cb._settle for cb in callbacks if isinstance(cb, ModelCheckpoint)] + fns
-            after_fns = _overriding(after, name) if profiling is None else profiled_callbacks(profiling, after, name, tail)
-            setattr(self, name, fns + after_fns)
+            if profiling is None:
+                fns += _overriding(after, name)
+            else:
+                fns += profiled_callbacks(profiling, after, name, tail)
+            setattr(self, name, fns)
         if profiling is not None:
             self.on_train_batch_start.append(profiling.batch_start)
             self.on_train_batch_end.insert(0, profiling.batch_end)

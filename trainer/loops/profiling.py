@@ -33,7 +33,7 @@ class Profiling:
 
     @staticmethod
     def of(profiler: Profiler) -> Profiling | None:
-        """A ``Profiling`` if ``profiler`` records anything; None when its ``start`` and ``stop`` are PassThroughProfiler's."""
+        """A ``Profiling`` if ``profiler`` records anything; None if its start and stop are PassThroughProfiler's."""
         from trainer.profilers.base import PassThroughProfiler
 
         cls = type(profiler)
@@ -42,7 +42,7 @@ class Profiling:
 
     # --- the stage ---------------------------------------------------------------------
     def begin_stage(self, trainer: Trainer, stage: str, module: Any) -> None:
-        """Lightning's: the profiler set up (the rank under several processes, ``trainer.log_dir``), given the module."""
+        """Lightning's: the profiler set up (the rank under several processes, trainer.log_dir), given the module."""
         local_rank = trainer.local_rank if trainer.world_size > 1 else None
         self.profiler.setup(stage=stage, local_rank=local_rank, log_dir=trainer.log_dir)
         self.profiler.setup_module(module)
@@ -73,7 +73,7 @@ class Profiling:
         return run
 
     def strategy_call(self, strategy: Any, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn``, the strategy's ``name`` (``training_step``, ``backward``, ...), recorded as ``[Strategy]<class>.<name>``."""
+        """``fn``, the strategy's ``name`` (``training_step``, ``backward``, ...), as ``[Strategy]<class>.<name>``."""
         return self.timed(f"[Strategy]{type(strategy).__name__}.{name}", fn)
 
     def timed_iter(self, action: str, batches: Iterable[Any]) -> Iterator[Any]:

@@ -49,15 +49,16 @@ class AdvancedProfiler(Profiler):
             if self.dump_stats:
                 self._dump(action, profile)
             text = io.StringIO()
-            pstats.Stats(profile, stream=text).strip_dirs().sort_stats("cumulative").print_stats(self.line_count_restriction)
+            table = pstats.Stats(profile, stream=text).strip_dirs().sort_stats("cumulative")
+            table.print_stats(self.line_count_restriction)
             stats[action] = text.getvalue()
         return self._stats_to_str(stats)
 
     def _dump(self, action: str, profile: cProfile.Profile) -> None:
         if not self.dirpath:
             raise ValueError(
-                f"AdvancedProfiler(dump_stats=True) writes each action's .prof file into dirpath, which is {self.dirpath!r}: "
-                "pass dirpath=..., or run it under a Trainer (its log_dir)."
+                "AdvancedProfiler(dump_stats=True) writes each action's .prof file into dirpath, which is "
+                f"{self.dirpath!r}: pass dirpath=..., or run it under a Trainer (its log_dir)."
             )
         os.makedirs(self.dirpath, exist_ok=True)
         profile.dump_stats(os.path.join(self.dirpath, self._prepare_filename(action_name=action, extension=".prof")))
@@ -68,6 +69,8 @@ class AdvancedProfiler(Profiler):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a cProfile.Profile cannot be pickled or copied: the copy starts with no records
-        state = {"dirpath": self.dirpath, "filename": self.filename, "line_count_restriction": self.line_count_restriction,
-                 "dump_stats": self.dump_stats}
+        state = {
+            "dirpath": self.dirpath, "filename": self.filename, "line_count_restriction": self.line_count_restriction,
+            "dump_stats": self.dump_stats,
+        }
         return (self.__class__, (), state)

@@ -91,8 +91,9 @@ class Profiler(ABC):
 
     # --- file names and the report -------------------------------------------------------
     def _prepare_filename(self, action_name: str | None = None, extension: str = ".txt") -> str:
-        """``<stage>-<filename>-<rank>-<action><extension>``, each part only where known, path-unsafe characters as ``_``."""
-        parts = [self._stage, self.filename or None, None if self._local_rank is None else str(self._local_rank), action_name]
+        """``<stage>-<filename>-<rank>-<action><extension>``, each part where known, unsafe characters as ``_``."""
+        rank = None if self._local_rank is None else str(self._local_rank)
+        parts = [self._stage, self.filename or None, rank, action_name]
         base = "-".join(p for p in parts if p is not None)
         base = re.sub(r"_+", "_", _UNSAFE.sub("_", base)).strip()
         return (base or "profile") + extension

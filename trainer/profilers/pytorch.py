@@ -264,7 +264,7 @@ class PyTorchProfiler(Profiler):
         super().teardown(stage=stage)
 
     def __getstate__(self) -> dict[str, Any]:
-        # the module and the running torch profiler stay in their process (a spawned worker's copy comes back without them)
+        # the module and the running torch profiler stay in their process (a spawned worker's copy comes without them)
         state = self.__dict__.copy()
         state.update(profiler=None, _module=None, _register=None, _parent_profiler=None, _recording_map={})
         return state
@@ -284,5 +284,6 @@ def _default_activities() -> list[ProfilerActivity]:
 
 def _default_sort_by_key(kwargs: dict[str, Any]) -> str:
     activities = kwargs.get("activities") or []
-    cuda = ProfilerActivity.CUDA in activities or (not activities and torch.cuda.is_available()) or kwargs.get("use_cuda")
+    cuda = ProfilerActivity.CUDA in activities or (not activities and torch.cuda.is_available())
+    cuda = cuda or kwargs.get("use_cuda", False)
     return f"{'cuda' if cuda else 'cpu'}_time_total"
