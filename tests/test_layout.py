@@ -16,7 +16,8 @@ PACKAGES = ("trainer", "callbacks", "strategies", "loggers")
 # strategies, callbacks and loggers share a rank: they sit on core, data and checkpoint, under the loops.
 RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.utilities": 1, "trainer.checkpoint": 2,
-    "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.loops": 4, "trainer.trainer": 5, "trainer.options": 5,
+    "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.profilers": 3, "trainer.loops": 4, "trainer.trainer": 5,
+    "trainer.options": 5,
     "trainer.properties": 5, "trainer.fitted_model": 5, "trainer.lightning_arguments": 5, "trainer.tuner": 5, "trainer.cli": 5,
 }
 
@@ -66,8 +67,9 @@ def test_no_package_file_is_over_400_lines(path):
 
 
 @pytest.mark.parametrize("package", [
-    "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization", "trainer/tuner",
-    "trainer/utilities", "callbacks", "callbacks/training", "callbacks/monitors", "strategies", "loggers",
+    "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization",
+    "trainer/profilers", "trainer/tuner", "trainer/utilities", "callbacks", "callbacks/training", "callbacks/monitors",
+    "strategies", "loggers",
 ])
 def test_no_room_holds_more_than_12_modules_and_its_init_says_what_it_is_for(package):
     folder = os.path.join(ROOT, package)
