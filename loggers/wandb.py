@@ -120,9 +120,13 @@ class WandbLogger(Logger):
             elif attach_id is not None:  # unpickled in a worker process: the parent's run
                 self._experiment = wandb._attach(attach_id)
             else:
+                init = dict(self._wandb_init)
                 if self._save_dir is not None:
-                    os.makedirs(self._save_dir, exist_ok=True)  # wandb falls back to a temp folder otherwise
-                self._experiment = wandb.init(**self._wandb_init)
+                    # Absolute: wandb's service process resolves a relative one against its own working
+                    # directory. Made first: wandb falls back to a temp folder without it.
+                    init["dir"] = os.path.abspath(self._save_dir)
+                    os.makedirs(init["dir"], exist_ok=True)
+                self._experiment = wandb.init(**init)
                 if self._wandb_init.get("sync_tensorboard"):
                     self._experiment.define_metric("*", step_metric="global_step")
                 else:

@@ -7,14 +7,12 @@ import sys
 
 import pytest
 import torch
+from mlflow.tracking import MlflowClient
 
 from callbacks import ModelCheckpoint
 from loggers import DummyExperiment, MLFlowLogger, rank_zero_only
 from tests._models import Classifier, loader
 from trainer import Trainer
-
-mlflow = pytest.importorskip("mlflow")
-from mlflow.tracking import MlflowClient  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
