@@ -13,7 +13,9 @@ from collections.abc import MutableMapping
 from typing import Any
 
 # The ModelCheckpoint options recorded beside an uploaded checkpoint (its metadata), as Lightning's.
-CHECKPOINT_OPTIONS = ("monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps", "every_n_epochs")
+CHECKPOINT_OPTIONS = (
+    "monitor", "mode", "save_last", "save_top_k", "save_weights_only", "every_n_train_steps", "every_n_epochs",
+)
 
 
 def need(module: str, logger: str, service: str, requirement: str, extra: str) -> None:

@@ -80,7 +80,7 @@ class MLFlowLogger(Logger):
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not tracking_uri:
             if save_dir is None:
-                raise ValueError("MLFlowLogger(save_dir=None) needs a tracking_uri (or $MLFLOW_TRACKING_URI): where to log.")
+                raise ValueError("MLFlowLogger(save_dir=None) needs a tracking_uri (or $MLFLOW_TRACKING_URI).")
             tracking_uri = f"{LOCAL_FILE_URI_PREFIX}{os.fspath(save_dir)}"
         self._experiment_name = experiment_name
         self._experiment_id: str | None = None
@@ -126,11 +126,14 @@ class MLFlowLogger(Logger):
             self._experiment_id = found.experiment_id
         else:
             log.warning(f"Experiment with name {self._experiment_name} not found. Creating it.")
-            self._experiment_id = client.create_experiment(name=self._experiment_name, artifact_location=self._artifact_location)
+            location = self._artifact_location
+            self._experiment_id = client.create_experiment(name=self._experiment_name, artifact_location=location)
         tags = dict(self.tags or {})
         if self._run_name is not None:
             if MLFLOW_RUN_NAME in tags:
-                log.warning(f"The tag {MLFLOW_RUN_NAME} is found in tags. The value will be overridden by {self._run_name}.")
+                log.warning(
+                    f"The tag {MLFLOW_RUN_NAME} is found in tags. The value will be overridden by {self._run_name}."
+                )
             tags[MLFLOW_RUN_NAME] = self._run_name
             self.tags = tags
         run = client.create_run(experiment_id=self._experiment_id, tags=resolve_tags(tags))
@@ -189,7 +192,8 @@ class MLFlowLogger(Logger):
             clean = re.sub("[^a-zA-Z0-9_/. -]+", "", key)
             if clean != key:
                 warnings.warn(
-                    f"MLFlow only allows '_', '/', '.' and ' ' special characters in metric name. Replacing {key} with {clean}.",
+                    "MLFlow only allows '_', '/', '.' and ' ' special characters in metric name. "
+                    f"Replacing {key} with {clean}.",
                     RuntimeWarning, stacklevel=3,  # the caller of log_metrics (past rank_zero_only)
                 )
             batch.append(Metric(key=clean, value=float(value), timestamp=timestamp_ms, step=int(step or 0)))
@@ -218,13 +222,17 @@ class MLFlowLogger(Logger):
             self.experiment.log_artifact(self.run_id, path, folder)
             aliases = ["latest", "best"] if path == callback.best_model_path else ["latest"]
             with tempfile.TemporaryDirectory() as tmp:
-                write_yaml(os.path.join(tmp, "metadata.yaml"), checkpoint_metadata(callback, path, score, key="Checkpoint"))
+                metadata = checkpoint_metadata(callback, path, score, key="Checkpoint")
+                write_yaml(os.path.join(tmp, "metadata.yaml"), metadata)
                 with open(os.path.join(tmp, "aliases.txt"), "w", encoding="utf-8") as f:
                     f.write(str(aliases))
                 self.experiment.log_artifacts(self.run_id, tmp, folder)
             self._logged_model_time[path] = mtime
 
     def __getstate__(self) -> dict[str, Any]:
+        # Pickled into worker processes (DDP): the run starts here first, so that the workers log
+        # into it and this process's logger knows its id (on rank 0; elsewhere this does nothing).
+        _ = self.experiment
         state = self.__dict__.copy()
         state["_mlflow_client"] = None  # reopened from the run's id where it is unpickled
         state["_checkpoint_callback"] = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -118,6 +119,10 @@ class WandbLogger(Logger):
                 )
                 self._experiment = wandb.run
             elif attach_id is not None:  # unpickled in a worker process: the parent's run
+                # A worker spawned before the run started lacks the service's address in its environment.
+                token = getattr(self, "_service_token", None)
+                if token:
+                    os.environ.setdefault(wandb.env.SERVICE, token)
                 self._experiment = wandb._attach(attach_id)
             else:
                 init = dict(self._wandb_init)
@@ -148,7 +153,9 @@ class WandbLogger(Logger):
     def save_dir(self) -> str | None:
         return self._save_dir
 
-    def watch(self, model: torch.nn.Module, log: str | None = "gradients", log_freq: int = 100, log_graph: bool = True) -> None:
+    def watch(
+        self, model: torch.nn.Module, log: str | None = "gradients", log_freq: int = 100, log_graph: bool = True
+    ) -> None:
         """Record ``model``'s gradients (``log="all"``: and parameters) every ``log_freq`` steps."""
         self.experiment.watch(model, log=log, log_freq=log_freq, log_graph=log_graph)
 
@@ -195,12 +202,17 @@ class WandbLogger(Logger):
         """Videos (arrays or file paths); keywords as ``log_image``'s (``fps=[...]``)."""
         self._log_media("videos", "Video", key, videos, step, kwargs)
 
-    def _log_media(self, what: str, kind: str, key: str, items: list[Any], step: int | None, kwargs: dict[str, Any]) -> None:
+    def _log_media(
+        self, what: str, kind: str, key: str, items: list[Any], step: int | None, kwargs: dict[str, Any]
+    ) -> None:
         if not isinstance(items, list):
-            raise TypeError(f'Expected a list as "{what}", found {type(items)}: pass log_{kind.lower()}(key, [item, ...]).')
+            hint = f"pass log_{kind.lower()}(key, [item, ...])"
+            raise TypeError(f'Expected a list as "{what}", found {type(items)}: {hint}.')
         for name, values in kwargs.items():
             if len(values) != len(items):
-                raise ValueError(f"Expected {len(items)} items but only found {len(values)} for {name} (one per item of {what}).")
+                raise ValueError(
+                    f"Expected {len(items)} items but only found {len(values)} for {name} (one per item of {what})."
+                )
         import wandb
 
         make = getattr(wandb, kind)
@@ -229,7 +241,8 @@ class WandbLogger(Logger):
         for mtime, path, score in new_checkpoints(callback, self._logged_model_time):
             if not self._checkpoint_name:
                 self._checkpoint_name = f"model-{self.experiment.id}"
-            artifact = wandb.Artifact(name=self._checkpoint_name, type="model", metadata=checkpoint_metadata(callback, path, score))
+            metadata = checkpoint_metadata(callback, path, score)
+            artifact = wandb.Artifact(name=self._checkpoint_name, type="model", metadata=metadata)
             artifact.add_file(path, name="model.ckpt", policy=self.add_file_policy)
             aliases = ["latest", "best"] if path == callback.best_model_path else ["latest"]
             self.experiment.log_artifact(artifact, aliases=aliases)
@@ -261,6 +274,7 @@ class WandbLogger(Logger):
         if self._experiment is not None and not isinstance(run, DummyExperiment):
             state["_id"] = getattr(run, "id", None)
             state["_attach_id"] = getattr(run, "_attach_id", None)
+            state["_service_token"] = os.environ.get(sys.modules["wandb"].env.SERVICE)  # (imported: a run exists)
             state["_name"] = run.name
         state["_experiment"] = None
         state["_checkpoint_callbacks"] = {}

@@ -42,7 +42,8 @@ def test_a_fit_stores_params_metrics_at_their_steps_tags_and_a_finished_run():
     assert run.info.status == "FINISHED"
     assert client.get_experiment(run.info.experiment_id).name == "exp"
     assert run.data.tags["mlflow.runName"] == "first" and run.data.tags["team"] == "vision"
-    assert run.data.params == {"features": "8", "hidden": "12", "classes": "2", "dropout": "0.0", "lr": "0.1", "optimizer": "adam"}
+    params = {"features": "8", "hidden": "12", "classes": "2", "dropout": "0.0", "lr": "0.1", "optimizer": "adam"}
+    assert run.data.params == params
     # Lightning's steps: every 2nd optimizer step's values at step - 1, validation at the epoch's last step.
     assert [m.step for m in client.get_metric_history(logger.run_id, "train_loss")] == [1, 3, 5, 7]
     val = client.get_metric_history(logger.run_id, "val_loss")
@@ -148,5 +149,5 @@ def test_bad_arguments_and_a_missing_mlflow_are_sentences(monkeypatch):
     with pytest.raises(TypeError, match=r"MLFlowLogger\(synchronous\)='yes' must be True or False"):
         MLFlowLogger(synchronous="yes")
     monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
-    with pytest.raises(ModuleNotFoundError, match=r'not installed: pip install "mlflow-skinny.*steadytrainer\[mlflow\]'):
+    with pytest.raises(ModuleNotFoundError, match=r'not installed: pip install "mlflow-skinny.*"steadytrainer\[mlflow\]'):
         MLFlowLogger()

@@ -104,7 +104,8 @@ def test_an_offline_fit_records_the_config_rows_at_trainer_global_step_and_the_g
     logger = WandbLogger(project="proj", name="first", save_dir="wb", offline=True)
     model = Classifier(hidden=12)
     logger.watch(model, log="all", log_freq=2)
-    trainer = Trainer(max_epochs=2, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=False, logger=logger)
+    trainer = Trainer(max_epochs=2, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=False,
+                      logger=logger)
     trainer.fit(model, loader(64), loader(32))  # 4 steps an epoch
     run = logger.experiment
     folder, run_id = os.path.dirname(run.dir), run.id
@@ -112,9 +113,11 @@ def test_an_offline_fit_records_the_config_rows_at_trainer_global_step_and_the_g
     assert trainer.log_dir == "wb"
     assert trainer.checkpoint_callback.dirpath == os.path.abspath(os.path.join("wb", "proj", run_id, "checkpoints"))
     run.finish()
-    assert os.path.dirname(folder) == os.path.abspath(os.path.join("wb", "wandb")) and os.path.basename(folder).startswith("offline-run-")
+    assert os.path.dirname(folder) == os.path.abspath(os.path.join("wb", "wandb"))
+    assert os.path.basename(folder).startswith("offline-run-")
     config, history, summary = _run(_records(folder))
-    assert {k: config[k] for k in ("features", "hidden", "lr", "optimizer")} == {"features": 8, "hidden": 12, "lr": 0.1, "optimizer": "sgd"}
+    expected = {"features": 8, "hidden": 12, "lr": 0.1, "optimizer": "sgd"}
+    assert {k: config[k] for k in expected} == expected
     train = [(row["trainer/global_step"], row["epoch"]) for row in history if "train_loss" in row]
     assert train == [(1, 0), (3, 0), (5, 1), (7, 1)]  # Lightning's steps
     val = [row for row in history if "val_loss" in row]
@@ -166,7 +169,7 @@ def test_ranks_other_than_0_start_no_run(monkeypatch):
 
 
 def test_bad_arguments_and_a_missing_wandb_are_sentences(monkeypatch):
-    with pytest.raises(MisconfigurationException, match="Providing log_model=True and offline=True is an invalid configuration"):
+    with pytest.raises(MisconfigurationException, match="Providing log_model=True and offline=True is an invalid"):
         WandbLogger(offline=True, log_model=True)
     with pytest.raises(ValueError, match=r"WandbLogger\(log_model='best'\) must be False"):
         WandbLogger(log_model="best")
