@@ -181,3 +181,19 @@ def test_bad_arguments_and_a_missing_wandb_are_sentences(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed
     with pytest.raises(ModuleNotFoundError, match=r'not installed: pip install "wandb.*steadytrainer\[wandb\]'):
         WandbLogger()
+
+
+def test_log_model_all_logs_each_checkpoint_as_a_model_artifact():
+    from callbacks import ModelCheckpoint
+
+    logger = WandbLogger(save_dir="wb", log_model="all")  # offline through WANDB_MODE: the artifacts wait for a sync
+    trainer = Trainer(max_epochs=2, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=False,
+                      logger=logger, callbacks=[ModelCheckpoint(save_top_k=-1, filename="{epoch}")])
+    trainer.fit(Classifier(), loader(64), loader(32))
+    run = logger.experiment
+    folder = os.path.dirname(run.dir)
+    run.finish()
+    artifacts = [r.artifact for r in _records(folder) if r.WhichOneof("record_type") == "artifact"]
+    assert [(a.name, a.type) for a in artifacts] == [(f"model-{run.id}", "model")] * 2
+    assert [json.loads(a.metadata)["original_filename"] for a in artifacts] == ["epoch=0.ckpt", "epoch=1.ckpt"]
+    assert [[e.path for e in a.manifest.contents] for a in artifacts] == [["model.ckpt"]] * 2
