@@ -206,7 +206,10 @@ PUBLIC = {
         "EMAWeightAveraging", "ModelPruning", "WeightAveraging",
         "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
     ],
-    "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
+    "loggers": [
+        "CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger",
+        "rank_zero_experiment", "rank_zero_only",
+    ],
     "strategies": [
         "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "ParallelStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError",
         "select_strategy",
@@ -222,13 +225,16 @@ def test_public_names_are_pinned(package):
         assert getattr(module, name) is not None
 
 
-HEAVY = ("torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy", "jsonargparse", "torchmetrics")
+HEAVY = (
+    "torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy",
+    "jsonargparse", "torchmetrics", "mlflow", "wandb",
+)
 
 
 @pytest.mark.slow
 def test_importing_the_packages_and_the_trainer_loads_no_heavy_module(script_env):
     """fsdp's DTensor and DCP, compile's dynamo (and the sympy they pull in), the CLI's
-    jsonargparse: each is imported where it is used, so `import trainer` stays cheap
+    jsonargparse, the MLflow and W&B clients: each is imported where it is used, so `import trainer` stays cheap
     (benchmarks/import_time.py prints the cost)."""
     code = (
         "import sys, trainer, callbacks, strategies, loggers\n"
