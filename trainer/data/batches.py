@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler, default_collate
+
+from trainer.data.combined_loader import CombinedLoader
 
 if TYPE_CHECKING:
     from strategies import Strategy
@@ -107,6 +110,9 @@ def uniform_batches(loader: Any) -> tuple[int, int, int] | None:
 
 
 def loader_length(loader: Any) -> int | None:
+    if isinstance(loader, CombinedLoader):  # its len() wants iter() first (Lightning's); its length is known before
+        n = loader._length()
+        return None if n == math.inf else int(n)
     try:
         return len(loader)
     except (TypeError, NotImplementedError):  # iterable-style dataset without __len__ (or one whose __len__ says so)

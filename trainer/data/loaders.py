@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, SequentialSampler
 
 from trainer.data.batches import loader_length, rebuild_loader
+from trainer.data.combined_loader import MODES, CombinedLoader
 from trainer.core.datamodule import DataModule
 from trainer.core.module import TrainModule
 
@@ -115,15 +116,39 @@ def check_loaders(name: str, loaders: Any) -> None:
         check_loader(f"{name}[{key!r}]", loader)
 
 
-def check_train_loader(loader: Any) -> None:
-    """One training loader: several are refused with a sentence (not an unpack error in the step)."""
-    if is_several(loader):
+def train_combined(loader: Any) -> CombinedLoader | None:
+    """fit's training data as a CombinedLoader: the one given, or several loaders (a dict, list
+    or tuple of them, nested as deep as you like) combined in ``max_size_cycle`` mode, as
+    Lightning's fit does; None for one loader."""
+    if isinstance(loader, CombinedLoader) or not isinstance(loader, (dict, list, tuple)):
+        return loader if isinstance(loader, CombinedLoader) else None
+    combined = CombinedLoader(loader, "max_size_cycle")
+    if not combined.flattened or not all(_one_loader(x) for x in combined.flattened):
+        return None  # one loader that is a list of batches
+    return combined
+
+
+def check_train_mode(combined: CombinedLoader) -> None:
+    """``sequential`` is refused for training (Lightning's message): a training step takes a batch of every loader."""
+    if combined.mode == "sequential":
         raise ValueError(
-            f"train_dataloaders is a {type(loader).__name__} of {len(loader)} loaders; training takes one. Join their "
-            "datasets into one loader (torch.utils.data.ConcatDataset), or run a fit per loader. Several "
-            "loaders are for validation, test and predict."
+            '`FitLoop` does not support the `CombinedLoader(mode="sequential")` mode. The available modes are: '
+            f"{[m for m in MODES if m != 'sequential']}. A training step takes a batch of every loader; to train on "
+            "the loaders one after another, join their datasets into one loader (torch.utils.data.ConcatDataset)."
         )
-    check_loader("train_dataloaders", loader)
+
+
+def check_train_loader(loader: Any, *, any_mode: bool = False) -> None:
+    """The training loader, or each of several (named by their place in the flattened
+    collection); a sequential CombinedLoader is refused unless ``any_mode``."""
+    combined = train_combined(loader)
+    if combined is None:
+        check_loader("train_dataloaders", loader)
+        return
+    if not any_mode:
+        check_train_mode(combined)
+    for i, one in enumerate(combined.flattened):
+        check_loader(f"train_dataloaders (its loader {i})", one)
 
 
 def check_loader(name: str, loader: Any) -> None:
@@ -135,15 +160,22 @@ def check_loader(name: str, loader: Any) -> None:
 
 
 class Loaders:
-    """One evaluation loader, or several given as a list, tuple or dict.
+    """One evaluation loader, or several given as a list, tuple or dict, or a
+    ``CombinedLoader(mode="sequential")``.
 
-    With several (two or more), what ``self.log`` records in a step is kept apart per loader: a
-    list's names get Lightning's suffix ``/dataloader_idx_N``, a dict's get ``/<key>``. Results
-    come back in the shape the loaders were given: a value, a list, or a dict. A list or dict
-    of one loader is one loader, as in Lightning: no suffix, no ``dataloader_idx``.
+    With several (two or more), what ``self.log`` records in a step is kept apart per loader
+    with Lightning's suffix ``/dataloader_idx_N`` (a dict's loaders are numbered in its order).
+    Predictions come back in the shape the loaders were given: a value, a list, or a dict. A
+    list or dict of one loader is one loader, as in Lightning: no suffix, no ``dataloader_idx``.
+    A CombinedLoader in another mode is one loader whose batches hold a batch of each.
     """
 
     def __init__(self, given: Any) -> None:
+        self.combined = given if isinstance(given, CombinedLoader) and given.mode == "sequential" else None
+        if self.combined is not None:
+            self.kind, self.loaders = "list", list(self.combined.flattened)
+            self.keys = list(range(len(self.loaders)))
+            return
         several = is_several(given)
         self.kind = ("dict" if isinstance(given, dict) else "list") if several else "one"
         if self.kind == "dict":
@@ -166,12 +198,13 @@ class Loaders:
     def map(self, fn: Callable[[Any], Any]) -> "Loaders":
         out = Loaders.__new__(Loaders)
         out.kind, out.keys, out.loaders = self.kind, list(self.keys), [fn(x) for x in self.loaders]
+        out.combined = self.combined
+        if out.combined is not None and len(out.loaders) == len(out.combined.flattened):
+            out.combined.flattened = list(out.loaders)  # as Lightning: the CombinedLoader holds the prepared loaders
         return out
 
     def suffix(self, i: int) -> str:
-        if not self.several:
-            return ""
-        return f"/dataloader_idx_{i}" if self.kind == "list" else f"/{self.keys[i]}"
+        return f"/dataloader_idx_{i}" if self.several else ""
 
     def pack(self, values: list[Any]) -> Any:
         """Per-loader ``values`` in the shape the loaders came in."""
@@ -180,8 +213,8 @@ class Loaders:
         return dict(zip(self.keys, values)) if self.kind == "dict" else list(values)
 
     def as_given(self) -> Any:
-        """The loader, or the list or dict of them."""
-        return self.pack(self.loaders)
+        """The loader, or the list or dict of them (a CombinedLoader's collection)."""
+        return self.combined.iterables if self.combined is not None else self.pack(self.loaders)
 
     def lengths(self) -> list[int | None]:
         return [loader_length(x) for x in self.loaders]
@@ -218,10 +251,11 @@ def overfit_loader(loader: Any, prefix: str, n: int | float) -> Any:
     loader: every epoch trains and validates on the same first ``n`` batches of each (the limits
     are set to ``n``). A loader that shuffles, or samples otherwise, is rebuilt with a
     ``SequentialSampler``, with Lightning's warning."""
-    return _in_order([loader], prefix, n)[0]
+    return overfit_loaders([loader], prefix, n)[0]
 
 
-def _in_order(loaders: list[Any], prefix: str, n: int | float) -> list[Any]:
+def overfit_loaders(loaders: list[Any], prefix: str, n: int | float) -> list[Any]:
+    """``overfit_batches`` for several loaders (fit's, combined): one warning for those that shuffle."""
     if all(isinstance(getattr(dl, "sampler", SequentialSampler([])), SequentialSampler) for dl in loaders):
         return loaders
     warnings.warn(

@@ -112,19 +112,6 @@ def test_the_data_must_come_from_one_place_and_be_there():
         trainer.fit(Classifier(), datamodule=object())
 
 
-def test_several_loaders_for_training_is_a_sentence_not_an_unpack_error_in_the_step():
-    with pytest.raises(ValueError, match=r"train_dataloaders is a list of 2 loaders; training takes one\. Join their "
-                                         r"datasets into one loader \(torch.utils.data.ConcatDataset\)"):
-        Trainer(max_epochs=1, **quiet()).fit(Classifier(), [loader(), loader()])
-
-    class TwoTrainLoaders(Classifier):
-        def train_dataloader(self):
-            return {"a": loader(), "b": loader()}
-
-    with pytest.raises(ValueError, match=r"train_dataloaders is a dict of 2 loaders"):
-        Trainer(max_epochs=1, **quiet()).fit(TwoTrainLoaders())
-
-
 class Indexed(Classifier):
     """validation_step takes dataloader_idx; the hooks record the index they get."""
 
@@ -161,10 +148,11 @@ def test_several_validation_loaders_keep_their_metrics_apart_like_each_loader_al
             f"val_loss/dataloader_idx_{i}": single["val_loss"], f"val_acc/dataloader_idx_{i}": single["val_acc"],
             "epoch_value": 7.0,
         }
-    # A dict of loaders: one result per loader in the dict's order (as Lightning returns), metrics suffixed with the key.
+    # A dict of loaders: one result per loader in the dict's order, suffixed with its index there (Lightning's names).
     by_name = trainer.validate(model, {"clean": first, "noisy": second})
-    assert by_name[0]["val_loss/clean"] == alone[0]["val_loss"]
-    assert by_name[1]["val_acc/noisy"] == alone[1]["val_acc"]
+    assert by_name[0]["val_loss/dataloader_idx_0"] == alone[0]["val_loss"]
+    assert by_name[1]["val_acc/dataloader_idx_1"] == alone[1]["val_acc"]
+    assert not any("clean" in name or "noisy" in name for name in trainer.callback_metrics)
     assert trainer.test(model, [first, second])[1]["idx/dataloader_idx_1"] == 1.0
 
 
