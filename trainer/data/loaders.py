@@ -8,6 +8,7 @@ test and predict take one loader, or several as a list, tuple or dict: :class:`L
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -64,7 +65,11 @@ def check_sources(stage: str, model: Any, given: dict[str, Any], datamodule: Any
             f"the DataModule {type(datamodule).__name__} does not define {method}()" if datamodule is not None
             else f"no datamodule= was given and {type(model).__name__} does not define {method}()"
         )
-        raise ValueError(f"trainer.{stage}() has no data: {first}=None, and {where}. Pass {first}=..., a datamodule, or define {method}().")
+        raise TypeError(  # Lightning's words, then ours
+            f"An invalid dataloader was passed to `Trainer.{stage}({first}=...)`. Found None. Either pass the dataloader "
+            f"to the `.{stage}()` method OR implement `def {method}(self):` in your LightningModule/LightningDataModule. "
+            f"trainer.{stage}() has no data: {first}=None, and {where}."
+        )
 
 
 def prepare(strategy: Strategy, model: Any, datamodule: Any) -> None:
@@ -79,14 +84,23 @@ def prepare(strategy: Strategy, model: Any, datamodule: Any) -> None:
         strategy.barrier()
 
 
-def stage_loader(stage: str, given: Any, model: Any, datamodule: Any) -> Any:
+def stage_loader(stage: str, given: Any, model: Any, datamodule: Any, *, checked: bool = False) -> Any:
     """The loader(s) for ``stage`` ("train", "validate", "test", "predict"): those given, else the
-    DataModule's, else the model's; None if none of them has any."""
+    DataModule's, else the model's; None if none of them has any. ``checked``: what a loader
+    method returned is checked (:func:`check_loaders`), and an error names the method."""
     if given is not None:
         return given
     method = LOADER_METHOD[stage]
     owner = datamodule if datamodule is not None else model
-    return getattr(owner, method)() if defines(owner, method) else None
+    if not defines(owner, method):
+        return None
+    found = getattr(owner, method)()
+    name, where = f"{type(owner).__name__}.{method}()", f"returned from `{type(owner).__name__}.{method}()`"
+    if checked and stage == "train":
+        check_train_loader(found, name=name, where=where, any_mode=True)  # fit refuses sequential once it counted its batches
+    elif checked:
+        check_loaders(found, name=name, where=where)
+    return found
 
 
 def is_several(loaders: Any) -> bool:
@@ -105,15 +119,15 @@ def _one_loader(x: Any) -> bool:
     return hasattr(x, "__iter__") and not isinstance(x, (torch.Tensor, list, tuple, dict, str, bytes))
 
 
-def check_loaders(name: str, loaders: Any) -> None:
-    """One loader or several (each checked, and named by its index or key); None passes."""
-    if loaders is None:
-        return
+def check_loaders(loaders: Any, *, name: str, where: str) -> None:
+    """One loader or several, each checked (named by its index or key). ``name`` is the argument
+    (``val_dataloaders``) or the method that made them; ``where`` says how they came, in
+    Lightning's words ("passed to `Trainer.validate(dataloaders=...)`")."""
     if not is_several(loaders):
-        check_loader(name, loaders)
+        check_loader(loaders, name=name, where=where)
         return
     for key, loader in (loaders.items() if isinstance(loaders, dict) else enumerate(loaders)):
-        check_loader(f"{name}[{key!r}]", loader)
+        check_loader(loader, name=f"{name}[{key!r}]", where=where)
 
 
 def train_combined(loader: Any) -> CombinedLoader | None:
@@ -138,23 +152,34 @@ def check_train_mode(combined: CombinedLoader) -> None:
         )
 
 
-def check_train_loader(loader: Any, *, any_mode: bool = False) -> None:
+def check_train_loader(
+    loader: Any, *, name: str = "train_dataloaders", where: str = "passed to `Trainer.fit(train_dataloaders=...)`",
+    any_mode: bool = False,
+) -> None:
     """The training loader, or each of several (named by their place in the flattened
     collection); a sequential CombinedLoader is refused unless ``any_mode``."""
     combined = train_combined(loader)
     if combined is None:
-        check_loader("train_dataloaders", loader)
+        check_loader(loader, name=name, where=where)
         return
     if not any_mode:
         check_train_mode(combined)
     for i, one in enumerate(combined.flattened):
-        check_loader(f"train_dataloaders (its loader {i})", one)
+        check_loader(one, name=f"{name}[{i}]", where=where)
 
 
-def check_loader(name: str, loader: Any) -> None:
-    # A str is iterable too: its "batches" would be characters.
-    if not hasattr(loader, "__iter__") or isinstance(loader, (str, bytes, type)):
-        raise TypeError(f"{name}={loader!r:.80} is not iterable; pass a torch.utils.data.DataLoader.")
+def check_loader(loader: Any, *, name: str, where: str) -> None:
+    """One loader: iterable, with batches. A list, tuple or dict that is one loader of batches
+    holds nothing that cannot be iterated, or Lightning would take it for loaders that are not."""
+    leaves = CombinedLoader(loader).flattened if isinstance(loader, (dict, list, tuple)) else [loader]
+    for leaf in leaves:
+        # A str is iterable too: its "batches" would be characters.
+        if not hasattr(leaf, "__iter__") or isinstance(leaf, (str, bytes, type)):
+            what = "is not iterable" if leaf is loader else f"holds {leaf!r:.80}, which is not iterable"
+            raise TypeError(
+                f"An invalid dataloader was {where}. Found {leaf!r:.80}. {name}={loader!r:.80} {what}; pass a "
+                "torch.utils.data.DataLoader, or a list or dict of them."
+            )
     if loader_length(loader) == 0:
         raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
 
@@ -195,7 +220,33 @@ class Loaders:
     def __len__(self) -> int:
         return len(self.loaders)
 
+    def _together(self) -> CombinedLoader | None:
+        """A CombinedLoader in another mode than sequential: one loader whose batches hold a batch of each."""
+        only = self.loaders[0] if len(self.loaders) == 1 else None
+        return only if isinstance(only, CombinedLoader) and only.mode != "sequential" else None
+
+    def each(self) -> list[Any]:
+        """Every loader, those inside a CombinedLoader too."""
+        together = self._together()
+        return list(together.flattened) if together is not None else list(self.loaders)
+
+    def counts(self, count: Callable[[int | None], int | float]) -> tuple[list[int | float], list[int | float]]:
+        """(how many batches each loader runs, the counts Lightning publishes as ``num_val_batches``
+        and friends), from ``count`` of a loader's length. A CombinedLoader in another mode than
+        sequential runs as one loader, its length from each of its loaders' counts."""
+        together = self._together()
+        if together is None:
+            runs = [count(n) for n in self.lengths()]
+            return runs, runs
+        together.limits = [count(loader_length(x)) for x in together.flattened]
+        n = loader_length(together)
+        return [math.inf if n is None else n], list(together.limits)
+
     def map(self, fn: Callable[[Any], Any]) -> "Loaders":
+        together = self._together()
+        if together is not None:  # its loaders, each prepared as one would be
+            together.flattened = [fn(x) for x in together.flattened]
+            return self
         out = Loaders.__new__(Loaders)
         out.kind, out.keys, out.loaders = self.kind, list(self.keys), [fn(x) for x in self.loaders]
         out.combined = self.combined
@@ -214,7 +265,8 @@ class Loaders:
 
     def as_given(self) -> Any:
         """The loader, or the list or dict of them (a CombinedLoader's collection)."""
-        return self.combined.iterables if self.combined is not None else self.pack(self.loaders)
+        combined = self.combined if self.combined is not None else self._together()
+        return combined.iterables if combined is not None else self.pack(self.loaders)
 
     def lengths(self) -> list[int | None]:
         return [loader_length(x) for x in self.loaders]

@@ -96,11 +96,13 @@ def set_epoch(loader: Any, epoch: int) -> None:
     """``set_epoch(epoch)`` on whatever shuffles per epoch: the loader's sampler, its batch sampler
     (a DistributedSampler inside a user's own batch sampler, which DDP leaves alone) and that
     one's sampler; each of a CombinedLoader's loaders."""
+    done: list[Any] = []
     for one in loader.flattened if isinstance(loader, CombinedLoader) else (loader,):
         batch_sampler = getattr(one, "batch_sampler", None)
         for owner in (getattr(one, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
-            if hasattr(owner, "set_epoch"):
-                owner.set_epoch(epoch)
+            if hasattr(owner, "set_epoch") and all(owner is not d for d in done):  # once each (a loader's sampler
+                owner.set_epoch(epoch)  # is its batch sampler's too)
+                done.append(owner)
 
 
 def check_resumable(loader: Any, batch: int, epoch: int) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
+from trainer.data.rng import generator_states, rng_state, set_epoch, set_generator_states, set_rng_state
 from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import batch_transfer
@@ -64,8 +64,8 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: A
     (the counters stay the Trainer's), and the stage's loaders, seeded and prepared by the strategy."""
     strategy = trainer.strategy
     evaluate_checkpoint(trainer, run, ckpt_path)
-    loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule))
-    for loader in loaders:
+    loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule, checked=True))
+    for loader in loaders.each():
         seeded_workers(loader, strategy.global_rank)
     loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))
     # Lightning's trainer.val_dataloaders, test_dataloaders, predict_dataloaders: as the stage runs them
@@ -167,9 +167,9 @@ def run_evaluation(
     loaders = loaders if isinstance(loaders, Loaders) else Loaders(loaders)
     step_name = _STEP[phase]
     lengths = loaders.lengths()
-    counts = [limited(n, limit, "val" if phase == "validation" else phase) for n in lengths]
+    counts, published = loaders.counts(lambda n: limited(n, limit, "val" if phase == "validation" else phase))
     if publish:  # Lightning's trainer.num_val_batches (num_test_batches, ...): one count per loader
-        setattr(run, _COUNTS[phase], counts)
+        setattr(run, _COUNTS[phase], published)
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
         return [[] for _ in counts] if phase == "predict" else None
@@ -202,6 +202,7 @@ def run_evaluation(
             with strategy.evaluating():  # e.g. fsdp gathers its shards once per loader (no_grad is on already)
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
+                set_epoch(loader, trainer.current_epoch)  # Lightning's: a sampler that shuffles per epoch does here too
                 record = run.predict_loop if phase == "predict" else None
                 it = batches(loader, run.fetching, None if record is None else record.start_loader(loader))
                 it = run.precision.convert_batches(it)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.core.seed import seeded_workers
 from trainer.data.batches import check_same_length, loader_length
 from trainer.data.loaders import (
-    LOADER_METHOD, Loaders, check_train_loader, check_train_mode, defines, overfit_loader, overfit_loaders, stage_loader,
+    LOADER_METHOD, Loaders, check_train_mode, defines, overfit_loader, overfit_loaders, stage_loader,
     train_combined,
 )
 from trainer.loops.evaluation import check_val_interval, limited
@@ -61,9 +61,8 @@ class FitLoaders:
         """The training loader; several (or a CombinedLoader) as one CombinedLoader, each of its
         loaders overfit, seeded and prepared by the strategy as one loader is (Lightning's)."""
         trainer, run, strategy, data = self.trainer, self.run, self.trainer.strategy, self.data
-        train = stage_loader("train", data.loader, self.model, data.datamodule)
-        if data.loader is None:  # the model's or DataModule's: checked here, where it was made
-            check_train_loader(train, any_mode=True)  # sequential: refused below, its length known (Lightning's)
+        # The model's or DataModule's loader is checked where it is made; sequential is refused below, its length known (Lightning's).
+        train = stage_loader("train", data.loader, self.model, data.datamodule, checked=True)
         combined = train_combined(train)
         loaders = [train] if combined is None else combined.flattened
         if trainer.overfit_batches:
@@ -108,12 +107,12 @@ class FitLoaders:
         val = None if found is None or found == [] else Loaders(found)
         if val is not None:
             if trainer.overfit_batches:
-                val.loaders = [overfit_loader(x, "val", trainer.overfit_batches) for x in val.loaders]
-            for loader in val:
+                val = val.map(lambda x: overfit_loader(x, "val", trainer.overfit_batches))
+            for loader in val.each():
                 seeded_workers(loader, strategy.global_rank)
             val = val.map(lambda x: strategy.process_dataloader(x, "validate"))
         run.val_dataloaders = None if val is None else val.as_given()  # callbacks read it
-        run.num_val_batches = [] if val is None else [limited(length, trainer.limit_val_batches, "val") for length in val.lengths()]
+        run.num_val_batches = [] if val is None else val.counts(lambda n: limited(n, trainer.limit_val_batches, "val"))[1]
         return val
 
 

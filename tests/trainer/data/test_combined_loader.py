@@ -264,3 +264,25 @@ def test_a_tensor_dataset_loader_inside_keeps_batched_fetching(monkeypatch):
     monkeypatch.setattr(TensorDataset, "__getitem__", lambda self, i: samples.append(i) or original(self, i))
     assert [[b[0].tolist() for b in step] for step in batches(combined)] == expected
     assert samples == []  # each batch in one indexing call, not a dataset[i] per sample
+
+
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("max_size_cycle", [{"a": 0, "b": 3}, {"a": 1, "b": 4}, {"a": 2, "b": 3}]),
+        ("min_size", [{"a": 0, "b": 3}, {"a": 1, "b": 4}]),
+        ("max_size", [{"a": 0, "b": 3}, {"a": 1, "b": 4}, {"a": 2, "b": None}]),
+    ],
+)
+def test_evaluation_runs_a_combined_loader_in_another_mode_as_one_loader_of_combined_batches(mode, expected):
+    seen: list = []
+
+    class Together(Classifier):
+        def validation_step(self, batch, batch_idx):  # no dataloader_idx: one loader
+            seen.append(batch)
+
+    trainer = Trainer(**quiet())
+    trainer.validate(Together(), CombinedLoader({"a": [0, 1, 2], "b": [3, 4]}, mode), verbose=False)
+    assert seen == expected
+    assert trainer.num_val_batches == [3, 2]  # each of its loaders' count, as Lightning's
+    assert trainer.num_sanity_val_batches == []  # the sanity check is fit's

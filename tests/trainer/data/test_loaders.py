@@ -98,7 +98,7 @@ def test_the_data_must_come_from_one_place_and_be_there():
     with pytest.raises(ValueError, match=r"Both train_dataloaders and datamodule= were given.*Drop datamodule= to use "
                                          r"the loaders, or drop train_dataloaders to use the DataModule's"):
         trainer.fit(Classifier(), loader(), datamodule=Data())
-    with pytest.raises(ValueError, match=r"trainer.fit\(\) has no data: train_dataloaders=None, and no datamodule= was "
+    with pytest.raises(TypeError, match=r"trainer.fit\(\) has no data: train_dataloaders=None, and no datamodule= was "
                                          r"given and Classifier does not define train_dataloader\(\)"):
         trainer.fit(Classifier())
 
@@ -106,10 +106,29 @@ def test_the_data_must_come_from_one_place_and_be_there():
         def train_dataloader(self):
             return loader()
 
-    with pytest.raises(ValueError, match=r"the DataModule OnlyTrain does not define test_dataloader\(\)"):
+    with pytest.raises(TypeError, match=r"An invalid dataloader was passed to `Trainer.test\(dataloaders=...\)`. Found None. "
+                                        r"Either pass the dataloader to the `.test\(\)` method OR implement `def "
+                                        r"test_dataloader\(self\):`.* the DataModule OnlyTrain does not define test_dataloader\(\)"):
         trainer.test(Classifier(), datamodule=OnlyTrain())
     with pytest.raises(TypeError, match=r"datamodule=.* must be a trainer.DataModule"):
         trainer.fit(Classifier(), datamodule=object())
+
+
+@pytest.mark.parametrize("stage, argument, method", [
+    ("fit", "train_dataloaders", "train_dataloader"), ("validate", "dataloaders", "val_dataloader"),
+    ("test", "dataloaders", "test_dataloader"), ("predict", "dataloaders", "predict_dataloader"),
+])
+def test_a_loader_that_cannot_be_iterated_is_named_where_it_came_from_in_lightnings_words(stage, argument, method):
+    trainer = Trainer(max_epochs=1, **quiet())
+    for bad, found in ((object(), "<object object"), ([1, object()], "1")):  # a list holding a non-iterable: Lightning's too
+        with pytest.raises(TypeError, match=rf"An invalid dataloader was passed to `Trainer.{stage}\({argument}=...\)`. "
+                                            rf"Found {found}"):
+            getattr(trainer, stage)(Classifier(), **{argument: bad})
+    model = Classifier()
+    setattr(model, method, lambda: None)  # a loader method that returns nothing
+    with pytest.raises(TypeError, match=rf"An invalid dataloader was returned from `Classifier.{method}\(\)`. Found None\. "
+                                        rf"Classifier.{method}\(\)=None is not iterable"):
+        getattr(trainer, stage)(model)
 
 
 class Indexed(Classifier):
