@@ -55,8 +55,8 @@ def _evaluate(
         use_run_folder(trainer, run)
     with stage_hooks(trainer, run):
         loaders = evaluation_loaders(trainer, run, data, ckpt_path)
-        evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # as set by then (setup hooks)
-        return per_loader(run.eval_metrics, loaders)  # the epoch values the loggers got (Lightning's: not the step rows)
+        logged = evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # limits as set by then (setup)
+        return per_loader(run.eval_metrics, loaders, logged)  # the epoch values the loggers got (Lightning's: not the step rows)
 
 
 def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: Any) -> Loaders:
@@ -73,15 +73,16 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: A
     return loaders
 
 
-def per_loader(metrics: dict[str, float], loaders: Loaders) -> list[dict[str, float]]:
+def per_loader(metrics: dict[str, float], loaders: Loaders, logged: list[set[str]]) -> list[dict[str, float]]:
     """validate's and test's result, as Lightning's: a list with one dict per loader, in the
-    order given (a dict's in its order). With several loaders each holds its own suffixed
-    values; every one holds the unsuffixed ones that an epoch-end hook logged."""
+    order given (a dict's in its order). With several loaders each holds what its steps logged
+    (``logged``: suffixed, or not with ``add_dataloader_idx=False``), and every one holds what
+    the epoch-end hooks logged."""
     if not loaders.several:
         return [dict(metrics)]
-    suffixes = [loaders.suffix(i) for i in range(len(loaders))]
-    shared = {k: v for k, v in metrics.items() if not any(k.endswith(sfx) for sfx in suffixes)}
-    return [{**{k: v for k, v in metrics.items() if k.endswith(sfx)}, **shared} for sfx in suffixes]
+    by_a_loader = set().union(*logged)
+    shared = {k: v for k, v in metrics.items() if k not in by_a_loader}
+    return [{**{k: v for k, v in metrics.items() if k in names}, **shared} for names in logged]
 
 
 def _no_grad(trainer: Trainer) -> Any:
@@ -144,7 +145,8 @@ def run_evaluation(
     trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
     """Run ``phase`` ("validation", "test" or "predict") over ``loaders`` (one loader or a
-    :class:`~trainer.loaders.Loaders`); for predict, one list of outputs per loader, else None.
+    :class:`~trainer.loaders.Loaders`); for predict, one list of outputs per loader, else the
+    names each loader logged.
 
     The order of events::
 
@@ -172,11 +174,12 @@ def run_evaluation(
         setattr(run, _COUNTS[phase], published)
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
-        return [[] for _ in counts] if phase == "predict" else None
+        return [[] for _ in counts] if phase == "predict" else [set() for _ in counts]
     strategy.broadcast_buffers()
     modes = [m.training for m in model.modules()]
     restore = True  # the modes, unless the model's on_{phase}_model_train sets them
     means: dict[str, float] = {}
+    logged: list[set[str]] = []  # the names each loader logged
     prog_bar: set[str] = set()
     hidden: set[str] = set()  # logged with logger=False: callback_metrics only
     aliases: dict[str, str] = {}
@@ -232,13 +235,15 @@ def run_evaluation(
             if sink.options:  # self.log's keywords: add_dataloader_idx=False, logger=False, on_step
                 def named(name: str, sink: MetricSink = sink, suffix: str = suffix) -> str:
                     return name if name in sink.no_suffix else name + suffix
-                means.update((named(name), v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+                mine = {named(name): v for name, v in sink.epoch_means(strategy.reduce_metrics).items()}
                 hidden |= {named(name) for name in sink.hidden}
                 aliases.update((named(n), named(a)) for n, a in sink.aliases.items())
                 prog_bar |= {named(name) for name in sink.prog_bar}
             else:
-                means.update((name + suffix, v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+                mine = {name + suffix: v for name, v in sink.epoch_means(strategy.reduce_metrics).items()}
                 prog_bar |= {name + suffix for name in sink.prog_bar}
+            means.update(mine)
+            logged.append(set(mine))  # this loader's result holds them (add_dataloader_idx=False's too)
         set_sink(outer)
         if publish:  # the epoch's values, for on_{phase}_epoch_end to read (Lightning's)
             run.callback_metrics.update(means)
@@ -264,7 +269,7 @@ def run_evaluation(
             sink.reset_metrics()
         for m, mode in zip(model.modules(), modes) if restore else ():
             m.training = mode
-    return run.predict_loop._predictions if phase == "predict" else None
+    return run.predict_loop._predictions if phase == "predict" else logged
 
 
 def _step_row(trainer: Trainer, run: Run, phase: str, loader: int, sink: MetricSink, suffix: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from callbacks import ModelCheckpoint
 from tests._models import Classifier, dataset, loader, quiet
@@ -410,3 +410,52 @@ def test_test_results_hold_the_epoch_values_the_loggers_got_not_the_step_rows(se
     suffix = [f"/dataloader_idx_{i}" for i in range(2)] if several else [""]
     # Lightning's metrics["log"]: no test_loss_step rows, no plain test_loss alias, no logger=False value
     assert [set(r) for r in results] == [{f"{name}{s}" for name in ("test_loss_epoch", "val_loss", "val_acc")} for s in suffix]
+
+
+def test_each_loaders_result_holds_what_its_steps_logged_without_the_suffix_too():
+    class Unsuffixed(Classifier):
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("common", 789.0)
+            self.log(f"only_{dataloader_idx}", 321.0 * (dataloader_idx + 1), add_dataloader_idx=False)
+
+        def on_test_epoch_end(self):
+            self.log("at_the_end", 3.0)
+
+    results = Trainer(**quiet()).test(Unsuffixed(), [loader(16, 8), loader(16, 8)], verbose=False)
+    assert results == [
+        {"common/dataloader_idx_0": 789.0, "only_0": 321.0, "at_the_end": 3.0},
+        {"common/dataloader_idx_1": 789.0, "only_1": 642.0, "at_the_end": 3.0},
+    ]
+
+
+class EpochRecording(SequentialSampler):
+    """A sampler that records the epochs it is told (as a DistributedSampler would shuffle by them)."""
+
+    def __init__(self, data) -> None:
+        super().__init__(data)
+        self.epochs: list[int] = []
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+
+@pytest.mark.parametrize("batch_sampler", [False, True])
+def test_training_and_evaluation_samplers_are_told_each_epoch_once(batch_sampler):
+    def made() -> DataLoader:
+        data = dataset(16)
+        sampler = EpochRecording(data)
+        if batch_sampler:
+            return DataLoader(data, batch_sampler=BatchSampler(sampler, 8, drop_last=False))
+        return DataLoader(data, sampler=sampler, batch_size=8)
+
+    def sampler_of(dl: DataLoader) -> EpochRecording:
+        return dl.batch_sampler.sampler if batch_sampler else dl.sampler
+
+    train, val = made(), made()
+    trainer = Trainer(max_epochs=2, limit_train_batches=1, limit_val_batches=1, **quiet())
+    trainer.fit(Classifier(), train, val)
+    assert sampler_of(train).epochs == [0, 1]
+    assert sampler_of(val).epochs == [0, 0, 1]  # the sanity check, then each epoch's validation
+    again = made()
+    trainer.validate(Classifier(), again, verbose=False)
+    assert sampler_of(again).epochs == [2]  # the epoch fit ended at, as Lightning's
