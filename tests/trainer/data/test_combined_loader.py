@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, TensorDataset
 
-from callbacks import ModelCheckpoint
+from callbacks import Callback, ModelCheckpoint
 from tests._models import Classifier, dataset, loader, quiet
 from trainer import Trainer
 from trainer.data import CombinedLoader
@@ -286,3 +286,51 @@ def test_evaluation_runs_a_combined_loader_in_another_mode_as_one_loader_of_comb
     assert seen == expected
     assert trainer.num_val_batches == [3, 2]  # each of its loaders' count, as Lightning's
     assert trainer.num_sanity_val_batches == []  # the sanity check is fit's
+
+
+# --- ddp: module level, so that the spawned workers can unpickle them -----------------------
+def _indexed(n: int) -> DataLoader:
+    """Sample i is (features, i): a batch says which samples it holds."""
+    return DataLoader(TensorDataset(torch.randn(n, 8), torch.arange(n)), batch_size=4, shuffle=True)
+
+
+class Pairs(Classifier):
+    def training_step(self, batch, batch_idx):
+        return self(batch["a"][0]).sum() + self(batch["b"][0]).sum()
+
+
+class SeenPairs(Callback):
+    """Each rank's (epoch, rank, loader, sample indices) per training batch, gathered to rank 0."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int, str, list[int]]] = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        for key in ("a", "b"):
+            self.seen.append((trainer.current_epoch, trainer.global_rank, key, batch[key][1].tolist()))
+
+    def on_train_end(self, trainer, module) -> None:
+        self.seen = [s for part in trainer.strategy.gather_objects(self.seen) for s in part]
+
+    def state_dict(self):
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state_dict) -> None:
+        self.seen = state_dict["seen"]
+
+
+@pytest.mark.slow
+def test_under_ddp_each_training_loader_is_sharded_and_shuffled_anew_each_epoch():
+    seen = SeenPairs()
+    trainer = Trainer(strategy="ddp", devices=2, max_epochs=2, callbacks=[seen], **quiet())
+    trainer.fit(Pairs(), {"a": _indexed(32), "b": _indexed(16)})  # per rank: 16 samples (4 batches) and 8 (2)
+    assert trainer.num_training_batches == 4
+    for epoch in (0, 1):
+        for key, n in (("a", 32), ("b", 16)):
+            shards = {rank: [i for e, r, k, b in seen.seen if (e, r, k) == (epoch, rank, key) for i in b] for rank in (0, 1)}
+            if key == "b":  # started over once: each rank's shard twice, in the same order
+                assert all(shard[:8] == shard[8:] for shard in shards.values())
+                shards = {rank: shard[:8] for rank, shard in shards.items()}
+            assert sorted(shards[0] + shards[1]) == list(range(n))  # disjoint halves, all of it
+    order = {epoch: [i for e, r, k, b in seen.seen if (e, r, k) == (epoch, 0, "a") for i in b] for epoch in (0, 1)}
+    assert order[0] != order[1]  # set_epoch reached each loader's DistributedSampler
