@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import multiprocessing
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -296,6 +297,23 @@ def check_dataloader_idx(model: Any, prefix: str, hooks: tuple[str, ...], severa
                 f"`{type(model).__name__}.{hook}()`. Either remove the argument or give it a default value i.e. "
                 "`dataloader_idx=0`."
             )
+
+
+def warn_spawned_workers(loaders: list[Any], name: str) -> None:
+    """Lightning's advice for a loader whose workers start by spawning (the ``spawn`` start
+    method, e.g. under ``strategy="ddp_spawn"``): each epoch starts them anew, importing the
+    script each time, unless they persist."""
+    for loader in loaders:
+        if not isinstance(loader, DataLoader) or loader.num_workers == 0 or loader.persistent_workers:
+            continue
+        context = loader.multiprocessing_context
+        method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+        if method == "spawn":
+            warnings.warn(
+                f"Consider setting `persistent_workers=True` in '{name}' to speed up the dataloader worker initialization: "
+                f"its {loader.num_workers} worker(s) start by spawning, anew each epoch.", UserWarning, stacklevel=3,
+            )
+            return
 
 
 def overfit_loader(loader: Any, prefix: str, n: int | float) -> Any:

@@ -16,7 +16,7 @@ from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
-from trainer.data.loaders import Loaders, check_dataloader_idx, stage_loader
+from trainer.data.loaders import Loaders, check_dataloader_idx, stage_loader, warn_spawned_workers
 from trainer.core.checks import none_batch
 from trainer.core.exceptions import misconfigured
 from trainer.core.metrics import MetricSink, set_sink
@@ -68,6 +68,8 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: A
     for loader in loaders.each():
         seeded_workers(loader, strategy.global_rank)
     loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))
+    if strategy.is_global_zero:
+        warn_spawned_workers(loaders.each(), {"validate": "val", "test": "test", "predict": "predict"}[run.stage] + "_dataloader")
     # Lightning's trainer.val_dataloaders, test_dataloaders, predict_dataloaders: as the stage runs them
     setattr(run, {"validate": "val", "test": "test", "predict": "predict"}[run.stage] + "_dataloaders", loaders.as_given())
     return loaders

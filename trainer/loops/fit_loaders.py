@@ -12,7 +12,7 @@ from trainer.core.seed import seeded_workers
 from trainer.data.batches import check_same_length, loader_length
 from trainer.data.loaders import (
     LOADER_METHOD, Loaders, check_train_mode, defines, overfit_loader, overfit_loaders, stage_loader,
-    train_combined,
+    train_combined, warn_spawned_workers,
 )
 from trainer.loops.evaluation import check_val_interval, limited
 
@@ -70,6 +70,8 @@ class FitLoaders:
         for loader in loaders:
             seeded_workers(loader, strategy.global_rank)  # seed_everything(workers=True)
         loaders = [strategy.process_dataloader(loader, "train") for loader in loaders]
+        if trainer.is_global_zero:
+            warn_spawned_workers(loaders, "train_dataloader")
         lengths = [loader_length(loader) for loader in loaders]
         if 0 in lengths:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
@@ -111,6 +113,8 @@ class FitLoaders:
             for loader in val.each():
                 seeded_workers(loader, strategy.global_rank)
             val = val.map(lambda x: strategy.process_dataloader(x, "validate"))
+            if trainer.is_global_zero:
+                warn_spawned_workers(val.each(), "val_dataloader")
         run.val_dataloaders = None if val is None else val.as_given()  # callbacks read it
         run.num_val_batches = [] if val is None else val.counts(lambda n: limited(n, trainer.limit_val_batches, "val"))[1]
         return val

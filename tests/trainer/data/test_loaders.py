@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 
 import pytest
 import torch
@@ -459,3 +460,14 @@ def test_training_and_evaluation_samplers_are_told_each_epoch_once(batch_sampler
     again = made()
     trainer.validate(Classifier(), again, verbose=False)
     assert sampler_of(again).epochs == [2]  # the epoch fit ended at, as Lightning's
+
+
+@pytest.mark.slow  # starts a worker process
+def test_spawned_workers_that_do_not_persist_get_lightnings_advice():
+    spawned = DataLoader(dataset(16), batch_size=8, num_workers=1, multiprocessing_context="spawn")
+    with pytest.warns(UserWarning, match=r"Consider setting `persistent_workers=True` in 'train_dataloader' to speed up"):
+        Trainer(max_steps=1, **quiet()).fit(Classifier(), spawned)
+    persistent = DataLoader(dataset(16), batch_size=8, num_workers=1, multiprocessing_context="spawn", persistent_workers=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Consider setting `persistent_workers")
+        Trainer(max_steps=1, **quiet()).fit(Classifier(), persistent)
