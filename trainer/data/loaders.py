@@ -3,6 +3,7 @@
 A stage's data comes from exactly one place: the loaders passed to ``fit``/``validate``/...,
 a :class:`DataModule`, or the model's own ``train_dataloader()`` (and friends). Validation,
 test and predict take one loader, or several as a list, tuple or dict: :class:`Loaders`.
+fit takes several too, combined into batches of each (:func:`train_combined`).
 """
 
 from __future__ import annotations
@@ -131,13 +132,13 @@ def check_loaders(loaders: Any, *, name: str, where: str) -> None:
         check_loader(loader, name=f"{name}[{key!r}]", where=where)
 
 
-def train_combined(loader: Any) -> CombinedLoader | None:
+def train_combined(loader: Any, mode: str = "max_size_cycle") -> CombinedLoader | None:
     """fit's training data as a CombinedLoader: the one given, or several loaders (a dict, list
     or tuple of them, nested as deep as you like) combined in ``max_size_cycle`` mode, as
-    Lightning's fit does; None for one loader."""
+    Lightning's fit does (evaluation's nested ones: ``sequential``); None for one loader."""
     if isinstance(loader, CombinedLoader) or not isinstance(loader, (dict, list, tuple)):
         return loader if isinstance(loader, CombinedLoader) else None
-    combined = CombinedLoader(loader, "max_size_cycle")
+    combined = CombinedLoader(loader, mode)
     if not combined.flattened or not all(_one_loader(x) for x in combined.flattened):
         return None  # one loader that is a list of batches
     return combined
@@ -197,6 +198,9 @@ class Loaders:
     """
 
     def __init__(self, given: Any) -> None:
+        if isinstance(given, (dict, list, tuple)) and not is_several(given):  # nested: {"a": [loader, loader], ...}
+            nested = train_combined(given, "sequential")
+            given = nested if nested is not None and len(nested.flattened) > 1 else given
         self.combined = given if isinstance(given, CombinedLoader) and given.mode == "sequential" else None
         if self.combined is not None:
             self.kind, self.loaders = "list", list(self.combined.flattened)

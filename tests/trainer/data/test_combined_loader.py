@@ -253,6 +253,9 @@ def test_validation_loaders_in_a_dict_or_a_sequential_combined_loader_log_lightn
     as_list = trainer.validate(model, [loader(32, 16), DataLoader(dataset(16, seed=9), batch_size=8)])
     combined = trainer.validate(model, CombinedLoader([loader(32, 16), DataLoader(dataset(16, seed=9), batch_size=8)], "sequential"))
     assert combined == as_list and trainer.num_val_batches == [2, 2]
+    nested = trainer.validate(model, {"a": [loader(32, 16), loader(16, 8)], "b": loader(8, 8)}, verbose=False)
+    assert [sorted(r) for r in nested] == [[f"{m}/dataloader_idx_{i}" for m in ("val_acc", "val_loss")] for i in range(3)]
+    assert trainer.num_val_batches == [2, 2, 1]  # flattened in order, as Lightning's sequential mode
 
 
 def test_a_tensor_dataset_loader_inside_keeps_batched_fetching(monkeypatch):
