@@ -69,6 +69,8 @@ def batch_size(batch: Any) -> int:
                 return shape[0]
     if isinstance(batch, (list, tuple)):
         for x in batch:
+            if x is None:  # a finished loader's place in a CombinedLoader(mode="max_size") batch
+                continue
             n = (x.shape[0] if x.ndim else 1) if isinstance(x, torch.Tensor) else batch_size(x)
             if n:
                 return n
@@ -77,6 +79,8 @@ def batch_size(batch: Any) -> int:
         return batch.shape[0] if batch.ndim else 1
     if isinstance(batch, dict):
         for x in batch.values():
+            if x is None:
+                continue
             n = batch_size(x)
             if n:
                 return n
