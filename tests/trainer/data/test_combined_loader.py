@@ -337,3 +337,11 @@ def test_under_ddp_each_training_loader_is_sharded_and_shuffled_anew_each_epoch(
             assert sorted(shards[0] + shards[1]) == list(range(n))  # disjoint halves, all of it
     order = {epoch: [i for e, r, k, b in seen.seen if (e, r, k) == (epoch, 0, "a") for i in b] for epoch in (0, 1)}
     assert order[0] != order[1]  # set_epoch reached each loader's DistributedSampler
+
+
+def test_it_is_importable_where_lightning_users_look_for_it():
+    import trainer
+    import trainer.data.combined_loader
+
+    assert trainer.CombinedLoader is CombinedLoader is trainer.data.combined_loader.CombinedLoader
+    assert "CombinedLoader" in trainer.__all__
