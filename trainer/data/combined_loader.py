@@ -145,7 +145,9 @@ class _Pass:
     where ``batches`` is a flat list (sequential: one batch). The iterables are opened when
     the pass starts, as Lightning's: sequential opens each when its turn comes."""
 
-    def __init__(self, mode: str, iterables: list[Any], limits: list[int | float] | None, open_: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, mode: str, iterables: list[Any], limits: list[int | float] | None, open_: Callable[[Any], Any],
+    ) -> None:
         if limits is not None and len(limits) != len(iterables):
             raise ValueError(f"Mismatch in number of limits ({len(limits)}) and number of iterables ({len(iterables)})")
         self.mode, self.iterables, self.limits, self.open = mode, iterables, limits, open_

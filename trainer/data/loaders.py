@@ -68,9 +68,9 @@ def check_sources(stage: str, model: Any, given: dict[str, Any], datamodule: Any
             else f"no datamodule= was given and {type(model).__name__} does not define {method}()"
         )
         raise TypeError(  # Lightning's words, then ours
-            f"An invalid dataloader was passed to `Trainer.{stage}({first}=...)`. Found None. Either pass the dataloader "
-            f"to the `.{stage}()` method OR implement `def {method}(self):` in your LightningModule/LightningDataModule. "
-            f"trainer.{stage}() has no data: {first}=None, and {where}."
+            f"An invalid dataloader was passed to `Trainer.{stage}({first}=...)`. Found None. Either pass the "
+            f"dataloader to the `.{stage}()` method OR implement `def {method}(self):` in your "
+            f"LightningModule/LightningDataModule. trainer.{stage}() has no data: {first}=None, and {where}."
         )
 
 
@@ -99,7 +99,7 @@ def stage_loader(stage: str, given: Any, model: Any, datamodule: Any, *, checked
     found = getattr(owner, method)()
     name, where = f"{type(owner).__name__}.{method}()", f"returned from `{type(owner).__name__}.{method}()`"
     if checked and stage == "train":
-        check_train_loader(found, name=name, where=where, any_mode=True)  # fit refuses sequential once it counted its batches
+        check_train_loader(found, name=name, where=where, any_mode=True)  # sequential: refused once counted
     elif checked:
         check_loaders(found, name=name, where=where)
     return found
@@ -314,8 +314,9 @@ def warn_spawned_workers(loaders: list[Any], name: str) -> None:
         method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
         if method == "spawn":
             warnings.warn(
-                f"Consider setting `persistent_workers=True` in '{name}' to speed up the dataloader worker initialization: "
-                f"its {loader.num_workers} worker(s) start by spawning, anew each epoch.", UserWarning, stacklevel=3,
+                f"Consider setting `persistent_workers=True` in '{name}' to speed up the dataloader worker "
+                f"initialization: its {loader.num_workers} worker(s) start by spawning, anew each epoch.",
+                UserWarning, stacklevel=3,
             )
             return
 

@@ -16,7 +16,7 @@ from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
-from trainer.data.loaders import Loaders, check_dataloader_idx, stage_loader, warn_spawned_workers
+from trainer.data.loaders import LOADER_METHOD, Loaders, check_dataloader_idx, stage_loader, warn_spawned_workers
 from trainer.core.checks import none_batch
 from trainer.core.exceptions import misconfigured
 from trainer.core.metrics import MetricSink, set_sink
@@ -55,8 +55,8 @@ def _evaluate(
         use_run_folder(trainer, run)
     with stage_hooks(trainer, run):
         loaders = evaluation_loaders(trainer, run, data, ckpt_path)
-        logged = evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # limits as set by then (setup)
-        return per_loader(run.eval_metrics, loaders, logged)  # the epoch values the loggers got (Lightning's: not the step rows)
+        logged = evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # limits as set by setup
+        return per_loader(run.eval_metrics, loaders, logged)  # the epoch values the loggers got (not the step rows)
 
 
 def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: Any) -> Loaders:
@@ -69,7 +69,7 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: A
         seeded_workers(loader, strategy.global_rank)
     loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))
     if strategy.is_global_zero:
-        warn_spawned_workers(loaders.each(), {"validate": "val", "test": "test", "predict": "predict"}[run.stage] + "_dataloader")
+        warn_spawned_workers(loaders.each(), LOADER_METHOD[run.stage])
     # Lightning's trainer.val_dataloaders, test_dataloaders, predict_dataloaders: as the stage runs them
     setattr(run, {"validate": "val", "test": "test", "predict": "predict"}[run.stage] + "_dataloaders", loaders.as_given())
     return loaders

@@ -61,7 +61,7 @@ class FitLoaders:
         """The training loader; several (or a CombinedLoader) as one CombinedLoader, each of its
         loaders overfit, seeded and prepared by the strategy as one loader is (Lightning's)."""
         trainer, run, strategy, data = self.trainer, self.run, self.trainer.strategy, self.data
-        # The model's or DataModule's loader is checked where it is made; sequential is refused below, its length known (Lightning's).
+        # The model's or DataModule's loader is checked where it is made; sequential is refused below, counted.
         train = stage_loader("train", data.loader, self.model, data.datamodule, checked=True)
         combined = train_combined(train)
         loaders = [train] if combined is None else combined.flattened
@@ -116,7 +116,8 @@ class FitLoaders:
             if trainer.is_global_zero:
                 warn_spawned_workers(val.each(), "val_dataloader")
         run.val_dataloaders = None if val is None else val.as_given()  # callbacks read it
-        run.num_val_batches = [] if val is None else val.counts(lambda n: limited(n, trainer.limit_val_batches, "val"))[1]
+        counts = [] if val is None else val.counts(lambda n: limited(n, trainer.limit_val_batches, "val"))[1]
+        run.num_val_batches = counts
         return val
 
 
