@@ -154,6 +154,15 @@ def check_train_mode(combined: CombinedLoader) -> None:
         )
 
 
+def check_predict_mode(loader: Any) -> None:
+    """Prediction keeps each loader's outputs apart: a CombinedLoader must be ``sequential`` (Lightning's message)."""
+    if isinstance(loader, CombinedLoader) and loader.mode != "sequential":
+        raise ValueError(
+            '`trainer.predict()` only supports the `CombinedLoader(mode="sequential")` mode. '
+            f"Got mode={loader.mode!r}: pass the loaders as a list or dict, or CombinedLoader(..., mode=\"sequential\")."
+        )
+
+
 def check_train_loader(
     loader: Any, *, name: str = "train_dataloaders", where: str = "passed to `Trainer.fit(train_dataloaders=...)`",
     any_mode: bool = False,

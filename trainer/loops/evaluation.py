@@ -16,7 +16,9 @@ from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
-from trainer.data.loaders import LOADER_METHOD, Loaders, check_dataloader_idx, stage_loader, warn_spawned_workers
+from trainer.data.loaders import (
+    LOADER_METHOD, Loaders, check_dataloader_idx, check_predict_mode, stage_loader, warn_spawned_workers,
+)
 from trainer.core.checks import none_batch
 from trainer.core.exceptions import misconfigured
 from trainer.core.metrics import MetricSink, set_sink
@@ -64,7 +66,10 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: A
     (the counters stay the Trainer's), and the stage's loaders, seeded and prepared by the strategy."""
     strategy = trainer.strategy
     evaluate_checkpoint(trainer, run, ckpt_path)
-    loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule, checked=True))
+    found = stage_loader(run.stage, data.loader, run.module, data.datamodule, checked=True)
+    if run.stage == "predict":
+        check_predict_mode(found)
+    loaders = Loaders(found)
     for loader in loaders.each():
         seeded_workers(loader, strategy.global_rank)
     loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))

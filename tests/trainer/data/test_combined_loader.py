@@ -345,3 +345,15 @@ def test_it_is_importable_where_lightning_users_look_for_it():
 
     assert trainer.CombinedLoader is CombinedLoader is trainer.data.combined_loader.CombinedLoader
     assert "CombinedLoader" in trainer.__all__
+
+
+def test_predict_takes_a_sequential_combined_loader_only():
+    trainer = Trainer(**quiet())
+    model = Classifier()
+    as_list = trainer.predict(model, [loader(16, 8), loader(8, 8)])
+    combined = trainer.predict(model, CombinedLoader([loader(16, 8), loader(8, 8)], "sequential"))
+    assert [len(p) for p in combined] == [2, 1]
+    assert all(torch.equal(a, b) for got, want in zip(combined, as_list) for a, b in zip(got, want))
+    with pytest.raises(ValueError, match=r'`trainer.predict\(\)` only supports the `CombinedLoader\(mode="sequential"\)` '
+                                         r"mode. Got mode='min_size'"):
+        trainer.predict(model, CombinedLoader([loader(16, 8), loader(8, 8)], "min_size"))
