@@ -47,7 +47,8 @@ def _plain(batches) -> list:
             ({"a": None, "b": [10, 11, 12, 13, 14]}, 2, 0),  # "a" is done
         ]),
         ("sequential", [
-            ([0, 1, 2, 3], 0, 0), ([4, 5], 1, 0), ([0, 1, 2, 3, 4], 0, 1), ([5, 6, 7, 8, 9], 1, 1), ([10, 11, 12, 13, 14], 2, 1),
+            ([0, 1, 2, 3], 0, 0), ([4, 5], 1, 0),
+            ([0, 1, 2, 3, 4], 0, 1), ([5, 6, 7, 8, 9], 1, 1), ([10, 11, 12, 13, 14], 2, 1),
         ]),
     ],
 )
@@ -92,8 +93,8 @@ def test_an_unsized_loader_makes_it_unsized_and_the_longest_ends_a_cycle():
 
 
 def test_unknown_mode_is_refused_with_the_choices():
-    with pytest.raises(ValueError, match=r"Unsupported mode 'testtt', please select one of: \['min_size', 'max_size_cycle', "
-                                         r"'max_size', 'sequential'\]"):
+    choices = r"\['min_size', 'max_size_cycle', 'max_size', 'sequential'\]"
+    with pytest.raises(ValueError, match=rf"Unsupported mode 'testtt', please select one of: {choices}"):
         CombinedLoader([range(10)], "testtt")
 
 
@@ -104,7 +105,7 @@ class Pair(NamedTuple):
 
 def test_collections_keep_their_shape_and_lists_of_numbers_are_one_iterable():
     nested = CombinedLoader({"x": [DataLoader(range(2)), DataLoader(range(2))], "y": Pair(DataLoader(range(2)), [7, 8])})
-    assert len(nested.flattened) == 4 and nested.flattened[3] == [7, 8]  # a list of numbers: one iterable, its items the batches
+    assert len(nested.flattened) == 4 and nested.flattened[3] == [7, 8]  # numbers only: one iterable of batches
     batch, _, _ = next(iter(nested))
     assert isinstance(batch["y"], Pair) and batch["y"].second == 7 and [x.item() for x in batch["x"]] == [0, 0]
     assert isinstance(nested.sampler["y"], Pair) and isinstance(nested.sampler["x"][0], SequentialSampler)
@@ -234,7 +235,8 @@ def test_a_combined_fit_resumed_at_an_epochs_end_is_bit_exact_and_refused_mid_ep
 
     straight, _ = fit(3, callbacks=[ModelCheckpoint(dirpath=tmp_path / "straight")])
     _, first = fit(1, callbacks=[ModelCheckpoint(dirpath=tmp_path / "resumed")])
-    resumed, _ = fit(3, ckpt_path=first.checkpoint_callback.best_model_path, callbacks=[ModelCheckpoint(dirpath=tmp_path / "r2")])
+    best = first.checkpoint_callback.best_model_path
+    resumed, _ = fit(3, ckpt_path=best, callbacks=[ModelCheckpoint(dirpath=tmp_path / "r2")])
     for p, q in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(p, q)
 
@@ -251,10 +253,11 @@ def test_validation_loaders_in_a_dict_or_a_sequential_combined_loader_log_lightn
     assert {"val_loss/dataloader_idx_0", "val_loss/dataloader_idx_1"} <= set(trainer.callback_metrics)
     assert list(trainer.val_dataloaders) == ["clean", "noisy"]
     as_list = trainer.validate(model, [loader(32, 16), DataLoader(dataset(16, seed=9), batch_size=8)])
-    combined = trainer.validate(model, CombinedLoader([loader(32, 16), DataLoader(dataset(16, seed=9), batch_size=8)], "sequential"))
+    sequential = CombinedLoader([loader(32, 16), DataLoader(dataset(16, seed=9), batch_size=8)], "sequential")
+    combined = trainer.validate(model, sequential)
     assert combined == as_list and trainer.num_val_batches == [2, 2]
     nested = trainer.validate(model, {"a": [loader(32, 16), loader(16, 8)], "b": loader(8, 8)}, verbose=False)
-    assert [sorted(r) for r in nested] == [[f"{m}/dataloader_idx_{i}" for m in ("val_acc", "val_loss")] for i in range(3)]
+    assert [sorted(r) for r in nested] == [[f"val_acc/dataloader_idx_{i}", f"val_loss/dataloader_idx_{i}"] for i in range(3)]
     assert trainer.num_val_batches == [2, 2, 1]  # flattened in order, as Lightning's sequential mode
 
 
@@ -330,7 +333,7 @@ def test_under_ddp_each_training_loader_is_sharded_and_shuffled_anew_each_epoch(
     assert trainer.num_training_batches == 4
     for epoch in (0, 1):
         for key, n in (("a", 32), ("b", 16)):
-            shards = {rank: [i for e, r, k, b in seen.seen if (e, r, k) == (epoch, rank, key) for i in b] for rank in (0, 1)}
+            shards = {r: [i for e, q, k, b in seen.seen if (e, q, k) == (epoch, r, key) for i in b] for r in (0, 1)}
             if key == "b":  # started over once: each rank's shard twice, in the same order
                 assert all(shard[:8] == shard[8:] for shard in shards.values())
                 shards = {rank: shard[:8] for rank, shard in shards.items()}
