@@ -250,7 +250,11 @@ def _unflatten(leaves: list[Any], spec: Any) -> Any:
         children.append(_unflatten(leaves[at:at + n], child_spec))
         at += n
     if keys is not None:
-        return type(original)(zip(keys, children))  # a dict, or an OrderedDict: the same type back
+        plain = dict(zip(keys, children))
+        try:
+            return plain if type(original) is dict else type(original)(plain)  # an OrderedDict: the same type back
+        except TypeError:  # a mapping that cannot be built from one (a defaultdict): a dict
+            return plain
     if hasattr(original, "_fields"):  # a namedtuple
         return type(original)(*children)
     return type(original)(children)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import itertools
 from typing import NamedTuple
@@ -110,6 +111,9 @@ def test_collections_keep_their_shape_and_lists_of_numbers_are_one_iterable():
     assert isinstance(batch["y"], Pair) and batch["y"].second == 7 and [x.item() for x in batch["x"]] == [0, 0]
     assert isinstance(nested.sampler["y"], Pair) and isinstance(nested.sampler["x"][0], SequentialSampler)
     assert nested.sampler["y"].second is None
+
+    ordered = next(iter(CombinedLoader(collections.OrderedDict(b=range(2), a=range(2)))))[0]
+    assert type(ordered) is collections.OrderedDict and list(ordered) == ["b", "a"]
 
     lists = CombinedLoader([[0], [[1], [[2]]]])
     with pytest.raises(ValueError, match=r"Mismatch in flattened length \(1\) and existing length \(3\)"):
