@@ -45,7 +45,8 @@ _log.setLevel(_logging.INFO)
 _honour_environment()  # POSSIBLE_USER_WARNINGS=0 silences PossibleUserWarning, as importing Lightning does
 
 __all__ = [
-    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "MisconfigurationException", "PossibleUserWarning", "RunningStage", "TrainModule",
+    "AttributeDict", "CheckpointError", "CombinedLoader", "DataModule", "Interrupted", "MisconfigurationException",
+    "PossibleUserWarning", "RunningStage", "TrainModule",
     "Trainer", "TrainerFn", "TrainerState", "TrainerStatus", "Tuner",
     "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything", "__version__",
 ]
@@ -60,8 +61,12 @@ def __getattr__(name: str) -> _Any:
         from trainer.tuner import Tuner
 
         return Tuner
+    if name == "CombinedLoader":  # Lightning's lightning.pytorch.utilities.CombinedLoader; its home is trainer.data
+        from trainer.data.combined_loader import CombinedLoader
+
+        return CombinedLoader
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"Trainer", "Tuner"})
+    return sorted(set(globals()) | {"CombinedLoader", "Trainer", "Tuner"})

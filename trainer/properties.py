@@ -184,9 +184,9 @@ class TrainerProperties:
     # --- the run's objects --------------------------------------------------------------
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
-        """How many batches of each validation loader the sanity check runs (Lightning's)."""
+        """How many batches of each validation loader the sanity check runs (Lightning's): fit's only."""
         steps = math.inf if self.num_sanity_val_steps == -1 else self.num_sanity_val_steps
-        return [min(steps, batches) for batches in self.num_val_batches]
+        return [min(steps, batches) for batches in self.num_val_batches] if self.state.fn is TrainerFn.FITTING else []
 
     def init_module(self, empty_init: bool | None = None) -> Any:
         """A context manager (Lightning's): modules built inside have their tensors on the

@@ -181,7 +181,8 @@ class Trainer(TrainerProperties, LoggerAccess):
         check_sources("fit", model, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}, datamodule)
         if train_dataloaders is not None:
             check_train_loader(train_dataloaders)
-        check_loaders("val_dataloaders", val_dataloaders)
+        if val_dataloaders is not None:
+            check_loaders(val_dataloaders, name="val_dataloaders", where="passed to `Trainer.fit(val_dataloaders=...)`")
         default_max_epochs(self)  # neither max_epochs nor max_steps: 1000 epochs, with Lightning's warning
         ckpt_path = self._select_ckpt_path(ckpt_path)
         check_ckpt_path(ckpt_path)
@@ -240,7 +241,8 @@ class Trainer(TrainerProperties, LoggerAccess):
         if isinstance(dataloaders, DataModule) and datamodule is None:
             dataloaders, datamodule = None, dataloaders
         check_sources(stage, model, {"dataloaders": dataloaders}, datamodule)
-        check_loaders("dataloaders", dataloaders)
+        if dataloaders is not None:
+            check_loaders(dataloaders, name="dataloaders", where=f"passed to `Trainer.{stage}(dataloaders=...)`")
         ckpt_path = self._select_ckpt_path(ckpt_path)
         check_ckpt_path(ckpt_path, evaluating=True)
         if ckpt_path is not None and os.fspath(ckpt_path) == "best":

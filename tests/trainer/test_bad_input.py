@@ -253,7 +253,7 @@ def test_a_plateau_scheduler_with_strict_false_skips_its_step_with_lightnings_wa
 
 def test_validate_test_predict_check_their_input():
     trainer = Trainer(**quiet())
-    with pytest.raises(ValueError, match=r"trainer.validate\(\) has no data: dataloaders=None, and no datamodule= "
+    with pytest.raises(TypeError, match=r"trainer.validate\(\) has no data: dataloaders=None, and no datamodule= "
                        r"was given and Classifier does not define val_dataloader\(\)"):
         trainer.validate(Classifier(), None)
     with pytest.raises(TypeError, match=r"dataloaders=5 is not iterable"):

@@ -66,7 +66,7 @@ def test_after_fit_with_loaders_validates_on_fits_val_loader_with_current_weight
     assert "no best checkpoint was saved" in trainer_log[-1]
     assert metrics == one(Trainer(**quiet()).validate(model, loader(32, 16)))
     assert len(trainer.predict(dataloaders=loader(16, 8))) == 2
-    with pytest.raises(ValueError, match=r"trainer.test\(\) has no data"):
+    with pytest.raises(TypeError, match=r"trainer.test\(\) has no data"):
         trainer.test()  # fit had no test data, and the model defines no test_dataloader
 
 

@@ -22,7 +22,8 @@ import torch
 from trainer._version import __version__
 from trainer.checkpoint import files as ckpt_io
 from trainer.data.rng import (
-    epoch_start_state, generator_states, rng_state, seeded_sampler, set_epoch_start_state, set_generator_states, set_rng_state,
+    check_resumable, epoch_start_state, generator_states, rng_state, seeded_sampler, set_epoch, set_epoch_start_state,
+    set_generator_states, set_rng_state,
 )
 from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
@@ -103,16 +104,13 @@ class Resume:
         epoch = trainer.state.current_epoch
         if self.pending:
             self._restore_sampler_seed(loader)
-        batch_sampler = getattr(loader, "batch_sampler", None)
-        # A DistributedSampler inside a user's own batch sampler (DDP leaves those alone) shuffles per epoch too.
-        for owner in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
-            if hasattr(owner, "set_epoch"):
-                owner.set_epoch(epoch)
+        set_epoch(loader, epoch)
         run.epoch_loader = loader  # checkpoints record its generators
         if not self.pending:
             run.epoch_start = epoch_start_state(loader)
             return batches(loader, run.fetching)
         self.pending = False
+        check_resumable(loader, self.batch, epoch)
         if self.rng is None:  # another world size: no exact RNG to put back
             run.epoch_start = epoch_start_state(loader)
             return _skip(loader, self.batch, fetch=run.fetching)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler, default_collate
+
+from trainer.data.combined_loader import CombinedLoader
 
 if TYPE_CHECKING:
     from strategies import Strategy
@@ -66,6 +69,8 @@ def batch_size(batch: Any) -> int:
                 return shape[0]
     if isinstance(batch, (list, tuple)):
         for x in batch:
+            if x is None:  # a finished loader's place in a CombinedLoader(mode="max_size") batch
+                continue
             n = (x.shape[0] if x.ndim else 1) if isinstance(x, torch.Tensor) else batch_size(x)
             if n:
                 return n
@@ -74,6 +79,8 @@ def batch_size(batch: Any) -> int:
         return batch.shape[0] if batch.ndim else 1
     if isinstance(batch, dict):
         for x in batch.values():
+            if x is None:
+                continue
             n = batch_size(x)
             if n:
                 return n
@@ -107,6 +114,9 @@ def uniform_batches(loader: Any) -> tuple[int, int, int] | None:
 
 
 def loader_length(loader: Any) -> int | None:
+    if isinstance(loader, CombinedLoader):  # its len() wants iter() first (Lightning's); its length is known before
+        n = loader._length()
+        return None if n == math.inf else int(n)
     try:
         return len(loader)
     except (TypeError, NotImplementedError):  # iterable-style dataset without __len__ (or one whose __len__ says so)

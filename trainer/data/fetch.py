@@ -30,6 +30,8 @@ from torch.utils.data import (
 )
 from torch.utils.data._utils.pin_memory import pin_memory
 
+from trainer.data.combined_loader import CombinedLoader
+
 Fetch = Callable[[list[int]], Any]
 
 
@@ -69,6 +71,8 @@ def batches(loader: Any, fetch: bool | Fetching = True, drawn: Any = None) -> It
     as the loader's batch sampler hands them out, in order (a few batches ahead of the one
     being used when workers prefetch); nothing is appended for a loader without a sampler."""
     fetching = fetch if isinstance(fetch, Fetching) else Fetching(bool(fetch))
+    if isinstance(loader, CombinedLoader):  # each of its loaders fetched as one would be
+        return loader._batches(lambda one: batches(one, fetching))
     fetcher = batch_fetcher(loader, fetching) if fetching.batched else None
     if fetching.device is not None and (fetcher is None or not getattr(fetcher, "on_device", False)):
         fetching.not_on_device(loader)

@@ -3,11 +3,14 @@
 A stage's data comes from exactly one place: the loaders passed to ``fit``/``validate``/...,
 a :class:`DataModule`, or the model's own ``train_dataloader()`` (and friends). Validation,
 test and predict take one loader, or several as a list, tuple or dict: :class:`Loaders`.
+fit takes several too, combined into batches of each (:func:`train_combined`).
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+import multiprocessing
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -15,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader, SequentialSampler
 
 from trainer.data.batches import loader_length, rebuild_loader
+from trainer.data.combined_loader import MODES, CombinedLoader
 from trainer.core.datamodule import DataModule
 from trainer.core.module import TrainModule
 
@@ -63,7 +67,11 @@ def check_sources(stage: str, model: Any, given: dict[str, Any], datamodule: Any
             f"the DataModule {type(datamodule).__name__} does not define {method}()" if datamodule is not None
             else f"no datamodule= was given and {type(model).__name__} does not define {method}()"
         )
-        raise ValueError(f"trainer.{stage}() has no data: {first}=None, and {where}. Pass {first}=..., a datamodule, or define {method}().")
+        raise TypeError(  # Lightning's words, then ours
+            f"An invalid dataloader was passed to `Trainer.{stage}({first}=...)`. Found None. Either pass the "
+            f"dataloader to the `.{stage}()` method OR implement `def {method}(self):` in your "
+            f"LightningModule/LightningDataModule. trainer.{stage}() has no data: {first}=None, and {where}."
+        )
 
 
 def prepare(strategy: Strategy, model: Any, datamodule: Any) -> None:
@@ -78,14 +86,23 @@ def prepare(strategy: Strategy, model: Any, datamodule: Any) -> None:
         strategy.barrier()
 
 
-def stage_loader(stage: str, given: Any, model: Any, datamodule: Any) -> Any:
+def stage_loader(stage: str, given: Any, model: Any, datamodule: Any, *, checked: bool = False) -> Any:
     """The loader(s) for ``stage`` ("train", "validate", "test", "predict"): those given, else the
-    DataModule's, else the model's; None if none of them has any."""
+    DataModule's, else the model's; None if none of them has any. ``checked``: what a loader
+    method returned is checked (:func:`check_loaders`), and an error names the method."""
     if given is not None:
         return given
     method = LOADER_METHOD[stage]
     owner = datamodule if datamodule is not None else model
-    return getattr(owner, method)() if defines(owner, method) else None
+    if not defines(owner, method):
+        return None
+    found = getattr(owner, method)()
+    name, where = f"{type(owner).__name__}.{method}()", f"returned from `{type(owner).__name__}.{method}()`"
+    if checked and stage == "train":
+        check_train_loader(found, name=name, where=where, any_mode=True)  # sequential: refused once counted
+    elif checked:
+        check_loaders(found, name=name, where=where)
+    return found
 
 
 def is_several(loaders: Any) -> bool:
@@ -104,46 +121,100 @@ def _one_loader(x: Any) -> bool:
     return hasattr(x, "__iter__") and not isinstance(x, (torch.Tensor, list, tuple, dict, str, bytes))
 
 
-def check_loaders(name: str, loaders: Any) -> None:
-    """One loader or several (each checked, and named by its index or key); None passes."""
-    if loaders is None:
-        return
+def check_loaders(loaders: Any, *, name: str, where: str) -> None:
+    """One loader or several, each checked (named by its index or key). ``name`` is the argument
+    (``val_dataloaders``) or the method that made them; ``where`` says how they came, in
+    Lightning's words ("passed to `Trainer.validate(dataloaders=...)`")."""
     if not is_several(loaders):
-        check_loader(name, loaders)
+        check_loader(loaders, name=name, where=where)
         return
     for key, loader in (loaders.items() if isinstance(loaders, dict) else enumerate(loaders)):
-        check_loader(f"{name}[{key!r}]", loader)
+        check_loader(loader, name=f"{name}[{key!r}]", where=where)
 
 
-def check_train_loader(loader: Any) -> None:
-    """One training loader: several are refused with a sentence (not an unpack error in the step)."""
-    if is_several(loader):
+def train_combined(loader: Any, mode: str = "max_size_cycle") -> CombinedLoader | None:
+    """fit's training data as a CombinedLoader: the one given, or several loaders (a dict, list
+    or tuple of them, nested as deep as you like) combined in ``max_size_cycle`` mode, as
+    Lightning's fit does (evaluation's nested ones: ``sequential``); None for one loader."""
+    if isinstance(loader, CombinedLoader) or not isinstance(loader, (dict, list, tuple)):
+        return loader if isinstance(loader, CombinedLoader) else None
+    combined = CombinedLoader(loader, mode)
+    if not combined.flattened or not all(_one_loader(x) for x in combined.flattened):
+        return None  # one loader that is a list of batches
+    return combined
+
+
+def check_train_mode(combined: CombinedLoader) -> None:
+    """``sequential`` is refused for training (Lightning's message): a training step takes a batch of every loader."""
+    if combined.mode == "sequential":
         raise ValueError(
-            f"train_dataloaders is a {type(loader).__name__} of {len(loader)} loaders; training takes one. Join their "
-            "datasets into one loader (torch.utils.data.ConcatDataset), or run a fit per loader. Several "
-            "loaders are for validation, test and predict."
+            '`FitLoop` does not support the `CombinedLoader(mode="sequential")` mode. The available modes are: '
+            f"{[m for m in MODES if m != 'sequential']}. A training step takes a batch of every loader; to train on "
+            "the loaders one after another, join their datasets into one loader (torch.utils.data.ConcatDataset)."
         )
-    check_loader("train_dataloaders", loader)
 
 
-def check_loader(name: str, loader: Any) -> None:
-    # A str is iterable too: its "batches" would be characters.
-    if not hasattr(loader, "__iter__") or isinstance(loader, (str, bytes, type)):
-        raise TypeError(f"{name}={loader!r:.80} is not iterable; pass a torch.utils.data.DataLoader.")
+def check_predict_mode(loader: Any) -> None:
+    """Prediction keeps each loader's outputs apart: a CombinedLoader must be ``sequential`` (Lightning's message)."""
+    if isinstance(loader, CombinedLoader) and loader.mode != "sequential":
+        raise ValueError(
+            '`trainer.predict()` only supports the `CombinedLoader(mode="sequential")` mode. '
+            f"Got mode={loader.mode!r}: pass the loaders as a list or dict, or CombinedLoader(..., mode=\"sequential\")."
+        )
+
+
+def check_train_loader(
+    loader: Any, *, name: str = "train_dataloaders", where: str = "passed to `Trainer.fit(train_dataloaders=...)`",
+    any_mode: bool = False,
+) -> None:
+    """The training loader, or each of several (named by their place in the flattened
+    collection); a sequential CombinedLoader is refused unless ``any_mode``."""
+    combined = train_combined(loader)
+    if combined is None:
+        check_loader(loader, name=name, where=where)
+        return
+    if not any_mode:
+        check_train_mode(combined)
+    for i, one in enumerate(combined.flattened):
+        check_loader(one, name=f"{name}[{i}]", where=where)
+
+
+def check_loader(loader: Any, *, name: str, where: str) -> None:
+    """One loader: iterable, with batches. A list, tuple or dict that is one loader of batches
+    holds nothing that cannot be iterated, or Lightning would take it for loaders that are not."""
+    leaves = CombinedLoader(loader).flattened if isinstance(loader, (dict, list, tuple)) else [loader]
+    for leaf in leaves:
+        # A str is iterable too: its "batches" would be characters.
+        if not hasattr(leaf, "__iter__") or isinstance(leaf, (str, bytes, type)):
+            what = "is not iterable" if leaf is loader else f"holds {leaf!r:.80}, which is not iterable"
+            raise TypeError(
+                f"An invalid dataloader was {where}. Found {leaf!r:.80}. {name}={loader!r:.80} {what}; pass a "
+                "torch.utils.data.DataLoader, or a list or dict of them."
+            )
     if loader_length(loader) == 0:
         raise ValueError(f"{name} is empty (len 0). Check the dataset size, batch_size and drop_last.")
 
 
 class Loaders:
-    """One evaluation loader, or several given as a list, tuple or dict.
+    """One evaluation loader, or several given as a list, tuple or dict, or a
+    ``CombinedLoader(mode="sequential")``.
 
-    With several (two or more), what ``self.log`` records in a step is kept apart per loader: a
-    list's names get Lightning's suffix ``/dataloader_idx_N``, a dict's get ``/<key>``. Results
-    come back in the shape the loaders were given: a value, a list, or a dict. A list or dict
-    of one loader is one loader, as in Lightning: no suffix, no ``dataloader_idx``.
+    With several (two or more), what ``self.log`` records in a step is kept apart per loader
+    with Lightning's suffix ``/dataloader_idx_N`` (a dict's loaders are numbered in its order).
+    Predictions come back in the shape the loaders were given: a value, a list, or a dict. A
+    list or dict of one loader is one loader, as in Lightning: no suffix, no ``dataloader_idx``.
+    A CombinedLoader in another mode is one loader whose batches hold a batch of each.
     """
 
     def __init__(self, given: Any) -> None:
+        if isinstance(given, (dict, list, tuple)) and not is_several(given):  # nested: {"a": [loader, loader], ...}
+            nested = train_combined(given, "sequential")
+            given = nested if nested is not None and len(nested.flattened) > 1 else given
+        self.combined = given if isinstance(given, CombinedLoader) and given.mode == "sequential" else None
+        if self.combined is not None:
+            self.kind, self.loaders = "list", list(self.combined.flattened)
+            self.keys = list(range(len(self.loaders)))
+            return
         several = is_several(given)
         self.kind = ("dict" if isinstance(given, dict) else "list") if several else "one"
         if self.kind == "dict":
@@ -163,15 +234,42 @@ class Loaders:
     def __len__(self) -> int:
         return len(self.loaders)
 
+    def _together(self) -> CombinedLoader | None:
+        """A CombinedLoader in another mode than sequential: one loader whose batches hold a batch of each."""
+        only = self.loaders[0] if len(self.loaders) == 1 else None
+        return only if isinstance(only, CombinedLoader) and only.mode != "sequential" else None
+
+    def each(self) -> list[Any]:
+        """Every loader, those inside a CombinedLoader too."""
+        together = self._together()
+        return list(together.flattened) if together is not None else list(self.loaders)
+
+    def counts(self, count: Callable[[int | None], int | float]) -> tuple[list[int | float], list[int | float]]:
+        """(how many batches each loader runs, the counts Lightning publishes as ``num_val_batches``
+        and friends), from ``count`` of a loader's length. A CombinedLoader in another mode than
+        sequential runs as one loader, its length from each of its loaders' counts."""
+        together = self._together()
+        if together is None:
+            runs = [count(n) for n in self.lengths()]
+            return runs, runs
+        together.limits = [count(loader_length(x)) for x in together.flattened]
+        n = loader_length(together)
+        return [math.inf if n is None else n], list(together.limits)
+
     def map(self, fn: Callable[[Any], Any]) -> "Loaders":
+        together = self._together()
+        if together is not None:  # its loaders, each prepared as one would be
+            together.flattened = [fn(x) for x in together.flattened]
+            return self
         out = Loaders.__new__(Loaders)
         out.kind, out.keys, out.loaders = self.kind, list(self.keys), [fn(x) for x in self.loaders]
+        out.combined = self.combined
+        if out.combined is not None and len(out.loaders) == len(out.combined.flattened):
+            out.combined.flattened = list(out.loaders)  # as Lightning: the CombinedLoader holds the prepared loaders
         return out
 
     def suffix(self, i: int) -> str:
-        if not self.several:
-            return ""
-        return f"/dataloader_idx_{i}" if self.kind == "list" else f"/{self.keys[i]}"
+        return f"/dataloader_idx_{i}" if self.several else ""
 
     def pack(self, values: list[Any]) -> Any:
         """Per-loader ``values`` in the shape the loaders came in."""
@@ -180,8 +278,9 @@ class Loaders:
         return dict(zip(self.keys, values)) if self.kind == "dict" else list(values)
 
     def as_given(self) -> Any:
-        """The loader, or the list or dict of them."""
-        return self.pack(self.loaders)
+        """The loader, or the list or dict of them (a CombinedLoader's collection)."""
+        combined = self.combined if self.combined is not None else self._together()
+        return combined.iterables if combined is not None else self.pack(self.loaders)
 
     def lengths(self) -> list[int | None]:
         return [loader_length(x) for x in self.loaders]
@@ -213,15 +312,34 @@ def check_dataloader_idx(model: Any, prefix: str, hooks: tuple[str, ...], severa
             )
 
 
+def warn_spawned_workers(loaders: list[Any], name: str) -> None:
+    """Lightning's advice for a loader whose workers start by spawning (the ``spawn`` start
+    method, e.g. under ``strategy="ddp_spawn"``): each epoch starts them anew, importing the
+    script each time, unless they persist."""
+    for loader in loaders:
+        if not isinstance(loader, DataLoader) or loader.num_workers == 0 or loader.persistent_workers:
+            continue
+        context = loader.multiprocessing_context
+        method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+        if method == "spawn":
+            warnings.warn(
+                f"Consider setting `persistent_workers=True` in '{name}' to speed up the dataloader worker "
+                f"initialization: its {loader.num_workers} worker(s) start by spawning, anew each epoch.",
+                UserWarning, stacklevel=3,
+            )
+            return
+
+
 def overfit_loader(loader: Any, prefix: str, n: int | float) -> Any:
     """``overfit_batches``, as Lightning 2 does it, for the training loader and each validation
     loader: every epoch trains and validates on the same first ``n`` batches of each (the limits
     are set to ``n``). A loader that shuffles, or samples otherwise, is rebuilt with a
     ``SequentialSampler``, with Lightning's warning."""
-    return _in_order([loader], prefix, n)[0]
+    return overfit_loaders([loader], prefix, n)[0]
 
 
-def _in_order(loaders: list[Any], prefix: str, n: int | float) -> list[Any]:
+def overfit_loaders(loaders: list[Any], prefix: str, n: int | float) -> list[Any]:
+    """``overfit_batches`` for several loaders (fit's, combined): one warning for those that shuffle."""
     if all(isinstance(getattr(dl, "sampler", SequentialSampler([])), SequentialSampler) for dl in loaders):
         return loaders
     warnings.warn(

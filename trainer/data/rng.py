@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from trainer.data.combined_loader import CombinedLoader
+
 
 def rng_state() -> dict[str, Any]:
     """Every generator a step may draw from, in a form ``weights_only`` loads."""
@@ -46,8 +48,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def loader_generators(loader: Any) -> list[torch.Generator]:
-    """The generators that decide a DataLoader's order, besides the global one."""
+    """The generators that decide a DataLoader's order (each of a CombinedLoader's), besides the global one."""
     found: list[torch.Generator] = []
+    if isinstance(loader, CombinedLoader):
+        for one in loader.flattened:
+            found += [g for g in loader_generators(one) if all(g is not f for f in found)]
+        return found
     batch_sampler = getattr(loader, "batch_sampler", None)
     for owner in (loader, getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
         gen = getattr(owner, "generator", None)
@@ -84,3 +90,31 @@ def epoch_start_state(loader: Any) -> dict[str, Any]:
 def set_epoch_start_state(loader: Any, state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     set_generator_states(loader, state["generators"])
+
+
+def set_epoch(loader: Any, epoch: int) -> None:
+    """``set_epoch(epoch)`` on whatever shuffles per epoch: the loader's sampler, its batch sampler
+    (a DistributedSampler inside a user's own batch sampler, which DDP leaves alone) and that
+    one's sampler; each of a CombinedLoader's loaders."""
+    done: list[Any] = []
+    for one in loader.flattened if isinstance(loader, CombinedLoader) else (loader,):
+        batch_sampler = getattr(one, "batch_sampler", None)
+        for owner in (getattr(one, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+            if hasattr(owner, "set_epoch") and all(owner is not d for d in done):  # once each (a loader's sampler
+                owner.set_epoch(epoch)  # is its batch sampler's too)
+                done.append(owner)
+
+
+def check_resumable(loader: Any, batch: int, epoch: int) -> None:
+    """A CombinedLoader resumes at an epoch's start only. Its shorter loaders start over
+    mid-epoch, drawing their new order from the RNG as the training steps left it: skipping
+    the consumed batches without those steps cannot draw the same order, so a mid-epoch
+    resume is refused rather than made approximately."""
+    if batch and isinstance(loader, CombinedLoader):
+        raise ValueError(
+            f"Cannot resume mid-epoch (after batch {batch} of epoch {epoch}) a fit whose training data is several "
+            "loaders (a CombinedLoader): its position cannot be restored exactly, and an approximate resume would "
+            "train on other batches than the interrupted run. Resume from a checkpoint saved at an epoch's end "
+            "(ModelCheckpoint's default), or join the datasets into one loader (torch.utils.data.ConcatDataset), "
+            "whose mid-epoch resume is exact."
+        )

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
+from trainer.data.rng import generator_states, rng_state, set_epoch, set_generator_states, set_rng_state
 from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import batch_transfer
 from trainer.data.batches import batch_size
 from trainer.data.fetch import batches
-from trainer.data.loaders import Loaders, check_dataloader_idx, stage_loader
+from trainer.data.loaders import (
+    LOADER_METHOD, Loaders, check_dataloader_idx, check_predict_mode, stage_loader, warn_spawned_workers,
+)
 from trainer.core.checks import none_batch
 from trainer.core.exceptions import misconfigured
 from trainer.core.metrics import MetricSink, set_sink
@@ -59,8 +61,8 @@ def _evaluate(
         use_run_folder(trainer, run)
     with stage_hooks(trainer, run):
         loaders = evaluation_loaders(trainer, run, data, ckpt_path)
-        evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # as set by then (setup hooks)
-        return per_loader(run.eval_metrics, loaders)  # the epoch values the loggers got (Lightning's: not the step rows)
+        logged = evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # limits as set by setup
+        return per_loader(run.eval_metrics, loaders, logged)  # the epoch values the loggers got (not the step rows)
 
 
 def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: Any) -> Loaders:
@@ -68,24 +70,30 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: A
     (the counters stay the Trainer's), and the stage's loaders, seeded and prepared by the strategy."""
     strategy = trainer.strategy
     evaluate_checkpoint(trainer, run, ckpt_path)
-    loaders = Loaders(stage_loader(run.stage, data.loader, run.module, data.datamodule))
-    for loader in loaders:
+    found = stage_loader(run.stage, data.loader, run.module, data.datamodule, checked=True)
+    if run.stage == "predict":
+        check_predict_mode(found)
+    loaders = Loaders(found)
+    for loader in loaders.each():
         seeded_workers(loader, strategy.global_rank)
     loaders = loaders.map(lambda loader: strategy.process_dataloader(loader, run.stage))
+    if strategy.is_global_zero:
+        warn_spawned_workers(loaders.each(), LOADER_METHOD[run.stage])
     # Lightning's trainer.val_dataloaders, test_dataloaders, predict_dataloaders: as the stage runs them
     setattr(run, {"validate": "val", "test": "test", "predict": "predict"}[run.stage] + "_dataloaders", loaders.as_given())
     return loaders
 
 
-def per_loader(metrics: dict[str, float], loaders: Loaders) -> list[dict[str, float]]:
+def per_loader(metrics: dict[str, float], loaders: Loaders, logged: list[set[str]]) -> list[dict[str, float]]:
     """validate's and test's result, as Lightning's: a list with one dict per loader, in the
-    order given (a dict's in its order). With several loaders each holds its own suffixed
-    values; every one holds the unsuffixed ones that an epoch-end hook logged."""
+    order given (a dict's in its order). With several loaders each holds what its steps logged
+    (``logged``: suffixed, or not with ``add_dataloader_idx=False``), and every one holds what
+    the epoch-end hooks logged."""
     if not loaders.several:
         return [dict(metrics)]
-    suffixes = [loaders.suffix(i) for i in range(len(loaders))]
-    shared = {k: v for k, v in metrics.items() if not any(k.endswith(sfx) for sfx in suffixes)}
-    return [{**{k: v for k, v in metrics.items() if k.endswith(sfx)}, **shared} for sfx in suffixes]
+    by_a_loader = set().union(*logged)
+    shared = {k: v for k, v in metrics.items() if k not in by_a_loader}
+    return [{**{k: v for k, v in metrics.items() if k in names}, **shared} for names in logged]
 
 
 def _no_grad(trainer: Trainer) -> Any:
@@ -144,7 +152,8 @@ def run_evaluation(
     trainer: Trainer, run: Run, phase: str, loaders: Any, limit: int | float | None, publish: bool = True
 ) -> list[Any] | None:
     """Run ``phase`` ("validation", "test" or "predict") over ``loaders`` (one loader or a
-    :class:`~trainer.loaders.Loaders`); for predict, one list of outputs per loader, else None.
+    :class:`~trainer.loaders.Loaders`); for predict, one list of outputs per loader, else the
+    names each loader logged.
 
     The order of events::
 
@@ -167,16 +176,17 @@ def run_evaluation(
     loaders = loaders if isinstance(loaders, Loaders) else Loaders(loaders)
     step_name = _STEP[phase]
     lengths = loaders.lengths()
-    counts = [limited(n, limit, "val" if phase == "validation" else phase) for n in lengths]
+    counts, published = loaders.counts(lambda n: limited(n, limit, "val" if phase == "validation" else phase))
     if publish:  # Lightning's trainer.num_val_batches (num_test_batches, ...): one count per loader
-        setattr(run, _COUNTS[phase], counts)
+        setattr(run, _COUNTS[phase], published)
     # A rank whose shard is empty (fewer samples than ranks) still joins the metric reduction.
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
-        return [[] for _ in counts] if phase == "predict" else None
+        return [[] for _ in counts] if phase == "predict" else [set() for _ in counts]
     strategy.broadcast_buffers()
     modes = [m.training for m in model.modules()]
     restore = True  # the modes, unless the model's on_{phase}_model_train sets them
     means: dict[str, float] = {}
+    logged: list[set[str]] = []  # the names each loader logged
     prog_bar: set[str] = set()
     hidden: set[str] = set()  # logged with logger=False: callback_metrics only
     aliases: dict[str, str] = {}
@@ -205,6 +215,7 @@ def run_evaluation(
             with strategy.evaluating():  # e.g. fsdp gathers its shards once per loader (no_grad is on already)
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
+                set_epoch(loader, trainer.current_epoch)  # Lightning's: a sampler that shuffles per epoch does here too
                 record = run.predict_loop if phase == "predict" else None
                 it = batches(loader, run.fetching, None if record is None else record.start_loader(loader))
                 it = run.precision.convert_batches(it)
@@ -236,13 +247,15 @@ def run_evaluation(
             if sink.options:  # self.log's keywords: add_dataloader_idx=False, logger=False, on_step
                 def named(name: str, sink: MetricSink = sink, suffix: str = suffix) -> str:
                     return name if name in sink.no_suffix else name + suffix
-                means.update((named(name), v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+                mine = {named(name): v for name, v in sink.epoch_means(strategy.reduce_metrics).items()}
                 hidden |= {named(name) for name in sink.hidden}
                 aliases.update((named(n), named(a)) for n, a in sink.aliases.items())
                 prog_bar |= {named(name) for name in sink.prog_bar}
             else:
-                means.update((name + suffix, v) for name, v in sink.epoch_means(strategy.reduce_metrics).items())
+                mine = {name + suffix: v for name, v in sink.epoch_means(strategy.reduce_metrics).items()}
                 prog_bar |= {name + suffix for name in sink.prog_bar}
+            means.update(mine)
+            logged.append(set(mine))  # this loader's result holds them (add_dataloader_idx=False's too)
         set_sink(outer)
         if publish:  # the epoch's values, for on_{phase}_epoch_end to read (Lightning's)
             run.callback_metrics.update(means)
@@ -268,7 +281,7 @@ def run_evaluation(
             sink.reset_metrics()
         for m, mode in zip(model.modules(), modes) if restore else ():
             m.training = mode
-    return run.predict_loop._predictions if phase == "predict" else None
+    return run.predict_loop._predictions if phase == "predict" else logged
 
 
 def _step_row(trainer: Trainer, run: Run, phase: str, loader: int, sink: MetricSink, suffix: str) -> None:

@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.core.seed import seeded_workers
 from trainer.data.batches import check_same_length, loader_length
-from trainer.data.loaders import LOADER_METHOD, Loaders, check_train_loader, defines, overfit_loader, stage_loader
+from trainer.data.loaders import (
+    LOADER_METHOD, Loaders, check_train_mode, defines, overfit_loader, overfit_loaders, stage_loader,
+    train_combined, warn_spawned_workers,
+)
 from trainer.loops.evaluation import check_val_interval, limited
 
 if TYPE_CHECKING:
@@ -55,21 +58,34 @@ class FitLoaders:
         return self._train
 
     def load_train(self) -> Any:
+        """The training loader; several (or a CombinedLoader) as one CombinedLoader, each of its
+        loaders overfit, seeded and prepared by the strategy as one loader is (Lightning's)."""
         trainer, run, strategy, data = self.trainer, self.run, self.trainer.strategy, self.data
-        train = stage_loader("train", data.loader, self.model, data.datamodule)
-        if data.loader is None:  # the model's or DataModule's: checked here, where it was made
-            check_train_loader(train)
+        # The model's or DataModule's loader is checked where it is made; sequential is refused below, counted.
+        train = stage_loader("train", data.loader, self.model, data.datamodule, checked=True)
+        combined = train_combined(train)
+        loaders = [train] if combined is None else combined.flattened
         if trainer.overfit_batches:
-            train = overfit_loader(train, "train", trainer.overfit_batches)
-        seeded_workers(train, strategy.global_rank)  # seed_everything(workers=True)
-        train = strategy.process_dataloader(train, "train")
-        n = loader_length(train)
-        if n == 0:
+            loaders = overfit_loaders(loaders, "train", trainer.overfit_batches)
+        for loader in loaders:
+            seeded_workers(loader, strategy.global_rank)  # seed_everything(workers=True)
+        loaders = [strategy.process_dataloader(loader, "train") for loader in loaders]
+        if trainer.is_global_zero:
+            warn_spawned_workers(loaders, "train_dataloader")
+        lengths = [loader_length(loader) for loader in loaders]
+        if 0 in lengths:
             raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
-        run.num_training_batches = limited(n, trainer.limit_train_batches, "train")
+        limits = [limited(n, trainer.limit_train_batches, "train") for n in lengths]
+        if combined is None:
+            train, run.num_training_batches = loaders[0], limits[0]
+        else:  # each loader's limit counts, in the mode's way (max_size_cycle: the longest)
+            combined.flattened, combined.limits = loaders, limits
+            train, run.num_training_batches = combined, limited(loader_length(combined), None)
+        if combined is not None:
+            check_train_mode(combined)
         if self.validates:
             check_val_interval(trainer)
-        run.train_dataloader = train
+        run.train_dataloader = train if combined is None else combined.iterables  # Lightning's: the collection
         check_same_length(strategy.gather_objects(run.num_training_batches))
         return train
 
@@ -93,12 +109,15 @@ class FitLoaders:
         val = None if found is None or found == [] else Loaders(found)
         if val is not None:
             if trainer.overfit_batches:
-                val.loaders = [overfit_loader(x, "val", trainer.overfit_batches) for x in val.loaders]
-            for loader in val:
+                val = val.map(lambda x: overfit_loader(x, "val", trainer.overfit_batches))
+            for loader in val.each():
                 seeded_workers(loader, strategy.global_rank)
             val = val.map(lambda x: strategy.process_dataloader(x, "validate"))
+            if trainer.is_global_zero:
+                warn_spawned_workers(val.each(), "val_dataloader")
         run.val_dataloaders = None if val is None else val.as_given()  # callbacks read it
-        run.num_val_batches = [] if val is None else [limited(length, trainer.limit_val_batches, "val") for length in val.lengths()]
+        counts = [] if val is None else val.counts(lambda n: limited(n, trainer.limit_val_batches, "val"))[1]
+        run.num_val_batches = counts
         return val
 
 

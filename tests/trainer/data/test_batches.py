@@ -40,6 +40,8 @@ def test_batch_size_finds_the_first_tensor():
     assert batch_size({"ids": torch.ones(7, 2)}) == 7
     assert batch_size(Pair(torch.ones(4, 1), torch.ones(4))) == 4
     assert batch_size(["no tensors"]) == 1
+    # A CombinedLoader(mode="max_size") batch whose first loader has finished: the next loader's batch counts.
+    assert batch_size({"a": None, "b": [torch.ones(3, 2)]}) == batch_size([None, torch.ones(3)]) == 3
 
 
 class CountingDataset(Dataset):

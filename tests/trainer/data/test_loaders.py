@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from callbacks import ModelCheckpoint
 from tests._models import Classifier, dataset, loader, quiet
@@ -98,7 +99,7 @@ def test_the_data_must_come_from_one_place_and_be_there():
     with pytest.raises(ValueError, match=r"Both train_dataloaders and datamodule= were given.*Drop datamodule= to use "
                                          r"the loaders, or drop train_dataloaders to use the DataModule's"):
         trainer.fit(Classifier(), loader(), datamodule=Data())
-    with pytest.raises(ValueError, match=r"trainer.fit\(\) has no data: train_dataloaders=None, and no datamodule= was "
+    with pytest.raises(TypeError, match=r"trainer.fit\(\) has no data: train_dataloaders=None, and no datamodule= was "
                                          r"given and Classifier does not define train_dataloader\(\)"):
         trainer.fit(Classifier())
 
@@ -106,23 +107,29 @@ def test_the_data_must_come_from_one_place_and_be_there():
         def train_dataloader(self):
             return loader()
 
-    with pytest.raises(ValueError, match=r"the DataModule OnlyTrain does not define test_dataloader\(\)"):
+    with pytest.raises(TypeError, match=r"An invalid dataloader was passed to `Trainer.test\(dataloaders=...\)`. Found None. "
+                                        r"Either pass the dataloader to the `.test\(\)` method OR implement `def "
+                                        r"test_dataloader\(self\):`.* the DataModule OnlyTrain does not define test_dataloader\(\)"):
         trainer.test(Classifier(), datamodule=OnlyTrain())
     with pytest.raises(TypeError, match=r"datamodule=.* must be a trainer.DataModule"):
         trainer.fit(Classifier(), datamodule=object())
 
 
-def test_several_loaders_for_training_is_a_sentence_not_an_unpack_error_in_the_step():
-    with pytest.raises(ValueError, match=r"train_dataloaders is a list of 2 loaders; training takes one\. Join their "
-                                         r"datasets into one loader \(torch.utils.data.ConcatDataset\)"):
-        Trainer(max_epochs=1, **quiet()).fit(Classifier(), [loader(), loader()])
-
-    class TwoTrainLoaders(Classifier):
-        def train_dataloader(self):
-            return {"a": loader(), "b": loader()}
-
-    with pytest.raises(ValueError, match=r"train_dataloaders is a dict of 2 loaders"):
-        Trainer(max_epochs=1, **quiet()).fit(TwoTrainLoaders())
+@pytest.mark.parametrize("stage, argument, method", [
+    ("fit", "train_dataloaders", "train_dataloader"), ("validate", "dataloaders", "val_dataloader"),
+    ("test", "dataloaders", "test_dataloader"), ("predict", "dataloaders", "predict_dataloader"),
+])
+def test_a_loader_that_cannot_be_iterated_is_named_where_it_came_from_in_lightnings_words(stage, argument, method):
+    trainer = Trainer(max_epochs=1, **quiet())
+    for bad, found in ((object(), "<object object"), ([1, object()], "1")):  # a list holding a non-iterable: Lightning's too
+        with pytest.raises(TypeError, match=rf"An invalid dataloader was passed to `Trainer.{stage}\({argument}=...\)`. "
+                                            rf"Found {found}"):
+            getattr(trainer, stage)(Classifier(), **{argument: bad})
+    model = Classifier()
+    setattr(model, method, lambda: None)  # a loader method that returns nothing
+    with pytest.raises(TypeError, match=rf"An invalid dataloader was returned from `Classifier.{method}\(\)`. Found None\. "
+                                        rf"Classifier.{method}\(\)=None is not iterable"):
+        getattr(trainer, stage)(model)
 
 
 class Indexed(Classifier):
@@ -161,10 +168,11 @@ def test_several_validation_loaders_keep_their_metrics_apart_like_each_loader_al
             f"val_loss/dataloader_idx_{i}": single["val_loss"], f"val_acc/dataloader_idx_{i}": single["val_acc"],
             "epoch_value": 7.0,
         }
-    # A dict of loaders: one result per loader in the dict's order (as Lightning returns), metrics suffixed with the key.
+    # A dict of loaders: one result per loader in the dict's order, suffixed with its index there (Lightning's names).
     by_name = trainer.validate(model, {"clean": first, "noisy": second})
-    assert by_name[0]["val_loss/clean"] == alone[0]["val_loss"]
-    assert by_name[1]["val_acc/noisy"] == alone[1]["val_acc"]
+    assert by_name[0]["val_loss/dataloader_idx_0"] == alone[0]["val_loss"]
+    assert by_name[1]["val_acc/dataloader_idx_1"] == alone[1]["val_acc"]
+    assert not any("clean" in name or "noisy" in name for name in trainer.callback_metrics)
     assert trainer.test(model, [first, second])[1]["idx/dataloader_idx_1"] == 1.0
 
 
@@ -403,3 +411,63 @@ def test_test_results_hold_the_epoch_values_the_loggers_got_not_the_step_rows(se
     suffix = [f"/dataloader_idx_{i}" for i in range(2)] if several else [""]
     # Lightning's metrics["log"]: no test_loss_step rows, no plain test_loss alias, no logger=False value
     assert [set(r) for r in results] == [{f"{name}{s}" for name in ("test_loss_epoch", "val_loss", "val_acc")} for s in suffix]
+
+
+def test_each_loaders_result_holds_what_its_steps_logged_without_the_suffix_too():
+    class Unsuffixed(Classifier):
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("common", 789.0)
+            self.log(f"only_{dataloader_idx}", 321.0 * (dataloader_idx + 1), add_dataloader_idx=False)
+
+        def on_test_epoch_end(self):
+            self.log("at_the_end", 3.0)
+
+    results = Trainer(**quiet()).test(Unsuffixed(), [loader(16, 8), loader(16, 8)], verbose=False)
+    assert results == [
+        {"common/dataloader_idx_0": 789.0, "only_0": 321.0, "at_the_end": 3.0},
+        {"common/dataloader_idx_1": 789.0, "only_1": 642.0, "at_the_end": 3.0},
+    ]
+
+
+class EpochRecording(SequentialSampler):
+    """A sampler that records the epochs it is told (as a DistributedSampler would shuffle by them)."""
+
+    def __init__(self, data) -> None:
+        super().__init__(data)
+        self.epochs: list[int] = []
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+
+@pytest.mark.parametrize("batch_sampler", [False, True])
+def test_training_and_evaluation_samplers_are_told_each_epoch_once(batch_sampler):
+    def made() -> DataLoader:
+        data = dataset(16)
+        sampler = EpochRecording(data)
+        if batch_sampler:
+            return DataLoader(data, batch_sampler=BatchSampler(sampler, 8, drop_last=False))
+        return DataLoader(data, sampler=sampler, batch_size=8)
+
+    def sampler_of(dl: DataLoader) -> EpochRecording:
+        return dl.batch_sampler.sampler if batch_sampler else dl.sampler
+
+    train, val = made(), made()
+    trainer = Trainer(max_epochs=2, limit_train_batches=1, limit_val_batches=1, **quiet())
+    trainer.fit(Classifier(), train, val)
+    assert sampler_of(train).epochs == [0, 1]
+    assert sampler_of(val).epochs == [0, 0, 1]  # the sanity check, then each epoch's validation
+    again = made()
+    trainer.validate(Classifier(), again, verbose=False)
+    assert sampler_of(again).epochs == [2]  # the epoch fit ended at, as Lightning's
+
+
+@pytest.mark.slow  # starts a worker process
+def test_spawned_workers_that_do_not_persist_get_lightnings_advice():
+    spawned = DataLoader(dataset(16), batch_size=8, num_workers=1, multiprocessing_context="spawn")
+    with pytest.warns(UserWarning, match=r"Consider setting `persistent_workers=True` in 'train_dataloader' to speed up"):
+        Trainer(max_steps=1, **quiet()).fit(Classifier(), spawned)
+    persistent = DataLoader(dataset(16), batch_size=8, num_workers=1, multiprocessing_context="spawn", persistent_workers=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Consider setting `persistent_workers")
+        Trainer(max_steps=1, **quiet()).fit(Classifier(), persistent)
