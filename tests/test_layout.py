@@ -67,7 +67,7 @@ def test_no_package_file_is_over_400_lines(path):
 
 @pytest.mark.parametrize("package", [
     "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization", "trainer/tuner",
-    "callbacks", "callbacks/training", "strategies", "loggers",
+    "callbacks", "callbacks/progress", "callbacks/training", "strategies", "loggers",
 ])
 def test_no_room_holds_more_than_12_modules_and_its_init_says_what_it_is_for(package):
     folder = os.path.join(ROOT, package)

@@ -11,7 +11,7 @@ import torch
 
 from trainer.core.checks import flag, positive_int, positive_number
 
-from .base import Callback
+from ..base import Callback
 
 # Without a terminal, the fit's first progress line comes this soon (unless line_every_s is
 # sooner), with the epoch's expected length: a log should not stay silent for 30 s first.

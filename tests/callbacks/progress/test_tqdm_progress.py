@@ -19,7 +19,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from callbacks import EarlyStopping, ProgressBar, Timer, TQDMProgressBar
-from callbacks.progress import _duration
+from callbacks.progress.tqdm_progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
@@ -102,7 +102,7 @@ def _seconds(shown: str) -> float:
 
 
 def test_in_a_log_the_first_line_comes_early_and_estimates_the_epoch_and_the_time_left(capsys, monkeypatch):
-    monkeypatch.setattr("callbacks.progress._FIRST_LINE_S", 0.01)  # 5 s in real runs; here the first 50 ms batch passes it
+    monkeypatch.setattr("callbacks.progress.tqdm_progress._FIRST_LINE_S", 0.01)  # 5 s in real runs; here the first 50 ms batch passes it
     trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False)  # the default bar: a line every 30 s
     trainer.fit(Slow(), loader(64))
     lines = _lines(capsys.readouterr().err)
@@ -186,7 +186,7 @@ def test_bad_pace_values_are_refused():
 
 _TTY_SCRIPT = """
 from callbacks import EarlyStopping, ProgressBar, Timer, TQDMProgressBar
-from callbacks.progress import _duration
+from callbacks.progress.tqdm_progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
