@@ -200,7 +200,8 @@ PUBLIC = {
     "callbacks": [
         "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
         "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
-        "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
+        "ModelSummary", "NaNGuard", "ProgressBar", "RichModelSummary", "RichProgressBar", "RichProgressBarTheme",
+        "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
     ],
     "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": [
@@ -218,7 +219,8 @@ def test_public_names_are_pinned(package):
         assert getattr(module, name) is not None
 
 
-HEAVY = ("torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy", "jsonargparse", "torchmetrics")
+HEAVY = ("torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy", "jsonargparse", "torchmetrics",
+         "rich")  # rich: the default bar and summary when installed, imported when they first draw
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ class Slow(Classifier):
 
 
 def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns(capsys):
-    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False)
+    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])
     trainer.fit(Classifier(), loader(64), loader(32))
     err = capsys.readouterr().err
     assert "\r" not in err
@@ -50,7 +50,7 @@ def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns
 
 
 def test_an_epoch_under_a_second_reports_milliseconds(capsys):
-    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False)
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])
     trainer.fit(Classifier(), loader(64))  # 4 batches of a tiny MLP: a few ms
     (line,) = _lines(capsys.readouterr().err)
     took = re.match(r"epoch 0 done in (\d+) ms ", line)
@@ -64,7 +64,7 @@ def test_durations_read_in_the_unit_that_fits():
 
 
 def test_an_epoch_cut_short_by_max_steps_says_so_and_where(capsys):
-    trainer = Trainer(max_steps=3, log_dir=None, enable_checkpointing=False)
+    trainer = Trainer(max_steps=3, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])
     trainer.fit(Classifier(), loader(64))  # 4 batches per epoch
     (line,) = _lines(capsys.readouterr().err)
     # A cut epoch has no epoch means (its end comes in the run that resumes it): the last batch's value.
@@ -72,7 +72,7 @@ def test_an_epoch_cut_short_by_max_steps_says_so_and_where(capsys):
 
 
 def test_max_steps_reached_with_the_epochs_last_batch_finishes_the_epoch_and_then_stops(capsys):
-    trainer = Trainer(max_steps=4, max_epochs=5, log_dir=None, enable_checkpointing=False)
+    trainer = Trainer(max_steps=4, max_epochs=5, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])
     trainer.fit(Classifier(), loader(64))
     (line,) = _lines(capsys.readouterr().err)
     assert re.match(rf"epoch 0 done in {TOOK}, then stopped \(max_steps=4\) step=4 ", line)
@@ -84,13 +84,13 @@ class ConstantValLoss(Classifier):
 
 
 def test_a_stop_by_a_callback_gives_the_callbacks_reason(capsys):
-    trainer = Trainer(max_epochs=5, log_dir=None, enable_checkpointing=False, callbacks=[EarlyStopping("val_loss", patience=0)])
+    trainer = Trainer(max_epochs=5, log_dir=None, enable_checkpointing=False, callbacks=[EarlyStopping("val_loss", patience=0), ProgressBar()])
     trainer.fit(ConstantValLoss(), loader(64), loader(32))
     lines = _lines(capsys.readouterr().err)
     assert len(lines) == 2 and lines[0].startswith("epoch 0 done in ") and "stopped" not in lines[0]
     assert re.match(rf"epoch 1 done in {TOOK}, then stopped \(early_stopping\) step=8 ", lines[1])
 
-    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[Timer(0.001)])
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[Timer(0.001), ProgressBar()])
     trainer.fit(Slow(), loader(64))  # 50 ms per batch: the budget is spent in the first one
     (line,) = _lines(capsys.readouterr().err)
     assert re.match(rf"epoch 0 stopped at batch 1/4 \(timer\) after {TOOK} step=1 ", line)
@@ -103,7 +103,7 @@ def _seconds(shown: str) -> float:
 
 def test_in_a_log_the_first_line_comes_early_and_estimates_the_epoch_and_the_time_left(capsys, monkeypatch):
     monkeypatch.setattr("callbacks.progress.tqdm_progress._FIRST_LINE_S", 0.01)  # 5 s in real runs; here the first 50 ms batch passes it
-    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False)  # the default bar: a line every 30 s
+    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])  # its defaults: a line every 30 s
     trainer.fit(Slow(), loader(64))
     lines = _lines(capsys.readouterr().err)
     # One early line in the fit's first epoch; then only the epochs' ends.
