@@ -142,20 +142,6 @@ class RichProgressBar(ProgressBar):
     test_progress_bar = property(lambda self: self._task(self.test_progress_bar_id, "test bar"))
     predict_progress_bar = property(lambda self: self._task(self.predict_progress_bar_id, "predict bar"))
 
-    # Lightning's base-bar names for the current evaluation loader
-    def has_dataloader_changed(self, dataloader_idx: int) -> bool:
-        changed, self._eval_loader = dataloader_idx != self._eval_loader, dataloader_idx
-        return changed
-
-    def reset_dataloader_idx_tracker(self) -> None:
-        self._eval_loader = None
-
-    sanity_check_description = property(lambda self: "Sanity Checking")
-    train_description = property(lambda self: "Training")
-    validation_description = property(lambda self: "Validation")
-    test_description = property(lambda self: "Testing")
-    predict_description = property(lambda self: "Predicting")
-
     def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
         """Lightning's: a plain ``print`` (on a terminal, rich shows it above the live bars)."""
         print(*args, sep=sep, **kwargs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -89,11 +89,10 @@ class ProgressBar(Callback):
             if not self._tty:
                 _line("compiling the model (torch.compile): the first steps take longer")
         if self._tty:
-            self._bar = tqdm_class()(
-                total=None if total == float("inf") else int(total), initial=self._first_batch,
-                desc=f"Epoch {trainer.current_epoch}" + (" (compiling)" if self._compiling else ""),
-                dynamic_ncols=True, leave=True, mininterval=self.refresh_s,
-            )
+            bar = self._bar = self.init_train_tqdm()
+            bar.reset(total=None if total == float("inf") else int(total))
+            bar.initial = bar.n = bar.last_print_n = self._first_batch  # a resumed epoch's rate counts from here
+            bar.set_description(f"Epoch {trainer.current_epoch}" + (" (compiling)" if self._compiling else ""))
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
@@ -170,6 +169,14 @@ class ProgressBar(Callback):
         due = every is None or (self.trainer.current_epoch + 1) % every == 0
         return sum(self.trainer.num_val_batches) if due else 0
 
+    def has_dataloader_changed(self, dataloader_idx: int) -> bool:
+        """Lightning's: whether ``dataloader_idx`` is another loader than the last one asked about (remembered)."""
+        changed, self._eval_loader = dataloader_idx != self._eval_loader, dataloader_idx
+        return changed
+
+    def reset_dataloader_idx_tracker(self) -> None:
+        self._eval_loader = None
+
     def _current(self, batches: list[int | float]) -> int | float:
         return batches[self._eval_loader or 0] if batches else 0
 
@@ -236,12 +243,38 @@ class ProgressBar(Callback):
             head = f"epoch {epoch} done in {took}, then stopped ({reason})"
         _line(head + "".join(f" {k}={v}" for k, v in shown.items()))
 
+    # --- Lightning's tqdm factories: override one to style that bar (made where a terminal shows it) ----
+    def _tqdm(self, description: str, leave: bool) -> Any:
+        return tqdm_class()(desc=description, leave=leave, dynamic_ncols=True, mininterval=self.refresh_s)
+
+    def init_train_tqdm(self) -> Any:
+        """An epoch's bar; its total and its description ("Epoch 3") are set when the epoch starts."""
+        return self._tqdm(self.train_description, leave=True)
+
+    def init_sanity_tqdm(self) -> Any:
+        return self._tqdm(self.sanity_check_description, leave=False)
+
+    def init_validation_tqdm(self) -> Any:
+        return self._tqdm(self.validation_description, leave=self.trainer.state.fn == "validate")  # in fit: goes
+
+    def init_test_tqdm(self) -> Any:
+        return self._tqdm(self.test_description, leave=True)
+
+    def init_predict_tqdm(self) -> Any:
+        return self._tqdm(self.predict_description, leave=True)
+
+    sanity_check_description = property(lambda self: "Sanity Checking")
+    train_description = property(lambda self: "Training")
+    validation_description = property(lambda self: "Validation")
+    test_description = property(lambda self: "Testing")
+    predict_description = property(lambda self: "Predicting")
+
     # --- validation, test, predict: a bar while they run, on a terminal ----------------
-    def _eval_start(self, desc: str, stage: str) -> None:
+    def _eval_start(self, make: Callable[[], Any], stage: str) -> None:
         self._eval_stage, self._eval_loader = stage, 0
         self._totals[stage] = getattr(self, f"total_{stage}_batches_current_dataloader")
         if self._active and self._tty:
-            self._eval_bar = tqdm_class()(desc=desc, leave=False, dynamic_ncols=True, mininterval=self.refresh_s)
+            self._eval_bar = make()
 
     def _eval_batch(self, dataloader_idx: int = 0) -> None:
         if dataloader_idx != self._eval_loader:  # the next loader: its total
@@ -257,7 +290,7 @@ class ProgressBar(Callback):
             self._eval_bar = None
 
     def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        self._eval_start("Sanity Checking" if trainer.sanity_checking else "Validation", "val")
+        self._eval_start(self.init_sanity_tqdm if trainer.sanity_checking else self.init_validation_tqdm, "val")
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(dataloader_idx)
@@ -270,10 +303,10 @@ class ProgressBar(Callback):
     on_test_end = on_predict_end = on_validation_end
 
     def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        self._eval_start("Test", "test")
+        self._eval_start(self.init_test_tqdm, "test")
 
     def on_predict_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        self._eval_start("Predict", "predict")
+        self._eval_start(self.init_predict_tqdm, "predict")
 
     def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         for bar in (self._bar, self._eval_bar):

@@ -190,7 +190,22 @@ from callbacks.progress.tqdm_progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
+class Styled(TQDMProgressBar):  # Lightning's docs: a factory overridden to style one bar
+    def init_validation_tqdm(self):
+        bar = super().init_validation_tqdm()
+        bar.set_description("running validation ...")
+        return bar
+
+    def init_train_tqdm(self):
+        bar = super().init_train_tqdm()
+        bar.colour = "green"
+        return bar
+
+
 if __name__ == "__main__":
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[Styled()])
+    trainer.fit(Classifier(), loader(64), loader(32))
+    trainer.test(Classifier(), loader(32), verbose=False)
     trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
     trainer.fit(Classifier(), loader(64), loader(32))
     trainer = Trainer(max_steps=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
@@ -226,6 +241,8 @@ def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar
     # the second fit, max_steps=2 and no max_epochs: the bar counts to the steps left, as Lightning's
     assert "Epoch 0 (stopped: max_steps=2): 100%" in out and "2/2" in out
     assert not _lines(out)  # the no-terminal lines are not printed as well
+    # Styled's factories: the validation bar's own description, the epoch bar in green (tqdm's colour), "Testing"
+    assert "running validation ..." in out and "\x1b[32m" in out and "Testing: " in out
 
 
 # --- TQDMProgressBar: Lightning's name and arguments ----------------------------------------
