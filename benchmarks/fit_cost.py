@@ -8,7 +8,8 @@ Lightning's parity benchmark times the Trainer's construction and the whole ``fi
 by the epochs; this does the same, on its workload (benchmarks/epoch_cost.py: an LSTM(10->20)
 and a Linear(20->5) on 300 sequences of 100 x 10, batch 30, MSE, Adam, 4 epochs), 1 thread,
 every default on (progress bar into a null terminal, TensorBoard into a temp dir, the epoch
-checkpoints, the summary, the sanity check). The raw loop is timed from building its model to
+checkpoints, the summary, the sanity check), the bar and summary those of a plain install (tqdm's
+and the logged table, also where rich is installed). The raw loop is timed from building its model to
 its last step, the Trainer from ``Trainer(...)`` to ``fit`` returning; the runs come in pairs,
 raw and Trainer back to back, and the ratio is the median of the pairs' ratios. The weights
 must be ``torch.equal``.
@@ -40,7 +41,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from _workloads import LOG_EVERY, SEED, NullTerminal  # noqa: E402
-from callbacks import Callback  # noqa: E402
+from callbacks import Callback, ModelSummary, ProgressBar  # noqa: E402
 from epoch_cost import Parity, make_loader  # noqa: E402
 from trainer import Trainer, TrainModule  # noqa: E402
 
@@ -99,7 +100,11 @@ def ours(epochs: int, log_dir: str, **options: Any) -> tuple[float, float, dict[
     torch.manual_seed(SEED)
     model, marks = Timed(), Marks()
     model._first = None
-    trainer = Trainer(max_epochs=epochs, log_dir=log_dir, callbacks=[marks], **options)
+    # The plain install's bar and summary (tqdm's, the logged table) whatever else is installed: with rich the
+    # Trainer picks rich's, which print on stdout, and the figures would not compare across machines.
+    plain = [ProgressBar()] if options.get("enable_progress_bar", True) else []
+    plain += [ModelSummary()] if options.get("enable_model_summary", True) else []
+    trainer = Trainer(max_epochs=epochs, log_dir=log_dir, callbacks=[marks, *plain], **options)
     built = time.perf_counter()
     trainer.fit(model, make_loader())
     end = time.perf_counter()

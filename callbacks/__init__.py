@@ -12,10 +12,10 @@ from .base import Callback, LambdaCallback
 from .early_stopping import EarlyStopping, EarlyStoppingReason
 from .finders import BatchSizeFinder, LearningRateFinder
 from .model_checkpoint import ModelCheckpoint
-from .model_summary import ModelSummary
+from .model_summary import ModelSummary, RichModelSummary
 from .nan_guard import NaNGuard
 from .lr_monitor import LearningRateMonitor
-from .progress import ProgressBar, TQDMProgressBar
+from .progress import ProgressBar, RichProgressBar, RichProgressBarTheme, TQDMProgressBar
 from .prediction_writer import BasePredictionWriter
 from .timer import Timer
 from .training import BackboneFinetuning, BaseFinetuning, GradientAccumulationScheduler, StochasticWeightAveraging
@@ -26,7 +26,8 @@ from .monitors import Throughput, measure_flops
 __all__ = [
     "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
     "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
-    "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
+    "ModelSummary", "NaNGuard", "ProgressBar", "RichModelSummary", "RichProgressBar", "RichProgressBarTheme",
+    "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
     "EMAWeightAveraging", "ModelPruning", "WeightAveraging",
     "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
 ]

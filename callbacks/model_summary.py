@@ -1,4 +1,4 @@
-"""ModelSummary: what the model holds, printed once at the start of fit."""
+"""ModelSummary and RichModelSummary: what the model holds, printed once when fit starts (logged, or drawn by rich)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.core.checks import positive_int
 from trainer.core.summary import ModelSummary as Summary
-from trainer.core.summary import format_summary_table
+from trainer.core.summary import format_summary_table, get_human_readable_count
 
 from .base import Callback
+from .progress.rich_progress import require_rich
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
@@ -58,3 +59,48 @@ class ModelSummary(Callback):
             total_parameters, trainable_parameters, model_size, total_training_modes, total_flops, *summary_data
         )
         log.info("\n%s", table)
+
+
+class RichModelSummary(ModelSummary):
+    """:class:`ModelSummary`'s table drawn by rich on its console (``rich.get_console()``): the
+    same rows, then the same totals in bold. The Trainer's default summary when rich is installed,
+    as in Lightning. ``header_style`` (a summarize kwarg, default ``"bold magenta"``) styles the header.
+    """
+
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+        require_rich("RichModelSummary", "`RichModelSummary` requires `rich` to be installed.")
+        super().__init__(max_depth, **summarize_kwargs)
+
+    @staticmethod
+    def summarize(
+        summary_data: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int, model_size: float,
+        total_training_modes: dict[str, int], total_flops: int, **summarize_kwargs: Any,
+    ) -> None:
+        """Print the table and the totals on rich's console."""
+        import rich
+        from rich.table import Table
+
+        right = {"Params", "Params per Device", "FLOPs", "In sizes", "Out sizes"}  # numbers and shapes
+        table = Table(header_style=summarize_kwargs.get("header_style", "bold magenta"))
+        for header, _ in summary_data:
+            style = "dim" if header == " " else "white" if header in ("In sizes", "Out sizes") else None
+            justify = "right" if header in right else "left"
+            table.add_column(header, justify=justify, style=style, no_wrap=header == "Name")
+        for row in zip(*(cells for _, cells in summary_data)):
+            table.add_row(*row)
+        console = rich.get_console()
+        console.print(table)
+
+        totals = Table.grid(expand=True)
+        totals.add_column()
+        for label, value in [
+            ("Trainable params", get_human_readable_count(trainable_parameters)),
+            ("Non-trainable params", get_human_readable_count(total_parameters - trainable_parameters)),
+            ("Total params", get_human_readable_count(total_parameters)),
+            ("Total estimated model params size (MB)", f"{model_size:,.3f}"),
+            ("Modules in train mode", total_training_modes["train"]),
+            ("Modules in eval mode", total_training_modes["eval"]),
+            ("Total FLOPs", get_human_readable_count(total_flops)),
+        ]:
+            totals.add_row(f"[bold]{label}[/]: {value!s:<10}")
+        console.print(totals)

@@ -68,8 +68,8 @@ def test_no_package_file_is_over_400_lines(path):
 
 @pytest.mark.parametrize("package", [
     "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization",
-    "trainer/profilers", "trainer/tuner", "trainer/utilities", "callbacks", "callbacks/training", "callbacks/monitors",
-    "strategies", "loggers",
+    "trainer/profilers", "trainer/tuner", "trainer/utilities", "callbacks", "callbacks/progress", "callbacks/training",
+    "callbacks/monitors", "strategies", "loggers",
 ])
 def test_no_room_holds_more_than_12_modules_and_its_init_says_what_it_is_for(package):
     folder = os.path.join(ROOT, package)
@@ -203,7 +203,8 @@ PUBLIC = {
     "callbacks": [
         "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
         "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
-        "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
+        "ModelSummary", "NaNGuard", "ProgressBar", "RichModelSummary", "RichProgressBar", "RichProgressBarTheme",
+        "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
         "EMAWeightAveraging", "ModelPruning", "WeightAveraging",
         "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
     ],
@@ -229,6 +230,7 @@ def test_public_names_are_pinned(package):
 HEAVY = (
     "torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy",
     "jsonargparse", "torchmetrics", "mlflow", "wandb",
+    "rich",  # the default bar and summary when installed, imported when they first draw
 )
 
 

@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
+from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, RichModelSummary, RichProgressBar, Timer
+from callbacks.progress import rich_available
 from loggers import DummyLogger, Logger
 from loggers._for_trainer import make_loggers
 from strategies import Strategy, select_strategy
@@ -347,12 +348,13 @@ def default_callbacks(t: Options, given: list[Callback], max_time: float | None)
         extra.append(Timer(max_time))
     elif max_time is not None:
         rank_zero_info("Ignoring `Trainer(max_time=...)`, callbacks list already contains a Timer.")
+    rich = (t.enable_progress_bar or t.enable_model_summary) and rich_available()  # Lightning's: rich's, when installed
     if t.enable_progress_bar and wanted(ProgressBar):
-        extra.append(ProgressBar())
+        extra.append(RichProgressBar() if rich else ProgressBar())
     if t.enable_checkpointing and wanted(ModelCheckpoint):
         extra.append(ModelCheckpoint())
     if t.enable_model_summary and wanted(ModelSummary):
-        extra.append(ModelSummary())
+        extra.append(RichModelSummary() if rich else ModelSummary())
     return extra
 
 

@@ -88,7 +88,7 @@ def test_ranks_stop_skip_draw_and_log_as_one(tmp_path, capfd):
     stopper = EarlyStopping("score", patience=2)
     trainer = Trainer(
         strategy="ddp", devices=2, max_epochs=8, log_every_n_steps=2, enable_checkpointing=False,
-        callbacks=[stopper, NaNGuard(action="skip"), PerRank(str(folder))],
+        callbacks=[stopper, NaNGuard(action="skip"), PerRank(str(folder)), ProgressBar()],  # the tqdm bar: its lines
     )
     # 64 samples: 32 per rank. The NaN comes on rank 1 only, in the batch that makes step 6.
     trainer.fit(RankSkewed(nan_at=5), loader(64, batch_size=8), loader(32, batch_size=8))

@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 import torch
 
-from callbacks import EarlyStopping, ModelCheckpoint, ProgressBar
+from callbacks import EarlyStopping, ModelCheckpoint, RichProgressBar
 from tests._models import Classifier, loader, quiet
 from trainer import MisconfigurationException, Trainer
 
@@ -137,7 +137,7 @@ def test_a_callback_pickles_and_copies_to_an_equal_one_also_after_a_fit():
 def test_model_checkpoints_come_last_in_trainer_callbacks_and_need_checkpointing_on():
     saver, stop = ModelCheckpoint(monitor="val_loss"), EarlyStopping("val_loss")
     trainer = Trainer(callbacks=[saver, stop], enable_progress_bar=True, enable_model_summary=False, logger=False)
-    assert [type(cb) for cb in trainer.callbacks] == [EarlyStopping, ProgressBar, ModelCheckpoint]
+    assert [type(cb) for cb in trainer.callbacks] == [EarlyStopping, RichProgressBar, ModelCheckpoint]  # rich: in dev
     assert trainer.checkpoint_callback is saver
     with pytest.raises(MisconfigurationException, match="^Trainer was configured with `enable_checkpointing=False` but found"):
         Trainer(enable_checkpointing=False, callbacks=[saver])

@@ -3,14 +3,17 @@ table's rows, columns and totals, shapes and FLOPs from example_input_array, and
 
 from __future__ import annotations
 
+import io
+import re
 import warnings
 from collections import OrderedDict
 
 import pytest
+import rich
 import torch
 from torch import nn
 
-from callbacks import ModelSummary
+from callbacks import ModelSummary, RichModelSummary
 from tests._models import Classifier, loader, quiet
 from trainer import Trainer, TrainModule
 from trainer.core.summary import (
@@ -110,3 +113,37 @@ def test_a_mixed_precision_trainer_gets_a_warning_and_32_bits():
 @pytest.mark.parametrize("number, text", [(0, "0  "), (123, "123  "), (1234, "1.2 K"), (2e6, "2.0 M"), (3e9, "3.0 B"), (4e14, "400 T"), (5e15, "5,000 T")])
 def test_human_readable_counts_are_lightnings(number, text):
     assert get_human_readable_count(number) == text
+
+
+@pytest.fixture
+def rich_console():
+    """rich's global console, recorded into a StringIO (RichModelSummary prints there, as Lightning's)."""
+    rich.reconfigure(file=io.StringIO(), record=True, width=120, color_system="truecolor")
+    yield rich.get_console()
+    rich.reconfigure()
+
+
+def test_rich_model_summary_draws_the_same_rows_and_totals_on_richs_console(rich_console, trainer_log):
+    model = Classifier()
+    model.example_input_array = torch.zeros(4, 8)
+    Trainer(max_steps=1, **quiet(callbacks=[RichModelSummary(max_depth=-1, header_style="bold green")])).fit(model, loader(32))
+    assert not any("Trainable params" in line for line in trainer_log)  # drawn, not logged
+    text = rich_console.export_text(clear=False)
+    rows = {cells[1]: cells[2:] for cells in ([c.strip() for c in re.split("[│┃]", line)[1:-1]] for line in text.splitlines())
+            if len(cells) == 8}
+    assert rows["Name"] == ["Type", "Params", "Mode", "FLOPs", "In sizes", "Out sizes"]
+    assert rows["net"] == ["Sequential", "178", "train", "1.3 K", "[4, 8]", "[4, 2]"]
+    assert rows["net.0"] == ["Linear", "144", "train", "1.0 K", "[4, 8]", "[4, 16]"]
+    for total in ("Trainable params: 178", "Non-trainable params: 0", "Total params: 178",
+                  "Total estimated model params size (MB): 0.001", "Modules in train mode: 5", "Total FLOPs: 1.3 K"):
+        assert total in text
+    styled = rich_console.export_text(styles=True)
+    assert "\x1b[1;32mName" in styled  # header_style
+    assert "\x1b[1mTrainable params\x1b[0m: 178" in styled
+
+
+def test_rich_model_summary_shows_the_model_size_in_mb_and_max_depth_zero_draws_nothing(rich_console):
+    RichModelSummary.summarize([(" ", ["0"]), ("Name", ["net"])], 10, 10, 5500.0, {"train": 1, "eval": 0}, total_flops=0)
+    assert "Total estimated model params size (MB): 5,500.000" in rich_console.export_text()
+    Trainer(max_steps=1, **quiet(callbacks=[RichModelSummary(max_depth=0)])).fit(Classifier(), loader(32))
+    assert rich_console.export_text() == ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from callbacks import ProgressBar
 from tests._models import Classifier, loader, quiet
 from trainer import Trainer
 
@@ -155,7 +156,8 @@ def test_a_bad_compile_option_names_the_argument(value, error, message):
 def test_the_bar_says_it_is_compiling_and_throughput_leaves_the_compile_out(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    trainer = Trainer(max_epochs=1, log_every_n_steps=2, compile=EAGER, log_dir=tmp_path, enable_checkpointing=False)
+    trainer = Trainer(max_epochs=1, log_every_n_steps=2, compile=EAGER, log_dir=tmp_path, enable_checkpointing=False,
+                      callbacks=[ProgressBar()])  # the tqdm bar's line (rich's bar, the default with rich, has none)
     trainer.fit(Classifier(), loader(n=128, batch_size=16))  # 8 steps: steps 2, 4, 6, 8 logged at 1, 3, 5, 7
     err = capsys.readouterr().err
     assert "compiling the model (torch.compile): the first steps take longer" in err

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from callbacks import Callback, ModelCheckpoint, ProgressBar, TensorBoardLogger, Timer
+from callbacks import Callback, ModelCheckpoint, RichModelSummary, RichProgressBar, TensorBoardLogger, Timer
 from strategies import DDPStrategy
 from tests._models import Classifier, dataset, loader, quiet
 from trainer import Trainer
@@ -348,7 +348,8 @@ def test_use_distributed_sampler_false_leaves_the_loader_as_given():
 
 def test_the_default_callbacks_are_built_from_the_options():
     trainer = Trainer()
-    assert [type(cb) for cb in trainer.callbacks] == [ProgressBar, type(trainer.callbacks[1]), ModelCheckpoint]  # Lightning's order: checkpoints last
+    # Lightning's order, checkpoints last; rich's bar and summary, as Lightning's when rich is installed (it is in dev)
+    assert [type(cb) for cb in trainer.callbacks] == [RichProgressBar, RichModelSummary, ModelCheckpoint]
     assert isinstance(trainer.logger, TensorBoardLogger)  # logger=True: a logger, no longer a callback
 
 

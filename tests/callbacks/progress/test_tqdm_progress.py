@@ -19,7 +19,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from callbacks import EarlyStopping, ProgressBar, Timer, TQDMProgressBar
-from callbacks.progress import _duration
+from callbacks.progress.tqdm_progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
@@ -38,7 +38,7 @@ class Slow(Classifier):
 
 
 def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns(capsys):
-    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False)
+    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])
     trainer.fit(Classifier(), loader(64), loader(32))
     err = capsys.readouterr().err
     assert "\r" not in err
@@ -50,7 +50,7 @@ def test_without_a_terminal_it_prints_one_line_per_epoch_and_no_carriage_returns
 
 
 def test_an_epoch_under_a_second_reports_milliseconds(capsys):
-    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False)
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])
     trainer.fit(Classifier(), loader(64))  # 4 batches of a tiny MLP: a few ms
     (line,) = _lines(capsys.readouterr().err)
     took = re.match(r"epoch 0 done in (\d+) ms ", line)
@@ -64,7 +64,7 @@ def test_durations_read_in_the_unit_that_fits():
 
 
 def test_an_epoch_cut_short_by_max_steps_says_so_and_where(capsys):
-    trainer = Trainer(max_steps=3, log_dir=None, enable_checkpointing=False)
+    trainer = Trainer(max_steps=3, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])
     trainer.fit(Classifier(), loader(64))  # 4 batches per epoch
     (line,) = _lines(capsys.readouterr().err)
     # A cut epoch has no epoch means (its end comes in the run that resumes it): the last batch's value.
@@ -72,7 +72,7 @@ def test_an_epoch_cut_short_by_max_steps_says_so_and_where(capsys):
 
 
 def test_max_steps_reached_with_the_epochs_last_batch_finishes_the_epoch_and_then_stops(capsys):
-    trainer = Trainer(max_steps=4, max_epochs=5, log_dir=None, enable_checkpointing=False)
+    trainer = Trainer(max_steps=4, max_epochs=5, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])
     trainer.fit(Classifier(), loader(64))
     (line,) = _lines(capsys.readouterr().err)
     assert re.match(rf"epoch 0 done in {TOOK}, then stopped \(max_steps=4\) step=4 ", line)
@@ -84,13 +84,13 @@ class ConstantValLoss(Classifier):
 
 
 def test_a_stop_by_a_callback_gives_the_callbacks_reason(capsys):
-    trainer = Trainer(max_epochs=5, log_dir=None, enable_checkpointing=False, callbacks=[EarlyStopping("val_loss", patience=0)])
+    trainer = Trainer(max_epochs=5, log_dir=None, enable_checkpointing=False, callbacks=[EarlyStopping("val_loss", patience=0), ProgressBar()])
     trainer.fit(ConstantValLoss(), loader(64), loader(32))
     lines = _lines(capsys.readouterr().err)
     assert len(lines) == 2 and lines[0].startswith("epoch 0 done in ") and "stopped" not in lines[0]
     assert re.match(rf"epoch 1 done in {TOOK}, then stopped \(early_stopping\) step=8 ", lines[1])
 
-    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[Timer(0.001)])
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[Timer(0.001), ProgressBar()])
     trainer.fit(Slow(), loader(64))  # 50 ms per batch: the budget is spent in the first one
     (line,) = _lines(capsys.readouterr().err)
     assert re.match(rf"epoch 0 stopped at batch 1/4 \(timer\) after {TOOK} step=1 ", line)
@@ -102,8 +102,8 @@ def _seconds(shown: str) -> float:
 
 
 def test_in_a_log_the_first_line_comes_early_and_estimates_the_epoch_and_the_time_left(capsys, monkeypatch):
-    monkeypatch.setattr("callbacks.progress._FIRST_LINE_S", 0.01)  # 5 s in real runs; here the first 50 ms batch passes it
-    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False)  # the default bar: a line every 30 s
+    monkeypatch.setattr("callbacks.progress.tqdm_progress._FIRST_LINE_S", 0.01)  # 5 s in real runs; here the first 50 ms batch passes it
+    trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar()])  # its defaults: a line every 30 s
     trainer.fit(Slow(), loader(64))
     lines = _lines(capsys.readouterr().err)
     # One early line in the fit's first epoch; then only the epochs' ends.
@@ -186,11 +186,26 @@ def test_bad_pace_values_are_refused():
 
 _TTY_SCRIPT = """
 from callbacks import EarlyStopping, ProgressBar, Timer, TQDMProgressBar
-from callbacks.progress import _duration
+from callbacks.progress.tqdm_progress import _duration
 from tests._models import Classifier, loader
 from trainer import Trainer
 
+class Styled(TQDMProgressBar):  # Lightning's docs: a factory overridden to style one bar
+    def init_validation_tqdm(self):
+        bar = super().init_validation_tqdm()
+        bar.set_description("running validation ...")
+        return bar
+
+    def init_train_tqdm(self):
+        bar = super().init_train_tqdm()
+        bar.colour = "green"
+        return bar
+
+
 if __name__ == "__main__":
+    trainer = Trainer(max_epochs=1, log_dir=None, enable_checkpointing=False, callbacks=[Styled()])
+    trainer.fit(Classifier(), loader(64), loader(32))
+    trainer.test(Classifier(), loader(32), verbose=False)
     trainer = Trainer(max_epochs=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
     trainer.fit(Classifier(), loader(64), loader(32))
     trainer = Trainer(max_steps=2, log_dir=None, enable_checkpointing=False, callbacks=[ProgressBar(refresh_s=0.001)])
@@ -226,6 +241,8 @@ def test_on_a_terminal_it_draws_a_tqdm_bar_per_epoch_with_step_loss_and_prog_bar
     # the second fit, max_steps=2 and no max_epochs: the bar counts to the steps left, as Lightning's
     assert "Epoch 0 (stopped: max_steps=2): 100%" in out and "2/2" in out
     assert not _lines(out)  # the no-terminal lines are not printed as well
+    # Styled's factories: the validation bar's own description, the epoch bar in green (tqdm's colour), "Testing"
+    assert "running validation ..." in out and "\x1b[32m" in out and "Testing: " in out
 
 
 # --- TQDMProgressBar: Lightning's name and arguments ----------------------------------------

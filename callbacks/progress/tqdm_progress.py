@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from trainer.core.checks import flag, positive_int, positive_number
 
-from .base import Callback
+from ..base import Callback
+from ._lines import _duration, _line, _stop_reason, _time_left
 
 # Without a terminal, the fit's first progress line comes this soon (unless line_every_s is
 # sooner), with the epoch's expected length: a log should not stay silent for 30 s first.
@@ -88,11 +89,10 @@ class ProgressBar(Callback):
             if not self._tty:
                 _line("compiling the model (torch.compile): the first steps take longer")
         if self._tty:
-            self._bar = tqdm_class()(
-                total=None if total == float("inf") else int(total), initial=self._first_batch,
-                desc=f"Epoch {trainer.current_epoch}" + (" (compiling)" if self._compiling else ""),
-                dynamic_ncols=True, leave=True, mininterval=self.refresh_s,
-            )
+            bar = self._bar = self.init_train_tqdm()
+            bar.reset(total=None if total == float("inf") else int(total))
+            bar.initial = bar.n = bar.last_print_n = self._first_batch  # a resumed epoch's rate counts from here
+            bar.set_description(f"Epoch {trainer.current_epoch}" + (" (compiling)" if self._compiling else ""))
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
@@ -169,6 +169,14 @@ class ProgressBar(Callback):
         due = every is None or (self.trainer.current_epoch + 1) % every == 0
         return sum(self.trainer.num_val_batches) if due else 0
 
+    def has_dataloader_changed(self, dataloader_idx: int) -> bool:
+        """Lightning's: whether ``dataloader_idx`` is another loader than the last one asked about (remembered)."""
+        changed, self._eval_loader = dataloader_idx != self._eval_loader, dataloader_idx
+        return changed
+
+    def reset_dataloader_idx_tracker(self) -> None:
+        self._eval_loader = None
+
     def _current(self, batches: list[int | float]) -> int | float:
         return batches[self._eval_loader or 0] if batches else 0
 
@@ -235,12 +243,38 @@ class ProgressBar(Callback):
             head = f"epoch {epoch} done in {took}, then stopped ({reason})"
         _line(head + "".join(f" {k}={v}" for k, v in shown.items()))
 
+    # --- Lightning's tqdm factories: override one to style that bar (made where a terminal shows it) ----
+    def _tqdm(self, description: str, leave: bool) -> Any:
+        return tqdm_class()(desc=description, leave=leave, dynamic_ncols=True, mininterval=self.refresh_s)
+
+    def init_train_tqdm(self) -> Any:
+        """An epoch's bar; its total and its description ("Epoch 3") are set when the epoch starts."""
+        return self._tqdm(self.train_description, leave=True)
+
+    def init_sanity_tqdm(self) -> Any:
+        return self._tqdm(self.sanity_check_description, leave=False)
+
+    def init_validation_tqdm(self) -> Any:
+        return self._tqdm(self.validation_description, leave=self.trainer.state.fn == "validate")  # in fit: goes
+
+    def init_test_tqdm(self) -> Any:
+        return self._tqdm(self.test_description, leave=True)
+
+    def init_predict_tqdm(self) -> Any:
+        return self._tqdm(self.predict_description, leave=True)
+
+    sanity_check_description = property(lambda self: "Sanity Checking")
+    train_description = property(lambda self: "Training")
+    validation_description = property(lambda self: "Validation")
+    test_description = property(lambda self: "Testing")
+    predict_description = property(lambda self: "Predicting")
+
     # --- validation, test, predict: a bar while they run, on a terminal ----------------
-    def _eval_start(self, desc: str, stage: str) -> None:
+    def _eval_start(self, make: Callable[[], Any], stage: str) -> None:
         self._eval_stage, self._eval_loader = stage, 0
         self._totals[stage] = getattr(self, f"total_{stage}_batches_current_dataloader")
         if self._active and self._tty:
-            self._eval_bar = tqdm_class()(desc=desc, leave=False, dynamic_ncols=True, mininterval=self.refresh_s)
+            self._eval_bar = make()
 
     def _eval_batch(self, dataloader_idx: int = 0) -> None:
         if dataloader_idx != self._eval_loader:  # the next loader: its total
@@ -256,7 +290,7 @@ class ProgressBar(Callback):
             self._eval_bar = None
 
     def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        self._eval_start("Sanity Checking" if trainer.sanity_checking else "Validation", "val")
+        self._eval_start(self.init_sanity_tqdm if trainer.sanity_checking else self.init_validation_tqdm, "val")
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(dataloader_idx)
@@ -269,10 +303,10 @@ class ProgressBar(Callback):
     on_test_end = on_predict_end = on_validation_end
 
     def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        self._eval_start("Test", "test")
+        self._eval_start(self.init_test_tqdm, "test")
 
     def on_predict_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        self._eval_start("Predict", "predict")
+        self._eval_start(self.init_predict_tqdm, "predict")
 
     def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         for bar in (self._bar, self._eval_bar):
@@ -329,46 +363,6 @@ class TQDMProgressBar(ProgressBar):
 
 def _shown(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value.item() if isinstance(value, torch.Tensor) else value)
-
-
-def _stop_reason(trainer: Trainer) -> str | None:
-    """Why fit ends at this epoch's end ("max_steps=60", "early_stopping", "timer", ...), or None
-    when it goes on or ends at max_epochs."""
-    reason = trainer.state.stop_reason
-    if reason is not None and reason != "max_steps":  # a callback's reason, even if max_steps was also reached
-        return reason
-    if trainer.max_steps is not None and trainer.global_step >= trainer.max_steps:
-        return f"max_steps={trainer.max_steps}"
-    return "should_stop" if trainer.should_stop else None  # set by the user's code, with no reason given
-
-
-def _time_left(trainer: Trainer, batches_done: int, rate: float) -> str:
-    """'; about 45 s per epoch, 40 s left in this one' at ``rate`` batches/s, when the epoch's
-    length is known; the time left is to max_steps when that ends the epoch first."""
-    total = trainer.num_training_batches
-    if total == float("inf") or rate <= 0:
-        return ""
-    left, until = total - batches_done, "in this one"
-    if trainer.max_steps is not None:
-        accumulate = trainer.accumulate_grad_batches  # the current group's micro-batches count towards its step
-        to_stop = (trainer.max_steps - trainer.global_step) * accumulate - batches_done % accumulate
-        if to_stop < left:
-            left, until = max(to_stop, 0), f"to max_steps={trainer.max_steps}"
-    return f"; about {_duration(total / rate, whole=True)} per epoch, {_duration(left / rate, whole=True)} left {until}"
-
-
-def _line(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def _duration(seconds: float, whole: bool = False) -> str:
-    """'42 ms' under a second, '12.3 s' ('12 s' if ``whole``) under a minute, then '4 min 05 s'."""
-    if round(seconds * 1e3) < 1000:  # compared as shown: 0.9996 s is "1.0 s", not "1000 ms"
-        return f"{round(seconds * 1e3)} ms"
-    if round(seconds, 1) < 60:
-        return f"{round(seconds)} s" if whole else f"{seconds:.1f} s"
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest:02d} s"
 
 
 _TQDM: list[type] = []  # made on first use: importing tqdm is not free
