@@ -8,6 +8,8 @@ import re
 import time
 from typing import Any
 
+from ._disk import naming
+
 
 # The HParams tab (tensorboard 2.x) takes its columns from one "experiment" record, read from
 # the first run that has one, else built from every run's "session start" (the values) and
@@ -101,9 +103,10 @@ def write_yaml(path: str, params: dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     text = "".join(_yaml_lines(params, 0)) if params else "{}\n"
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    with naming(path, tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
 
 
 def _yaml_lines(value: Any, indent: int) -> list[str]:
