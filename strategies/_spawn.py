@@ -41,8 +41,7 @@ _WORKER: dict[str, str] = {}  # in a spawned worker: "failed", the file note_fai
 
 
 def note_failure() -> None:
-    """In a spawned worker: the time this rank's stage failed (only the first), which the parent
-    compares across ranks. Elsewhere nothing."""
+    """In a spawned worker: when this rank's stage first failed, which the parent compares across ranks."""
     path = _WORKER.get("failed")
     if path and not os.path.exists(path):
         with contextlib.suppress(OSError), open(path, "w") as f:
@@ -250,8 +249,9 @@ def _exit(code: int) -> None:
     objects to clean up at shutdown"."""
     with contextlib.suppress(Exception):
         multiprocessing.util._run_finalizers(0)  # noqa: SLF001 - no public way to run them without exiting
-    for child in multiprocessing.active_children():  # DataLoader workers, one hung in __getitem__ among them:
-        child.kill()  # the interpreter's exit would have ended them; os._exit leaves them holding stdout
+    for child in multiprocessing.active_children():  # daemonic: DataLoader workers, one hung in __getitem__ among them,
+        if child.daemon:  # which the interpreter's exit would have ended; os._exit leaves them holding stdout
+            child.kill()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
