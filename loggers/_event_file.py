@@ -14,6 +14,7 @@ and its records are the ones tensorboard writes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -21,6 +22,8 @@ import socket
 import threading
 import time
 from typing import Any
+
+from ._disk import naming
 
 _uids = itertools.count()
 
@@ -61,7 +64,8 @@ class EventFile:
         with self._lock:
             if self._closed:
                 raise OSError("Writer is closed")
-            self._records.write(data)
+            with naming(self._file.name):  # a full buffer is written out here
+                self._records.write(data)
             if time.monotonic() - self._flushed >= self._flush_secs:
                 self._flush()
 
@@ -72,15 +76,19 @@ class EventFile:
             self._flush()
 
     def _flush(self) -> None:
-        self._file.flush()
+        with naming(self._file.name):
+            self._file.flush()
         self._flushed = time.monotonic()
 
     def close(self) -> None:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._file.flush()
-                self._file.close()
+                try:
+                    self._flush()
+                finally:  # closed even when the disk is full: the records that did not fit are lost
+                    with contextlib.suppress(OSError):
+                        self._file.close()
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import time
 from typing import Any
+
+from ._disk import naming
 
 
 # The HParams tab (tensorboard 2.x) takes its columns from one "experiment" record, read from
@@ -96,15 +97,16 @@ def _hparams_summary(kind: str, data: Any) -> Any:
 
 # --- hparams.yaml ------------------------------------------------------------------------
 def write_yaml(path: str, params: dict[str, Any]) -> None:
-    """``params`` as YAML (a temp file renamed into place). Strings are JSON-quoted, which
-    YAML reads as the same string; numbers, bools and None as YAML's; dicts and lists
-    nested; any other object as its ``str``."""
+    """``params`` as YAML (a temp file renamed into place) that ``yaml.safe_load`` reads back as
+    the same data: strings double-quoted with YAML's escapes, numbers, bools and None as YAML's,
+    dicts and lists nested (a tuple as a list); any other object as its ``str``."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     text = "".join(_yaml_lines(params, 0)) if params else "{}\n"
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    with naming(path, tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
 
 
 def _yaml_lines(value: Any, indent: int) -> list[str]:
@@ -112,7 +114,7 @@ def _yaml_lines(value: Any, indent: int) -> list[str]:
     lines: list[str] = []
     if isinstance(value, dict):
         for k, v in value.items():
-            key = _key(str(k))
+            key = _key(k)
             if _nested(v):
                 lines.append(f"{pad}{key}:\n")
                 lines += _yaml_lines(v, indent + 2)
@@ -132,11 +134,30 @@ _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
 
 
-def _key(key: str) -> str:
-    """A name as is when YAML reads it back as that string, else quoted."""
+def _key(key: Any) -> str:
+    """A name as is when YAML reads it back as that string, else quoted; an int, float, bool or
+    None key (a nested dict's) as that scalar."""
+    if not isinstance(key, str):
+        return _scalar(key) if key is None or isinstance(key, (bool, int, float)) else _quoted(str(key))
     if _PLAIN_KEY.fullmatch(key) and key.lower() not in _YAML_WORDS:
         return key
-    return json.dumps(key, ensure_ascii=False)
+    return _quoted(key)
+
+
+# What YAML 1.1 lets stand in a double-quoted scalar: printable characters, less the line breaks
+# it would fold (NEL, LS, PS) and the two the quotes escape. The rest is written as an escape:
+# JSON's quoting leaves DEL and C1 controls raw, which makes PyYAML reject the whole file.
+_RAW = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _quoted(text: str) -> str:
+    def escape(match: re.Match[str]) -> str:
+        c = match.group()
+        code = ord(c)
+        return _ESCAPES.get(c) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+
+    return '"' + _RAW.sub(escape, text) + '"'
 
 
 def _nested(value: Any) -> bool:
@@ -155,11 +176,14 @@ def _scalar(value: Any) -> str:
             return ".nan"
         if math.isinf(value):
             return ".inf" if value > 0 else "-.inf"
-        return repr(value)
+        text = repr(value)
+        # YAML 1.1 reads a number as a float only with a dot: `1e-05` and `1e+20` are strings to it
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa}.0{e}{exponent}" if e and "." not in mantissa else text
     if isinstance(value, dict):
         return "{}"
     if isinstance(value, (list, tuple)):
         return "[]"
     if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1:  # a one-element tensor
         return _scalar(value.item())
-    return json.dumps(str(value), ensure_ascii=False)
+    return _quoted(str(value))

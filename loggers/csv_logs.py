@@ -9,6 +9,7 @@ from typing import Any
 
 from trainer.core.checks import positive_int
 
+from ._disk import naming
 from ._hparams import write_yaml
 from .logger import FolderLogger, add_prefix, params_dict, rank_zero_experiment, rank_zero_only
 
@@ -67,7 +68,9 @@ class ExperimentWriter:
         if not self._header or not names <= set(self._header):
             self._rewrite(sorted(names | set(self._header) - {"step"}))
         else:
-            with open(self.metrics_file_path, "r+" if os.path.exists(self.metrics_file_path) else "w", newline="", encoding="utf-8") as f:
+            with naming(self.metrics_file_path), open(
+                self.metrics_file_path, "r+" if os.path.exists(self.metrics_file_path) else "w", newline="", encoding="utf-8",
+            ) as f:
                 f.seek(self._last_offset if self._reopened else 0, os.SEEK_SET if self._reopened else os.SEEK_END)
                 f.truncate()
                 self._append(f, self._header)
@@ -89,12 +92,13 @@ class ExperimentWriter:
             old = list(csv.DictReader(io.StringIO(data, newline="")))
         header = ["step", *names]
         tmp = f"{self.metrics_file_path}.tmp{os.getpid()}"
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=header, restval="")
-            writer.writeheader()
-            writer.writerows(old)
-            self._append(f, header)
-        os.replace(tmp, self.metrics_file_path)
+        with naming(self.metrics_file_path, tmp):
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=header, restval="")
+                writer.writeheader()
+                writer.writerows(old)
+                self._append(f, header)
+            os.replace(tmp, self.metrics_file_path)
         self._header = header
 
 

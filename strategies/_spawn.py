@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import glob
 import logging
 import multiprocessing.util
 import os
 import pickle
 import random
+import re
 import shutil
 import signal
 import socket
@@ -33,6 +35,17 @@ SHUTDOWN_GRACE_S = 3.0
 # (faulthandler writes it even while the rank is blocked in C code), so a hang says where.
 _STACK_SIGNAL = signal.SIGUSR2
 _STACK_WAIT_S = 1.0
+
+
+_WORKER: dict[str, str] = {}  # in a spawned worker: "failed", the file note_failure writes
+
+
+def note_failure() -> None:
+    """In a spawned worker: when this rank's stage first failed, which the parent compares across ranks."""
+    path = _WORKER.get("failed")
+    if path and not os.path.exists(path):
+        with contextlib.suppress(OSError), open(path, "w") as f:
+            f.write(repr(time.time()))
 
 
 class WorkerError(RuntimeError):
@@ -103,7 +116,7 @@ def spawn(
             _restore_signals(forwarded)
             for proc in context.processes:  # whatever path we leave by, leave no orphans
                 if proc.is_alive():
-                    proc.kill()
+                    _kill_tree(proc)
                 proc.join()
         result_path = os.path.join(workdir, "result.pt")
         if not os.path.exists(result_path):
@@ -122,8 +135,13 @@ def _join(procs: list[Any], workdir: str, timeout: timedelta | None, received: l
         for sentinel in wait(list(running)):
             rank = running.pop(sentinel)
             procs[rank].join()
-            if procs[rank].exitcode != 0:
+            early = procs[rank].exitcode == 0 and not os.path.exists(os.path.join(workdir, f"done-{rank}"))
+            if procs[rank].exitcode != 0 or early:
                 stuck = _stop_the_rest(procs, workdir)
+                if early:  # its peers fail next, losing their connection to it: they are not the cause
+                    raise WorkerError(
+                        f"DDP rank {rank} (of {len(procs)}) exited with status 0 before its fit finished (os._exit(0) "
+                        "in user code, or a library ending the process?). The other ranks were stopped." + _stuck_report(stuck), rank)
                 raise _interrupted(workdir, len(procs), procs[rank].exitcode, received) or _worker_error(
                     rank, procs[rank].exitcode, workdir, len(procs), stuck, timeout
                 )
@@ -164,8 +182,7 @@ def _stop_the_rest(procs: list[Any], workdir: str) -> dict[int, str]:
     while stuck and time.monotonic() < deadline and not all(_read(_stack_path(workdir, r)) for r in stuck):
         time.sleep(0.05)
     for rank in alive:
-        procs[rank].kill()
-        procs[rank].join()
+        _kill_tree(procs[rank])
     return {rank: _read(_stack_path(workdir, rank)) for rank in stuck}
 
 
@@ -186,6 +203,7 @@ def _worker(
     else:
         os.environ[SEED_ENV] = global_seed
     open(os.path.join(workdir, f"started-{local_rank}"), "w").close()  # past the script's re-import
+    _WORKER["failed"] = os.path.join(workdir, f"failed-{local_rank}.txt")
     _dump_stack_on_request(_stack_path(workdir, local_rank))
     faulthandler.enable(all_threads=True)  # a crash in C code (SIGSEGV, SIGABRT) prints where Python was
     # Each rank draws its own dropout masks, reproducibly from the caller's RNG.
@@ -202,8 +220,9 @@ def _worker(
         result = fn(*args)
     except BaseException as err:
         # Timestamped, so the parent can tell the first failure from the ranks it took down.
+        failed_at = _read(_WORKER["failed"]) or repr(time.time())  # when the stage failed, before its cleanup
         with open(os.path.join(workdir, f"error-{local_rank}.txt"), "w") as f:
-            f.write(f"{time.time()}\n{traceback.format_exc()}")
+            f.write(f"{failed_at}\n{traceback.format_exc()}")
         if isinstance(err, Interrupted):  # a clean stop: the parent re-raises it as such
             with open(os.path.join(workdir, f"interrupted-{local_rank}.txt"), "w") as f:
                 f.write(f"{err.signum}\n{err}")
@@ -212,6 +231,7 @@ def _worker(
         tmp = os.path.join(workdir, "result.pt.tmp")
         torch.save(result, tmp)
         os.replace(tmp, os.path.join(workdir, "result.pt"))
+    open(os.path.join(workdir, f"done-{local_rank}"), "w").close()  # a status 0 without it is a failure
     _exit(0)
 
 
@@ -229,6 +249,9 @@ def _exit(code: int) -> None:
     objects to clean up at shutdown"."""
     with contextlib.suppress(Exception):
         multiprocessing.util._run_finalizers(0)  # noqa: SLF001 - no public way to run them without exiting
+    for child in multiprocessing.active_children():  # daemonic: DataLoader workers, one hung in __getitem__ among them,
+        if child.daemon:  # which the interpreter's exit would have ended; os._exit leaves them holding stdout
+            child.kill()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -260,7 +283,19 @@ def _worker_error(
     if errors:
         _, rank, tb = min(errors)
         message = f"DDP rank {rank} (of {nprocs}) failed:\n{tb}"
-        if timeout is not None and _is_timeout(tb):
+        code = re.search(r"^SystemExit: ?(.*)$", tb.strip().splitlines()[-1] if tb.strip() else "")
+        loader = re.search(r"DataLoader timed out after (\d+) seconds", tb)
+        if code is not None:  # sys.exit() inside fit: not a finished fit, whatever the status
+            status = code.group(1) or "None"
+            message = (f"DDP rank {rank} (of {nprocs}) exited with status {status} before its fit finished "
+                       f"(sys.exit({status}) in user code?). The other ranks were stopped. It exited here:\n{tb}")
+        elif loader is not None:
+            message += (
+                f"\nRank {rank}'s DataLoader waited longer than its timeout ({loader.group(1)} s) for a batch from its "
+                "worker processes: a worker is stuck in the Dataset's __getitem__ or the collate_fn, or much slower. "
+                "Find what it waits on, or raise DataLoader(timeout=...)."
+            )
+        elif timeout is not None and _is_timeout(tb):
             seconds = f"{timeout.total_seconds():g}"
             message += (
                 f"\nRank {rank} waited longer than the collective timeout ({seconds} s, DDPStrategy(timeout=...)) "
@@ -301,6 +336,27 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux: /proc; elsewhere none), children first."""
+    found: list[int] = []
+    for children in glob.glob(f"/proc/{pid}/task/*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            for kid in map(int, _read(children).split()):
+                found += [kid, *_descendants(kid)]
+    return found
+
+
+def _kill_tree(proc: Any) -> None:
+    """SIGKILL a rank and what it started (DataLoader workers): killed alone, a worker hung in
+    ``__getitem__`` outlives the job, holding its stdout open."""
+    below = _descendants(proc.pid) if proc.pid is not None else []
+    proc.kill()
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.join()
 
 
 def _stack_path(workdir: str, rank: int) -> str:

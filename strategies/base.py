@@ -13,6 +13,7 @@ from trainer.checkpoint.state_dicts import load_plain_state_dict, optimizer_stat
 from trainer.data.batches import move_to_device, on_cpu
 from trainer.data.device_copy import copied_ahead
 
+from ._spawn import note_failure
 from .precision import Precision
 
 
@@ -117,6 +118,12 @@ class Strategy:
 
     def teardown(self) -> None:
         """Undo ``setup_environment`` so that the next fit can start clean."""
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Called first when a stage fails, before the ``on_exception`` hooks. In a spawned DDP worker
+        it notes the time: the rank that failed first is the one named, not a peer that lost its
+        connection while this rank was still cleaning up (a hung loader worker takes seconds)."""
+        note_failure()
 
     # --- data --------------------------------------------------------------------------
     def process_dataloader(self, loader: Any, stage: str) -> Any:

@@ -3,10 +3,13 @@ serves the tab its columns, and the columns the tab ticks without the user's hel
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
 import torch
+import yaml
+from hypothesis import given, settings, strategies as st
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.context import RequestContext
@@ -14,8 +17,10 @@ from tensorboard.plugins import base_plugin
 from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, metadata
 
 from loggers import TensorBoardLogger
+from loggers._hparams import write_yaml
 from tests._models import Classifier, loader
 from trainer import Trainer
+from trainer.checkpoint.from_checkpoint import read_hparams_file
 
 
 def _fit(model=None, **options) -> Trainer:
@@ -201,3 +206,39 @@ def test_a_model_that_never_saved_hyperparameters_gets_no_log_hyperparams_call(t
     Trainer(max_epochs=1, logger=recorded, enable_progress_bar=False, enable_checkpointing=False).fit(Classifier(hidden=16), loader(32))
     (params,) = recorded.hparams_calls
     assert params["hidden"] == 16 and params["trainer/max_epochs"] == 1  # TensorBoard's HParams get the options too
+
+
+# --- hparams.yaml reads back -----------------------------------------------------------------
+_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+_keys = st.text() | st.integers()
+_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4), max_leaves=12)
+
+
+def _same(a, b) -> bool:
+    """Equal as data: NaN equals NaN, a tuple reads back as a list, 0.0 keeps its sign."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(), _values, max_size=6))
+def test_hparams_yaml_reads_back_every_plain_value(tmp_path_factory, params):
+    path = str(tmp_path_factory.mktemp("h") / "hparams.yaml")
+    write_yaml(path, params)
+    assert _same(params, read_hparams_file(path))  # load_from_checkpoint(hparams_file=...)'s reader
+    with open(path, encoding="utf-8") as f:
+        assert _same(params, yaml.safe_load(f) or {})
+
+
+def test_floats_in_every_notation_and_control_characters_read_back(tmp_path):
+    params = {"lr": 1e-5, "eps": 1e-8, "big": 1e20, "tiny": 5e-324, "neg": -0.0, "inf": float("-inf"),
+              "text": "a\x7fb\x85c\x9f\u2028d\ud83d\ude00", "nested": {"betas": (0.9, 0.999), 3: [1e-5, None]}}
+    write_yaml(str(tmp_path / "hparams.yaml"), params)
+    back = read_hparams_file(tmp_path / "hparams.yaml")
+    assert back["lr"] == 1e-5 and back["eps"] == 1e-8 and back["big"] == 1e20 and isinstance(back["big"], float)
+    assert back["text"] == params["text"] and back["nested"] == {"betas": [0.9, 0.999], 3: [1e-5, None]}

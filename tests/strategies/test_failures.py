@@ -10,10 +10,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from torch.utils.data import DataLoader
 
 from callbacks import Callback
 from strategies import DDPStrategy, WorkerError
@@ -232,3 +234,72 @@ def test_unsized_loaders_that_run_out_at_different_times_end_the_epoch_together(
     trainer = _fit_ddp(tmp_path, Classifier(), train=Shard(sized=False), max_steps=None, max_epochs=2, callbacks=[count])
     assert trainer.global_step == 6 and trainer.current_epoch == 2
     assert count.per_epoch == [3, 6]  # rank 0's callback, sent back to the caller
+
+
+# --- the true cause, and nothing left behind ----------------------------------------------------
+class HangsOnRank1:
+    """A dataset whose item 8 never comes on rank 1: its loader worker hangs in ``__getitem__``."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i):
+        if i == 8 and os.environ.get("RANK") == "1":
+            time.sleep(3600)
+        return loader(64, 1).dataset[i]
+
+
+class StampsTheFault(Classifier):
+    def __init__(self, out: str) -> None:
+        super().__init__()
+        self.out = out
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        Path(self.out, "fault_time").write_text(repr(time.time()))  # the hang comes at the next batch
+
+
+def test_a_dataloader_timeout_is_named_as_such_and_its_hung_worker_does_not_outlive_the_job(tmp_path):
+    before = _descendants(os.getpid())
+    hung = DataLoader(HangsOnRank1(), batch_size=4, num_workers=1, timeout=3)
+    with pytest.raises(WorkerError) as info:
+        _fit_ddp(tmp_path, StampsTheFault(str(tmp_path)), train=hung, timeout=60)
+    message = str(info.value)
+    assert info.value.rank == 1 and message.startswith("DDP rank 1 (of 2) failed:")
+    assert "DataLoader timed out after 3 seconds" in message and "collective timeout" not in message
+    assert "Rank 1's DataLoader waited longer than its timeout (3 s) for a batch from its worker processes" in message
+    time.sleep(10)
+    _assert_nothing_left(tmp_path, before)
+
+
+class ExitsOnRank1(Classifier):
+    def __init__(self, out: str, code: int) -> None:
+        super().__init__()
+        self.out, self.code = out, code
+
+    def training_step(self, batch, batch_idx):
+        if self.trainer.strategy.global_rank == 1 and batch_idx == 2:
+            Path(self.out, "fault_time").write_text(repr(time.time()))
+            sys.exit(self.code)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("how", ["sys.exit", "os._exit"])
+def test_a_rank_that_exits_with_status_0_mid_fit_is_the_one_named(tmp_path, how):
+    before = _descendants(os.getpid())
+    model = ExitsOnRank1(str(tmp_path), 0) if how == "sys.exit" else OsExitOnRank1(str(tmp_path), 0)
+    with pytest.raises(WorkerError) as info:
+        _fit_ddp(tmp_path, model)
+    assert _seconds_since_fault(tmp_path) < STOP_WITHIN_S
+    message = str(info.value)
+    assert info.value.rank == 1, message
+    assert message.startswith("DDP rank 1 (of 2) exited with status 0 before its fit finished"), message
+    time.sleep(10)
+    _assert_nothing_left(tmp_path, before)
+
+
+class OsExitOnRank1(ExitsOnRank1):
+    def training_step(self, batch, batch_idx):
+        if self.trainer.strategy.global_rank == 1 and batch_idx == 2:
+            Path(self.out, "fault_time").write_text(repr(time.time()))
+            os._exit(self.code)
+        return super().training_step(batch, batch_idx)

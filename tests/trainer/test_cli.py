@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Callable
 
 import pytest
 import torch
@@ -184,3 +185,35 @@ def test_run_false_saves_the_config_when_fit_runs_and_a_single_default_callback_
     with_class_path = TrainerCLI(WithLoaders, args={"trainer": {"logger": False}}, run=False, trainer_defaults={
         "callbacks": {"class_path": "callbacks.EarlyStopping", "init_args": {"monitor": "val_loss"}}})
     assert any(isinstance(cb, EarlyStopping) and cb.monitor == "val_loss" for cb in with_class_path.trainer.callbacks)
+
+
+@pytest.mark.parametrize("spec, words", [
+    ('{"mode": "fastest"}', "unknown mode 'fastest'"),
+    ('{"backend": "nope"}', "unknown backend 'nope'"),
+    ('{"options": 3}', "'options' must be dict or None, got 3"),
+    ('{"dynamic": "maybe"}', "'dynamic' must be bool or None"),
+    ('{"options": {"bogus": 1}}', "unknown options ['bogus']"),
+    ('{"mode": "default", "options": {"debug": true}}', "'mode' or 'options', not both"),
+])
+def test_a_bad_compile_spec_exits_2_before_anything_runs(capsys, spec, words):
+    code, err = _exit_code(capsys, args=["fit", f"--trainer.compile={spec}", "--trainer.max_epochs=1"])
+    assert code == 2 and "compile=" in err and words in err
+    assert os.listdir(".") == []
+
+
+class TakesAnything(WithLoaders):
+    def __init__(self, activation: Callable = torch.relu):
+        super().__init__()
+
+
+@pytest.mark.parametrize("key, value", [
+    ("activation", "subprocess.getoutput"),
+    ("activation", "os.system"),
+    ("activation", "pickle.loads"),
+])
+def test_a_class_path_on_jsonargparses_import_block_list_is_refused(capsys, key, value):
+    with open("bad.yaml", "w") as f:
+        yaml.safe_dump({"model": {key: value}, "trainer": {"max_epochs": 1}}, f)
+    with pytest.raises(SystemExit) as info:
+        TrainerCLI(TakesAnything, args=["fit", "--config=bad.yaml"])
+    assert info.value.code == 2 and f"Importing '{value}' is not allowed" in capsys.readouterr().err

@@ -25,7 +25,7 @@ FORMAT = "steadytrainer/2"
 SCALER = "MixedPrecision"
 #: What a weights-only file leaves out (Lightning's ``dump_checkpoint(weights_only=True)``), and of ours.
 _TRAINING_KEYS = ("callbacks", "optimizer_states", "lr_schedulers", SCALER)
-_OUR_TRAINING_KEYS = ("rng", "epoch_start", "train_metrics")
+_OUR_TRAINING_KEYS = ("rng", "epoch_start", "train_metrics", "optimizer_classes")
 
 
 def to_file(state: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from trainer.data.fetch import Fetching, batches
 from trainer.core.exceptions import misconfigured
 from trainer.core.hparams import checkpoint_hparams
 from trainer.core.module import TrainModule
-from trainer.checkpoint.state_dicts import plain_state_dict
+from trainer.checkpoint.state_dicts import check_optimizers_fit, check_weights_fit, key_mismatch, optimizer_class
 
 if TYPE_CHECKING:
     from trainer.loops.run import Run
@@ -216,6 +216,7 @@ def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
     scaler, the counters, the optimizers and the schedulers. (The DataModule's state came back
     before its loaders were made: :func:`read_for_fit`.)"""
     opt, strategy = run.opt, trainer.strategy
+    check_weights_fit(ckpt, strategy.module)
     load_model(strategy, ckpt, opt.optimizers)
     for cb in trainer.callbacks:  # the model's hook ran before its weights were loaded
         cb.on_load_checkpoint(trainer, run.module, ckpt)
@@ -243,6 +244,7 @@ def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
                             f"You restored a checkpoint with current_epoch={trainer.current_epoch}, but you have set "
                             f"Trainer(max_epochs={trainer.max_epochs}).")
     trainer.state.batch_in_epoch = _batch_position(loop, trainer.strategy.world_size)
+    check_optimizers_fit(ckpt, opt.optimizers)  # after BaseFinetuning put its param groups back
     if "sharded" not in ours:  # a sharded folder's optimizer states were read with the weights
         _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", strategy.load_optimizer_state_dict)
     _load_states(
@@ -273,7 +275,7 @@ def load_model(strategy: Any, ckpt: dict[str, Any], optimizers: list[Any] = ()) 
         strategy.load_sharded_checkpoint(sharded, list(optimizers))
         return
     strict = getattr(module, "strict_loading", True)
-    missing, unexpected = _key_mismatch(module, plain_state_dict(ckpt["state_dict"]))
+    missing, unexpected = key_mismatch(module, ckpt["state_dict"])
     if strict and (missing or unexpected):
         raise CheckpointError(
             f"The checkpoint does not fit {type(module).__name__}: missing keys {missing or 'none'}, "
@@ -323,11 +325,6 @@ def _load_states(kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, 
         load(obj, state)
 
 
-def _key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[str], list[str]]:
-    own = set(plain_state_dict(module.state_dict()))
-    return sorted(own - set(state)), sorted(set(state) - own)
-
-
 def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
     """The full state: the trainer's counters, callbacks and options, and the ``run``'s
     optimizers, precision, loader position and metrics. Every rank must call it (RNG states
@@ -355,6 +352,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         "model": strategy.module_state_dict(),
         "optimizer_states": [] if opt is None else [strategy.optimizer_state_dict(o) for o in opt.optimizers],
     } if tensors else {}
+    weights["optimizer_classes"] = [] if opt is None else [optimizer_class(o) for o in opt.optimizers]
     return {
         "format": FORMAT,
         "version": __version__,

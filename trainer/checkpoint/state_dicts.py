@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from trainer.checkpoint.layout import ours
+
 
 _COMPILED = "_orig_mod."  # torch.compile(submodule) inserts it into the submodule's keys
 
@@ -79,3 +81,61 @@ def load_sharded_model(path: str, template: dict[str, torch.Tensor]) -> dict[str
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         load_shards(state, path, no_dist=True)
     return state["model"]
+
+
+def optimizer_class(optimizer: torch.optim.Optimizer) -> str:
+    """What a checkpoint records of an optimizer beside its state dict, which does not name it."""
+    return f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+
+
+def key_mismatch(module: torch.nn.Module, state: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The keys ``module`` has and ``state`` lacks, and the other way round (plain keys)."""
+    own, state = set(plain_state_dict(module.state_dict())), set(plain_state_dict(state))
+    return sorted(own - state), sorted(state - own)
+
+
+def check_weights_fit(ckpt: dict[str, Any], module: torch.nn.Module) -> None:
+    """``fit(ckpt_path=...)``: the file's weights are of the kinds of ``module``'s (int64 weights
+    were cast into a float model in silence), else a ``ValueError`` naming the first that is not.
+    A float of another width (a precision change) loads as ``load_state_dict`` casts it; so does
+    any weight ``load_from_checkpoint`` loads, as in Lightning."""
+    own = plain_state_dict(module.state_dict())
+    for key, saved in plain_state_dict(ckpt.get("state_dict") or {}).items():
+        mine = own.get(key)
+        if isinstance(saved, torch.Tensor) and isinstance(mine, torch.Tensor) and _kind(saved.dtype) != _kind(mine.dtype):
+            raise ValueError(
+                f"The checkpoint's {key!r} is {saved.dtype} and {type(module).__name__}'s is {mine.dtype}: loading "
+                "would cast it in silence. Resume with the model it was trained with, or convert the file's weights."
+            )
+
+
+def check_optimizers_fit(ckpt: dict[str, Any], optimizers: list[torch.optim.Optimizer]) -> None:
+    """``fit(ckpt_path=...)``: the file's optimizer states are states of ``optimizers`` (same
+    class, same param groups), else a ``ValueError`` naming the difference before any is loaded
+    (torch's own errors came at the first step, as ``KeyError: 'momentum'``, or were its raw
+    ``ValueError`` about param groups)."""
+    classes, states = ours(ckpt).get("optimizer_classes") or [], ckpt.get("optimizer_states") or []
+    fix = "Resume with the optimizer it was trained with, or load only the weights (Model.load_from_checkpoint) and train anew."
+    for i, opt in enumerate(optimizers):
+        name = type(opt).__name__
+        if i < len(classes) and classes[i] != optimizer_class(opt):
+            raise ValueError(f"The checkpoint's optimizer {i} is {classes[i]}, and configure_optimizers() now returns "
+                             f"{name} ({optimizer_class(opt)}): its state does not fit. {fix}")
+        if i >= len(states):
+            continue
+        groups = states[i].get("param_groups", [])
+        if len(groups) != len(opt.param_groups):
+            raise ValueError(f"The checkpoint's optimizer {i} has {len(groups)} param group(s); {name} now has "
+                             f"{len(opt.param_groups)}. {fix}")
+        sizes, now = [len(g["params"]) for g in groups], [len(g["params"]) for g in opt.param_groups]
+        if sizes != now:
+            raise ValueError(f"The checkpoint's optimizer {i} has param groups of {sizes} parameters; {name} now holds {now}. {fix}")
+        # A file that does not name the class (Lightning's, or one of ours from before): the settings its
+        # groups hold tell (Adam's betas and eps, SGD's momentum and dampening); a scheduler adds initial_lr.
+        foreign = sorted({k for g in groups for k in g} - {k for g in opt.param_groups for k in g} - {"params", "initial_lr"})
+        if not classes and foreign:
+            raise ValueError(f"The checkpoint's optimizer {i} has settings {foreign}, not {name}'s: it was another optimizer. {fix}")
+
+
+def _kind(dtype: torch.dtype) -> str:
+    return "bool" if dtype == torch.bool else "complex" if dtype.is_complex else "float" if dtype.is_floating_point else "int"

@@ -4,6 +4,7 @@ DataModule's, an optimizer's and a scheduler's arguments, as Lightning's ``Light
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Callable, Iterable, Union
 
 import torch
@@ -24,6 +25,10 @@ try:  # an optional extra: without it, this module imports and building a parser
     import yaml  # jsonargparse's own dependency
 
     jsonargparse.register_unresolvable_import_paths(torch)  # torch's classes report import paths that do not import
+    # A config naming os.system, subprocess.*, pickle.loads... (jsonargparse's import block list) is an
+    # error, not a warning: enforcement is off by default until jsonargparse 5, and giving a list turns it on.
+    if "import_path_denylist" in inspect.signature(jsonargparse.set_parsing_settings).parameters:
+        jsonargparse.set_parsing_settings(import_path_denylist=[])
     JSONARGPARSE = True
 except ImportError:
     ArgumentParser = Namespace = object  # type: ignore[assignment,misc]

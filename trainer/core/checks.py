@@ -206,11 +206,43 @@ def compile_options(value: Any) -> dict[str, Any] | None:
                 f"compile={value!r}: unknown keys {sorted(unknown)}. torch.compile takes fullgraph, dynamic, "
                 "backend, mode, options and disable."
             )
+        _check_compile_values(value)
         return dict(value)
     raise TypeError(
         f"compile={value!r} must be True, False, or torch.compile's keyword arguments as a dict, "
         "e.g. compile=dict(mode='max-autotune')."
     )
+
+
+def _check_compile_values(value: dict[str, Any]) -> None:
+    """What torch.compile checks only when the first batch runs (a RuntimeError or a bare
+    AttributeError minutes in), checked when the Trainer is built: the CLI then exits 2."""
+    kinds = {"fullgraph": (bool,), "disable": (bool,), "dynamic": (bool, type(None)), "mode": (str, type(None)),
+             "options": (dict, type(None))}
+    for key, types in kinds.items():
+        if key in value and not isinstance(value[key], types):
+            allowed = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+            raise TypeError(f"compile={value!r}: {key!r} must be {allowed}, got {value[key]!r}.")
+    backend = value.get("backend", "inductor")
+    if not (isinstance(backend, str) or callable(backend)):
+        raise TypeError(f"compile={value!r}: 'backend' must be a backend's name or a callable, got {backend!r}.")
+    if value.get("mode") is not None and value.get("options") is not None:
+        raise ValueError(f"compile={value!r}: torch.compile takes 'mode' or 'options', not both.")
+    if isinstance(backend, str) and backend != "inductor":
+        import torch._dynamo  # where used: a second or more to import
+
+        names = torch._dynamo.list_backends(exclude_tags=())
+        if backend not in names:
+            raise ValueError(f"compile={value!r}: unknown backend {backend!r}. Valid: {names}.")
+    if backend == "inductor" and (value.get("mode") is not None or value.get("options")):
+        import torch._inductor
+
+        modes = list(torch._inductor.list_mode_options())
+        if value.get("mode") is not None and value["mode"] not in modes:
+            raise ValueError(f"compile={value!r}: unknown mode {value['mode']!r}. Valid: {modes}.")
+        unknown = sorted(set(value.get("options") or {}) - set(torch._inductor.list_options()))
+        if unknown:
+            raise ValueError(f"compile={value!r}: unknown options {unknown}; torch._inductor.list_options() lists the valid ones.")
 
 
 def check_model(model: Any, needs_training_step: bool = True) -> None:

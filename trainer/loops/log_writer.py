@@ -40,9 +40,10 @@ class LogWriter(Callback):
         self._paused_at: float | None = None
         self._saved = 0.0
         self._failed = False
+        self._held: OSError | None = None  # a log write that failed before the epoch's checkpoint was saved
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        self._failed = False
+        self._failed, self._held = False, None
 
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._saved = perf_counter()  # the first save a second in: a short fit's is its teardown's
@@ -103,6 +104,9 @@ class LogWriter(Callback):
         self._send(trainer, values)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        held, self._held = self._held, None
+        if held is not None:  # the epoch's checkpoint was handed to its writer just before (ModelCheckpoint comes first)
+            raise held
         # Lightning's names: "<name>_epoch" for a name logged with on_step and on_epoch, else "<name>"
         means = trainer.train_epoch_metrics
         if means:
@@ -121,7 +125,12 @@ class LogWriter(Callback):
             t0, s0, n0 = self._clock
             self._clock = (t0 + perf_counter() - self._paused_at, s0, n0)
         self._paused_at = None
-        self._write_eval(trainer)
+        try:
+            self._write_eval(trainer)
+        except OSError as err:  # a full log disk: the epoch's checkpoint, due after this, is saved first
+            if not (trainer.state.fn == "fit" and trainer.at_epoch_end):
+                raise
+            self._held = err
 
     def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._write_eval(trainer)
@@ -153,9 +162,12 @@ class LogWriter(Callback):
                 logger.save()
 
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
-        self._failed = True
+        self._failed, self._held = True, None
         for logger in self.loggers:
-            logger.finalize("failed")
+            try:
+                logger.finalize("failed")
+            except OSError as err:  # the disk that ended the fit, again: the fit's own error is the one to see
+                log.warning("%s could not finish its files: %s", type(logger).__name__, err)
 
     def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         if not self._failed:

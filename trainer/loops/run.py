@@ -226,6 +226,7 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
         yield
     except BaseException as err:
         trainer.state.status = TrainerStatus.INTERRUPTED  # before on_exception, as in Lightning
+        strategy.on_exception(err)
         for fn in run.hooks.on_exception:
             fn(trainer, model, err)
         if datamodule is not None:
