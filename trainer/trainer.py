@@ -225,6 +225,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         self, stage: str, model: TrainModule | None, dataloaders: Any, ckpt_path: Any, datamodule: Any,
         verbose: bool, weights_only: bool | None, keep: bool = True,
     ) -> Any:
+        ckpt_path = self._select_ckpt_path(ckpt_path)  # first, as Lightning: a trainer.ckpt_path set wins over "best"
         if model is None:  # after fit: its model and data, and the best checkpoint's weights
             model, dataloaders, datamodule, ckpt_path = fitted_sources(self, stage, dataloaders, datamodule, ckpt_path)
         check_model(model, needs_training_step=False)
@@ -236,7 +237,6 @@ class Trainer(TrainerProperties, LoggerAccess):
             dataloaders, datamodule = None, dataloaders
         check_sources(stage, model, {"dataloaders": dataloaders}, datamodule)
         check_loaders("dataloaders", dataloaders)
-        ckpt_path = self._select_ckpt_path(ckpt_path)
         check_ckpt_path(ckpt_path, evaluating=True)  # "best", "last", a URL: each process of the stage resolves it
         tune_before(self, stage, model, dataloaders, None, datamodule)  # a BatchSizeFinder's search
         results = self._launch(stage, model, dataloaders, None, ckpt_path, datamodule, keep)
