@@ -188,6 +188,11 @@ ELSEWHERE = {
     "A sharded checkpoint that carries code": "tests/trainer/checkpoint/test_sharded_read.py",
     "The log disk fills up": "tests/loggers/test_disk.py",
     "A CLI config that names `os.system`, `subprocess.*`, `pickle.loads`...": "tests/trainer/test_cli.py",
+    "`ckpt_path=\"last\"` took a file you did not expect": "tests/trainer/checkpoint/test_paths.py",
+    "A checkpoint URL that is not there": "tests/trainer/checkpoint/test_paths.py",
+    "A download cut short, or a URL that serves a web page": "tests/trainer/checkpoint/test_paths.py",
+    "A cached download damaged on disk": "tests/trainer/checkpoint/test_paths.py",
+    "A bad `--ckpt_path` in the CLI": "tests/trainer/test_cli.py",
 }
 
 

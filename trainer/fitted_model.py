@@ -42,7 +42,7 @@ def fitted_sources(trainer: Trainer, stage: str, dataloaders: Any, datamodule: A
         callback = trainer.checkpoint_callback
         best = getattr(callback, "best_model_path", "") if callback is not None else ""
         if best and os.path.exists(best):
-            ckpt_path = best
+            ckpt_path = "best"  # the stage resolves it (trainer/checkpoint/paths.py)
             weights = f"the best checkpoint's weights ({best})"
             rank_zero_warn(  # Lightning's
                 f"`.{stage}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call "

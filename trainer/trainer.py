@@ -29,9 +29,8 @@ from trainer.properties import LoggerAccess, TrainerProperties, forward
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint import layout
 from trainer.checkpoint.background_save import snapshot, take_hand_off
-from trainer.checkpoint.files import check_ckpt_path
 from trainer.checkpoint.integrity import refuse_non_finite
-from trainer.checkpoint.paths import best_checkpoint
+from trainer.checkpoint.paths import check_ckpt_path
 from trainer.checkpoint.resume import capture
 from trainer.core.checks import check_eval_model, check_model
 from trainer.core.module import TrainModule
@@ -230,6 +229,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         self, stage: str, model: TrainModule | None, dataloaders: Any, ckpt_path: Any, datamodule: Any,
         verbose: bool, weights_only: bool | None, keep: bool = True,
     ) -> Any:
+        ckpt_path = self._select_ckpt_path(ckpt_path)  # first, as Lightning: a trainer.ckpt_path set wins over "best"
         if model is None:  # after fit: its model and data, and the best checkpoint's weights
             model, dataloaders, datamodule, ckpt_path = fitted_sources(self, stage, dataloaders, datamodule, ckpt_path)
         model = unwrap_compiled(model)
@@ -243,10 +243,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         check_sources(stage, model, {"dataloaders": dataloaders}, datamodule)
         if dataloaders is not None:
             check_loaders(dataloaders, name="dataloaders", where=f"passed to `Trainer.{stage}(dataloaders=...)`")
-        ckpt_path = self._select_ckpt_path(ckpt_path)
-        check_ckpt_path(ckpt_path, evaluating=True)
-        if ckpt_path is not None and os.fspath(ckpt_path) == "best":
-            ckpt_path = best_checkpoint(self.checkpoint_callback, stage)
+        check_ckpt_path(ckpt_path, evaluating=True)  # "best", "last", a URL: each process of the stage resolves it
         tune_before(self, stage, model, dataloaders, None, datamodule)  # a BatchSizeFinder's search
         results = self._launch(stage, model, dataloaders, None, ckpt_path, datamodule, keep)
         if verbose and stage != "predict" and self.is_global_zero:

@@ -217,3 +217,53 @@ def test_a_class_path_on_jsonargparses_import_block_list_is_refused(capsys, key,
     with pytest.raises(SystemExit) as info:
         TrainerCLI(TakesAnything, args=["fit", "--config=bad.yaml"])
     assert info.value.code == 2 and f"Importing '{value}' is not allowed" in capsys.readouterr().err
+# --- --ckpt_path: read at parse time (its hyperparameters), through the Trainer's reader ---------------
+def _bad_checkpoints(tmp_path) -> dict[str, tuple[str, str]]:
+    """name -> (path, what our reader says about it); the sentences trainer.fit(ckpt_path=...) gives too."""
+    import fractions
+
+    from trainer import Trainer
+
+    good = tmp_path / "good.ckpt"
+    trainer = Trainer(max_steps=1, enable_progress_bar=False, log_dir=None, enable_checkpointing=False)
+    trainer.fit(Classifier(hidden=12), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.randn(8, 8), torch.randint(0, 2, (8,))), batch_size=8))
+    trainer.save_checkpoint(good)
+    data = good.read_bytes()
+    (tmp_path / "truncated.ckpt").write_bytes(data[: len(data) // 2])
+    (tmp_path / "notes.ckpt").write_text("not a checkpoint\n")
+    torch.save({"state_dict": {}, "hyper_parameters": {"ratio": fractions.Fraction(1, 3)}}, tmp_path / "code.ckpt")
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF  # inside a weight: same size, same zip structure
+    (tmp_path / "flipped.ckpt").write_bytes(bytes(flipped))
+    return {
+        "truncated": (str(tmp_path / "truncated.ckpt"), "is not a checkpoint: torch.save writes a zip archive"),
+        "text": (str(tmp_path / "notes.ckpt"), "is not a checkpoint: torch.save writes a zip archive"),
+        "pickled code": (str(tmp_path / "code.ckpt"), "Refusing to load"),
+        "flipped bit": (str(tmp_path / "flipped.ckpt"), "is damaged"),
+    }
+
+
+def test_a_bad_ckpt_path_exits_2_with_the_readers_sentence_naming_the_file(tmp_path, capsys):
+    for name, (path, sentence) in _bad_checkpoints(tmp_path).items():
+        code, err = _exit_code(capsys, args=["test", f"--ckpt_path={path}", "--trainer.log_dir=null"])
+        assert code == 2 and "--ckpt_path: " in err and repr(path) in err and sentence in err, (name, err)
+        assert "weights_only=False" not in err or name == "pickled code"  # not torch's advice to unpickle it
+        assert "Errno 22" not in err
+
+
+def test_a_good_ckpt_path_gives_the_model_its_hyperparameters(tmp_path):
+    _bad_checkpoints(tmp_path)
+    built = []
+
+    class Stop(Exception):
+        pass
+
+    class CLI(TrainerCLI):
+        def before_test(self):  # parsed and built: what test would run with
+            built.append(self.model)
+            raise Stop
+
+    with pytest.raises(Stop):
+        CLI(Classifier, args=["test", f"--ckpt_path={tmp_path / 'good.ckpt'}", "--trainer.log_dir=null"])
+    assert built[0].hparams.hidden == 12 and built[0].net[0].out_features == 12

@@ -73,3 +73,19 @@ def test_after_fit_with_loaders_validates_on_fits_val_loader_with_current_weight
 def test_without_a_model_and_before_fit_is_a_sentence():
     with pytest.raises((TypeError, ValueError), match=r"trainer.validate\(\).* (has not run fit|none has run)"):
         Trainer(**quiet()).validate()
+
+
+def test_a_ckpt_path_set_on_the_trainer_wins_over_the_best_in_silence(recwarn):
+    model = Worsens()
+    trainer = Trainer(max_epochs=2, seed=0, enable_progress_bar=False, log_dir=None,
+                      callbacks=[ModelCheckpoint(monitor="val_loss", save_top_k=-1, dirpath="ckpts")])
+    trainer.fit(model, datamodule=Data())
+    chosen = trainer.checkpoint_callback.dirpath + "/epoch=1-step=8.ckpt"
+    assert "epoch=0" in trainer.checkpoint_callback.best_model_path  # not the one chosen
+    trainer.ckpt_path = chosen  # Lightning's stateful use: the next calls load it
+    recwarn.clear()
+    trainer.validate()
+    assert trainer.ckpt_path == chosen
+    assert not [w for w in recwarn if "was called" in str(w.message)]  # neither "best" nor "you passed ckpt_path="
+    saved = torch.load(chosen, weights_only=True)["state_dict"]
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())

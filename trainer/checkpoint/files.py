@@ -8,7 +8,6 @@ import itertools
 import os
 import pickle
 import shutil
-import urllib.parse
 import zipfile
 from typing import Any
 
@@ -191,7 +190,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False,
     ``mmap=True`` reads the structure and maps the tensors without reading them: a cheap
     check that a file is complete and safe.
     """
-    path = local_copy(os.fspath(path))
+    path = os.fspath(path)  # a URL: paths.local_file gives its local copy first
     if is_sharded(path):  # a folder: its meta file here, its tensors through torch.distributed.checkpoint
         from trainer.checkpoint.sharded_read import check_metadata  # imports DCP: only for folders
 
@@ -304,43 +303,3 @@ def remove(path: str) -> None:
 
 def is_url(path: str) -> bool:
     return path.startswith(("http://", "https://"))
-
-
-def local_copy(path: str) -> str:
-    """``path``; for a checkpoint at an http(s) URL (Lightning reads those too), its copy in
-    torch's hub cache (``torch.hub.get_dir()/checkpoints``), downloaded the first time, as
-    ``torch.hub.load_state_dict_from_url`` does. It loads as any file does: checked, safely."""
-    if not is_url(path):
-        return path
-    folder = os.path.join(torch.hub.get_dir(), "checkpoints")
-    os.makedirs(folder, exist_ok=True)
-    local = os.path.join(folder, os.path.basename(urllib.parse.urlparse(path).path) or "checkpoint.ckpt")
-    if not os.path.exists(local):
-        torch.hub.download_url_to_file(path, local, progress=False)  # to a temporary name, then renamed
-    return local
-
-
-def check_ckpt_path(ckpt_path: Any, evaluating: bool = False) -> None:
-    """A missing file, a folder or a non-checkpoint fails here, before any process starts.
-    Evaluation also takes "best", the checkpoint callback's best file."""
-    if ckpt_path is None:
-        return
-    words = ("best", "last") if evaluating else ("last",)
-    choices = " or ".join(repr(w) for w in words)
-    if not isinstance(ckpt_path, (str, os.PathLike)):
-        raise TypeError(f"ckpt_path={ckpt_path!r} must be a path to a checkpoint file, {choices}, or None.")
-    path = os.fspath(ckpt_path)
-    if path in words or is_url(path):
-        return
-    if path == "best":
-        raise ValueError(
-            "ckpt_path='best' is for validate, test and predict. To go on training, resume with "
-            "ckpt_path='last' or a path (e.g. trainer.checkpoint_callback.best_model_path)."
-        )
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "meta.pt")):
-        return  # a sharded checkpoint (FSDPStrategy(checkpoint="sharded")): a folder
-    if os.path.isdir(path):
-        raise ValueError(f"ckpt_path={path!r} is a folder. Pass a checkpoint file in it (e.g. its last.ckpt), or {choices}.")
-    if not os.path.isfile(path):
-        raise MissingCheckpoint(f"Checkpoint file not found: {path}. ckpt_path={path!r} does not exist. Pass an existing file, {choices}, or None.")
-    require_archive(path, f"ckpt_path={path!r}")

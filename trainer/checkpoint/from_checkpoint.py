@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from trainer.checkpoint import files, layout
+from trainer.checkpoint.paths import local_file
 from trainer.checkpoint.state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
 from trainer.core.module import overridden
 
@@ -24,8 +25,8 @@ def load_from_checkpoint(
     """``cls`` built from the checkpoint's hyperparameters (``kwargs`` replace or add some),
     then, for a module, its ``on_load_checkpoint`` and weights; for a DataModule, its
     ``load_state_dict`` with what the file keeps under its class's name."""
-    ckpt = files.load(checkpoint_path, map_location=map_location, weights_only=weights_only is not False)
     path = os.fspath(checkpoint_path)
+    ckpt = files.load(local_file(path), map_location=map_location, weights_only=weights_only is not False)
     recorded: dict[str, Any] = {}
     if hparams_file is not None:  # they replace the checkpoint's, as in Lightning
         recorded = read_hparams_file(hparams_file)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -27,7 +26,7 @@ from trainer.data.rng import (
 )
 from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
-from trainer.checkpoint.paths import last_checkpoint, load_good, runs_base, warn_no_last
+from trainer.checkpoint.paths import load_good
 from trainer.data.batches import SkipBatches, rebuild_loader
 from trainer.data.fetch import Fetching, batches
 from trainer.core.exceptions import misconfigured
@@ -201,8 +200,8 @@ def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: b
 
 
 def read_for_fit(trainer: Trainer, path: str | None) -> tuple[str, dict[str, Any]] | None:
-    """The checkpoint fit resumes from (``path``, resolved by :func:`resolve_path`), with the
-    DataModule's state already put back: as in Lightning, before its loaders are made."""
+    """The checkpoint fit resumes from (``path``, the file ``paths.resolve_ckpt_path`` chose), with
+    the DataModule's state already put back: as in Lightning, before its loaders are made."""
     if path is None:
         return None
     ckpt = load_good(path)
@@ -288,23 +287,14 @@ def load_model(strategy: Any, ckpt: dict[str, Any], optimizers: list[Any] = ()) 
         raise CheckpointError(f"The checkpoint does not fit {type(module).__name__}: {err}") from None
 
 
-def evaluate_checkpoint(trainer: Trainer, run: Run, ckpt_path: Any) -> None:
-    """Load the weights of ``ckpt_path`` ("last" or a file) for validate, test or predict;
-    ``run.ckpt_path`` is the file. The Trainer's counters stay as they are (Lightning's: a new
-    Trainer evaluates, and logs, at step 0)."""
-    run.ckpt_path = None
-    if ckpt_path is None:
-        return
-    path = os.fspath(ckpt_path)
-    strategy = trainer.strategy
-    if path == "last":
-        folder, found = last_checkpoint(trainer, "last*.ckpt")
-        if found is None:  # the model as it is, as Lightning does
-            where = folder or f"{runs_base(trainer)[0]} (no fit of that name with checkpoints)"
-            warn_no_last(run.stage, f"no checkpoint in {where}")
-            return
-        path = found
+def evaluate_checkpoint(trainer: Trainer, run: Run, path: str | None) -> None:
+    """Load the weights of ``path`` (the file :func:`~trainer.checkpoint.paths.resolve_ckpt_path`
+    chose, or None) for validate, test or predict; ``run.ckpt_path`` is the file. The Trainer's
+    counters stay as they are (Lightning's: a new Trainer evaluates, and logs, at step 0)."""
     run.ckpt_path = path
+    if path is None:  # the model as it is, as Lightning does
+        return
+    strategy = trainer.strategy
     ckpt = ckpt_io.load(path)
     load_model(strategy, ckpt)
     _load_datamodule(trainer.datamodule, ckpt)

@@ -19,11 +19,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 from torch.optim import Optimizer
 
 from callbacks.base import Callback
 from trainer._version import __version__
+from trainer.checkpoint.files import CheckpointError, load
 from trainer.cli.parser import (
     LightningArgumentParser, LRSchedulerTypeTuple, ReduceLROnPlateau, instantiate_class, need_jsonargparse, with_class_path,
 )
@@ -187,9 +187,12 @@ class TrainerCLI:
         (flags and configs given after still win), so that the model built fits its weights."""
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if not ckpt_path or not Path(ckpt_path).is_file():
+        if not ckpt_path or not Path(ckpt_path).is_file():  # "last", "best", a URL: the Trainer resolves them
             return
-        checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+        try:  # the Trainer's reader: CRCs checked, weights_only, a sentence for each bad file
+            checkpoint = load(ckpt_path, map_location="cpu")
+        except CheckpointError as err:  # a bad file exits 2 with its sentence, as a bad key does
+            self.parser.error(f"--ckpt_path: {err}")
         hparams = dict(checkpoint.get("hyper_parameters") or checkpoint.get("hparams") or {})
         hparams.pop("_instantiator", None)
         if not hparams:

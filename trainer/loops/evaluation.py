@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from trainer.data.rng import generator_states, rng_state, set_epoch, set_generator_states, set_rng_state
+from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.core.seed import seeded_workers
 from trainer.loops.hooks import batch_transfer
@@ -57,19 +58,20 @@ def _evaluate(
     """The run set up; the run folder (fit's, after a fit); then, between the ``setup`` and
     ``teardown`` hooks, the checkpoint's weights, the loaders and the loop."""
     run = start(trainer, stage, model, data.datamodule)
+    path = resolve_ckpt_path(trainer, ckpt_path, stage)  # before any hook: a wrong "best" fails first
     if run.run_dir is None:  # evaluation after fit writes into fit's folder
         use_run_folder(trainer, run)
     with stage_hooks(trainer, run):
-        loaders = evaluation_loaders(trainer, run, data, ckpt_path)
+        loaders = evaluation_loaders(trainer, run, data, path)
         logged = evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # limits as set by setup
         return per_loader(run.eval_metrics, loaders, logged)  # the epoch values the loggers got (not the step rows)
 
 
-def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, ckpt_path: Any) -> Loaders:
-    """What validate, test and predict share before their loop: the weights of ``ckpt_path``
+def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, path: str | None) -> Loaders:
+    """What validate, test and predict share before their loop: the weights of ``path`` (resolved)
     (the counters stay the Trainer's), and the stage's loaders, seeded and prepared by the strategy."""
     strategy = trainer.strategy
-    evaluate_checkpoint(trainer, run, ckpt_path)
+    evaluate_checkpoint(trainer, run, path)
     found = stage_loader(run.stage, data.loader, run.module, data.datamodule, checked=True)
     if run.stage == "predict":
         check_predict_mode(found)

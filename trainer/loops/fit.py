@@ -14,7 +14,7 @@ import torch
 from strategies.base import Strategy
 
 from trainer.core.checks import bad_loss, loss_of, none_batch
-from trainer.checkpoint.paths import resolve_path
+from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.checkpoint.resume import Resume, read_for_fit
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
@@ -44,7 +44,7 @@ def fit_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: 
     found), the run folder (the resumed run's, or a new one), then the loaders and the loop
     between the ``setup`` and ``teardown`` hooks."""
     run = start(trainer, "fit", model, data.datamodule)
-    run.ckpt_path = ckpt_path = resolve_path(trainer, ckpt_path)  # trainer.ckpt_path: "last" resolved
+    run.ckpt_path = ckpt_path = resolve_ckpt_path(trainer, ckpt_path, "fit")  # the file: "last", a URL resolved
     use_run_folder(trainer, run, resume=ckpt_path, fit=True)
     with stage_hooks(trainer, run):
         resume_from = read_for_fit(trainer, ckpt_path)  # the DataModule's state, before its loaders (Lightning's order)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import IterableDataset
 
+from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.loops.evaluation import evaluation_loaders, evaluation_loop
 from trainer.loops.run import start, stage_hooks
 
@@ -30,8 +31,9 @@ def predict_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_pa
     then, between the ``setup`` and ``teardown`` hooks, the checkpoint's weights, the loaders and
     the loop. Returns the outputs, gathered to global rank 0 (None if not kept)."""
     run = start(trainer, "predict", model, data.datamodule)
+    path = resolve_ckpt_path(trainer, ckpt_path, "predict")  # before any hook: a wrong "best" fails first
     with stage_hooks(trainer, run):
-        loaders = evaluation_loaders(trainer, run, data, ckpt_path)
+        loaders = evaluation_loaders(trainer, run, data, path)
         run.predict_loop = PredictLoop(data.return_predictions, trainer.callbacks, len(loaders))
         try:
             outputs = evaluation_loop(trainer, run, "predict", loaders, trainer.limit_predict_batches)
