@@ -1,0 +1,167 @@
+"""Lightning's names and ours: the one table that the command and docs/migrating-from-lightning.md both read.
+
+Adding a name is one line in ``NAMES``; then regenerate the docs' table (tests/migrate/test_names.py says how).
+A row holds the name where Lightning's docs import it from; the other spellings resolve to it (``resolve``):
+``pytorch_lightning.X`` is ``lightning.pytorch.X``, and a name in a submodule
+(``lightning.pytorch.callbacks.early_stopping.EarlyStopping``) is the one its package exports.
+"""
+
+from __future__ import annotations
+
+# Lightning's modules that a user binds to a name (`import lightning as L`, `from lightning.pytorch import loggers`),
+# and the module of ours that holds the same names.
+MODULES: dict[str, str] = {
+    "lightning": "trainer",
+    "lightning.pytorch": "trainer",
+    "lightning.pytorch.callbacks": "callbacks",
+    "lightning.pytorch.loggers": "loggers",
+    "lightning.pytorch.strategies": "strategies",
+    "lightning.pytorch.cli": "trainer.cli",
+    "lightning.pytorch.profilers": "trainer.profilers",
+}
+
+# Lightning's name -> ours, one row each.
+NAMES: dict[str, str] = {
+    "lightning.LightningModule": "trainer.TrainModule",
+    "lightning.pytorch.LightningModule": "trainer.TrainModule",
+    "lightning.LightningDataModule": "trainer.DataModule",
+    "lightning.pytorch.LightningDataModule": "trainer.DataModule",
+    "lightning.Trainer": "trainer.Trainer",
+    "lightning.pytorch.Trainer": "trainer.Trainer",
+    "lightning.seed_everything": "trainer.seed_everything",
+    "lightning.pytorch.seed_everything": "trainer.seed_everything",
+    "lightning.fabric.seed_everything": "trainer.seed_everything",
+    "lightning.__version__": "trainer.__version__",
+    "lightning.pytorch.__version__": "trainer.__version__",
+    "lightning.Callback": "callbacks.Callback",
+    "lightning.pytorch.Callback": "callbacks.Callback",
+    "lightning.pytorch.callbacks.Callback": "callbacks.Callback",
+    "lightning.pytorch.callbacks.ModelCheckpoint": "callbacks.ModelCheckpoint",
+    "lightning.pytorch.callbacks.EarlyStopping": "callbacks.EarlyStopping",
+    "lightning.pytorch.callbacks.LambdaCallback": "callbacks.LambdaCallback",
+    "lightning.pytorch.callbacks.ModelSummary": "callbacks.ModelSummary",
+    "lightning.pytorch.callbacks.Timer": "callbacks.Timer",
+    "lightning.pytorch.callbacks.LearningRateMonitor": "callbacks.LearningRateMonitor",
+    "lightning.pytorch.callbacks.TQDMProgressBar": "callbacks.TQDMProgressBar",
+    "lightning.pytorch.callbacks.StochasticWeightAveraging": "callbacks.StochasticWeightAveraging",
+    "lightning.pytorch.callbacks.BaseFinetuning": "callbacks.BaseFinetuning",
+    "lightning.pytorch.callbacks.BackboneFinetuning": "callbacks.BackboneFinetuning",
+    "lightning.pytorch.callbacks.GradientAccumulationScheduler": "callbacks.GradientAccumulationScheduler",
+    "lightning.pytorch.callbacks.BasePredictionWriter": "callbacks.BasePredictionWriter",
+    "lightning.pytorch.callbacks.LearningRateFinder": "callbacks.LearningRateFinder",
+    "lightning.pytorch.callbacks.BatchSizeFinder": "callbacks.BatchSizeFinder",
+    "lightning.pytorch.callbacks.RichProgressBar": "callbacks.RichProgressBar",
+    "lightning.pytorch.callbacks.RichModelSummary": "callbacks.RichModelSummary",
+    "lightning.pytorch.callbacks.ModelPruning": "callbacks.ModelPruning",
+    "lightning.pytorch.callbacks.WeightAveraging": "callbacks.WeightAveraging",
+    "lightning.pytorch.callbacks.EMAWeightAveraging": "callbacks.EMAWeightAveraging",
+    "lightning.pytorch.callbacks.DeviceStatsMonitor": "callbacks.DeviceStatsMonitor",
+    "lightning.pytorch.callbacks.ThroughputMonitor": "callbacks.ThroughputMonitor",
+    "lightning.pytorch.callbacks.SpikeDetection": "callbacks.SpikeDetection",
+    "lightning.pytorch.loggers.Logger": "loggers.Logger",
+    "lightning.pytorch.loggers.TensorBoardLogger": "loggers.TensorBoardLogger",
+    "lightning.pytorch.loggers.CSVLogger": "loggers.CSVLogger",
+    "lightning.pytorch.loggers.MLFlowLogger": "loggers.MLFlowLogger",
+    "lightning.pytorch.loggers.WandbLogger": "loggers.WandbLogger",
+    "lightning.pytorch.profilers.Profiler": "trainer.profilers.Profiler",
+    "lightning.pytorch.profilers.SimpleProfiler": "trainer.profilers.SimpleProfiler",
+    "lightning.pytorch.profilers.AdvancedProfiler": "trainer.profilers.AdvancedProfiler",
+    "lightning.pytorch.profilers.PyTorchProfiler": "trainer.profilers.PyTorchProfiler",
+    "lightning.pytorch.profilers.PassThroughProfiler": "trainer.profilers.PassThroughProfiler",
+    "lightning.pytorch.tuner.Tuner": "trainer.Tuner",
+    "lightning.pytorch.cli.LightningCLI": "trainer.cli.LightningCLI",
+    "lightning.pytorch.cli.LightningArgumentParser": "trainer.cli.LightningArgumentParser",
+    "lightning.pytorch.cli.SaveConfigCallback": "trainer.cli.SaveConfigCallback",
+    "lightning.pytorch.cli.ArgsType": "trainer.cli.ArgsType",
+    "lightning.pytorch.cli.OptimizerCallable": "trainer.cli.OptimizerCallable",
+    "lightning.pytorch.cli.LRSchedulerCallable": "trainer.cli.LRSchedulerCallable",
+    "lightning.pytorch.cli.LRSchedulerTypeTuple": "trainer.cli.LRSchedulerTypeTuple",
+    "lightning.pytorch.cli.instantiate_class": "trainer.cli.instantiate_class",
+    "lightning.pytorch.utilities.rank_zero_only": "trainer.rank_zero_only",
+    "lightning.pytorch.utilities.rank_zero_info": "trainer.rank_zero_info",
+    "lightning.pytorch.utilities.rank_zero_warn": "trainer.rank_zero_warn",
+    "lightning.pytorch.utilities.rank_zero.rank_zero_debug": "trainer.rank_zero_debug",
+    "lightning.pytorch.utilities.grad_norm": "trainer.grad_norm",
+    "lightning.pytorch.utilities.AttributeDict": "trainer.AttributeDict",
+    "lightning.pytorch.utilities.parsing.AttributeDict": "trainer.AttributeDict",
+    "lightning.pytorch.utilities.CombinedLoader": "trainer.data.CombinedLoader",
+    "lightning.pytorch.strategies.DDPStrategy": "strategies.DDPStrategy",
+    "lightning.pytorch.strategies.FSDPStrategy": "strategies.FSDPStrategy",
+    "lightning.pytorch.trainer.states.TrainerFn": "trainer.TrainerFn",
+    "lightning.pytorch.trainer.states.TrainerStatus": "trainer.TrainerStatus",
+    "lightning.pytorch.trainer.states.RunningStage": "trainer.RunningStage",
+    "lightning.pytorch.trainer.states.TrainerState": "trainer.TrainerState",
+    "lightning.pytorch.utilities.exceptions.MisconfigurationException": "trainer.MisconfigurationException",
+    "lightning.fabric.utilities.exceptions.MisconfigurationException": "trainer.MisconfigurationException",
+    "lightning.pytorch.utilities.model_summary.ModelSummary": "trainer.core.summary.ModelSummary",
+    "lightning.pytorch.utilities.model_summary.summarize": "trainer.core.summary.summarize",
+    "lightning.pytorch.utilities.model_summary.LayerSummary": "trainer.core.summary.LayerSummary",
+}
+
+
+def spelled(name: str) -> str:
+    """``name`` in Lightning's current spelling: ``pytorch_lightning[.X]`` is ``lightning.pytorch[.X]``."""
+    if name == "pytorch_lightning" or name.startswith("pytorch_lightning."):
+        return "lightning.pytorch" + name[len("pytorch_lightning"):]
+    return name
+
+
+def is_lightning(name: str) -> bool:
+    """Whether ``name`` is Lightning's (``lightning``, ``pytorch_lightning`` or below them)."""
+    return spelled(name).partition(".")[0] == "lightning"
+
+
+def resolve(name: str) -> str | None:
+    """Our name for Lightning's ``name`` (a dotted path), or None when it has no counterpart.
+
+    Exactly a row first; else the name one package up, while the parts left out are module names
+    (lowercase): ``lightning.pytorch.loggers.tensorboard.TensorBoardLogger`` is the package's ``TensorBoardLogger``.
+    """
+    parts = spelled(name).split(".")
+    if ".".join(parts) in NAMES:
+        return NAMES[".".join(parts)]
+    last = parts[-1]
+    for end in range(len(parts) - 2, 1, -1):
+        if not parts[end].islower():
+            break
+        candidate = ".".join(parts[:end] + [last])
+        if candidate in NAMES:
+            return NAMES[candidate]
+    return None
+
+
+def resolve_module(name: str) -> str | None:
+    """Our module for Lightning's module ``name``, or None when it has none."""
+    return MODULES.get(spelled(name))
+
+
+def render_table() -> str:
+    """The docs' import table (markdown), rows in ``NAMES``'s order: names that keep their name and move
+    from one Lightning module to one of ours share a row."""
+    rows = ["| Lightning | here |", "|---|---|"]
+    modules: dict[str, list[str]] = {}
+    for lightning, ours in MODULES.items():
+        modules.setdefault(ours, []).append(lightning)
+    for ours, lightning in modules.items():
+        rows.append(f"| {', '.join(f'`import {m}`' for m in lightning)} | `import {ours}` |")
+    groups: dict[tuple[str, str], list[str]] = {}
+    renamed: list[tuple[str, str]] = []
+    for lightning, ours in NAMES.items():
+        (l_module, _, l_name), (o_module, _, o_name) = lightning.rpartition("."), ours.rpartition(".")
+        if l_name == o_name:
+            groups.setdefault((l_module, o_module), []).append(l_name)
+        else:
+            renamed.append((lightning, ours))
+    done: set[tuple[str, str]] = set()
+    for lightning, ours in NAMES.items():
+        key = (lightning.rpartition(".")[0], ours.rpartition(".")[0])
+        if (lightning, ours) in renamed:
+            rows.append(f"| `{lightning}` | `{ours}` |")
+        elif key not in done:
+            done.add(key)
+            names = groups[key]
+            if len(names) == 1:
+                rows.append(f"| `{key[0]}.{names[0]}` | `{key[1]}.{names[0]}` |")
+            else:
+                rows.append(f"| `{key[0]}.X` for X in {', '.join(f'`{n}`' for n in names)} | `{key[1]}.X` |")
+    return "\n".join(rows) + "\n"
