@@ -21,6 +21,7 @@ from trainer.migrate.names import is_lightning, resolve, resolve_module, spelled
 from trainer.migrate.problem import Problem
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_IMPORTS_LIGHTNING = re.compile(r"^[ \t]*(?:from|import)[ \t]+(?:lightning|pytorch_lightning)\b", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,16 @@ class _Apply(cst.CSTTransformer):
     def leave_SimpleString(self, original_node, updated_node):
         return self._expression(original_node, updated_node)
 
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if len(original_node.body) != 1 or len(updated_node.body) < 2:
+            return updated_node
+        # one import split into several (their names go to several modules of ours): one line each
+        body = [b.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for b in updated_node.body]
+        lines = [cst.SimpleStatementLine(body=[b]) for b in body]
+        lines[0] = lines[0].with_changes(leading_lines=updated_node.leading_lines)
+        lines[-1] = lines[-1].with_changes(trailing_whitespace=updated_node.trailing_whitespace)
+        return cst.FlattenSentinel(lines)
+
     def leave_IndentedBlock(self, original_node, updated_node):
         if not updated_node.body:  # an `if TYPE_CHECKING:` that held only a Lightning import
             return updated_node.with_changes(body=[cst.SimpleStatementLine(body=[cst.Pass()])])
@@ -241,7 +252,9 @@ def migrate_python(source: str, path: str) -> tuple[str, list[Problem]]:
         return source, []
     try:
         wrapper = MetadataWrapper(cst.parse_module(source))
-    except cst.ParserSyntaxError as e:
+    except cst.ParserSyntaxError as e:  # reported only when the file imports Lightning: others are not ours to judge
+        if not _IMPORTS_LIGHTNING.search(source):
+            return source, []
         return source, [Problem(path, e.raw_line, f"cannot parse the file ({e.message})")]
     plan = _Plan(path)
     wrapper.visit_batched([plan])

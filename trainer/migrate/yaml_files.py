@@ -31,7 +31,7 @@ def _renamed(data: Any) -> Any:
     if isinstance(data, str):
         return resolve(data) or data
     if isinstance(data, dict):
-        return {_renamed(k): _renamed(v) for k, v in data.items()}
+        return {k: _renamed(v) for k, v in data.items()}  # a key is never a class path
     if isinstance(data, list):
         return [_renamed(v) for v in data]
     return data
