@@ -136,32 +136,30 @@ def resolve_module(name: str) -> str | None:
 
 
 def render_table() -> str:
-    """The docs' import table (markdown), rows in ``NAMES``'s order: names that keep their name and move
-    from one Lightning module to one of ours share a row."""
+    """The docs' import table (markdown), rows in ``NAMES``'s order. Names that keep their name from one Lightning
+    module to one of ours share a row (``lightning.pytorch.callbacks.X`` for X in ...), as do the Lightning
+    spellings of one renamed name (``lightning.LightningModule``, ``lightning.pytorch.LightningModule``)."""
     rows = ["| Lightning | here |", "|---|---|"]
-    modules: dict[str, list[str]] = {}
+    by_module: dict[str, list[str]] = {}
     for lightning, ours in MODULES.items():
-        modules.setdefault(ours, []).append(lightning)
-    for ours, lightning in modules.items():
+        by_module.setdefault(ours, []).append(lightning)
+    for ours, lightning in by_module.items():
         rows.append(f"| {', '.join(f'`import {m}`' for m in lightning)} | `import {ours}` |")
-    groups: dict[tuple[str, str], list[str]] = {}
-    renamed: list[tuple[str, str]] = []
+    kept: dict[tuple[str, str], list[str]] = {}  # (Lightning's module, ours) -> the names that keep their name
+    renamed: dict[str, list[str]] = {}  # our name -> Lightning's names for it
+    order: list[tuple[str, str] | str] = []
     for lightning, ours in NAMES.items():
         (l_module, _, l_name), (o_module, _, o_name) = lightning.rpartition("."), ours.rpartition(".")
-        if l_name == o_name:
-            groups.setdefault((l_module, o_module), []).append(l_name)
+        key: tuple[str, str] | str = (l_module, o_module) if l_name == o_name else ours
+        group = kept.setdefault(key, []) if isinstance(key, tuple) else renamed.setdefault(key, [])
+        if not group:
+            order.append(key)
+        group.append(l_name if isinstance(key, tuple) else lightning)
+    for key in order:
+        if isinstance(key, str):
+            rows.append(f"| {', '.join(f'`{n}`' for n in renamed[key])} | `{key}` |")
+        elif len(kept[key]) == 1:
+            rows.append(f"| `{key[0]}.{kept[key][0]}` | `{key[1]}.{kept[key][0]}` |")
         else:
-            renamed.append((lightning, ours))
-    done: set[tuple[str, str]] = set()
-    for lightning, ours in NAMES.items():
-        key = (lightning.rpartition(".")[0], ours.rpartition(".")[0])
-        if (lightning, ours) in renamed:
-            rows.append(f"| `{lightning}` | `{ours}` |")
-        elif key not in done:
-            done.add(key)
-            names = groups[key]
-            if len(names) == 1:
-                rows.append(f"| `{key[0]}.{names[0]}` | `{key[1]}.{names[0]}` |")
-            else:
-                rows.append(f"| `{key[0]}.X` for X in {', '.join(f'`{n}`' for n in names)} | `{key[1]}.X` |")
+            rows.append(f"| `{key[0]}.X` for X in {', '.join(f'`{n}`' for n in kept[key])} | `{key[1]}.X` |")
     return "\n".join(rows) + "\n"
