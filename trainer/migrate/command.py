@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from trainer.migrate.problem import Problem
 
 _SUFFIXES = (".py", ".yaml", ".yml")
+_OURS = ("trainer", "callbacks", "loggers", "strategies")  # the top-level packages the migrated imports name
 _INSTALL = 'pip install "steadytrainer[migrate]" (or pip install ".[migrate]" in a checkout)'
 
 
@@ -44,6 +45,20 @@ def _diff(path: str, old: str, new: str) -> str:
     name = path.lstrip("/")
     lines = difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}")
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _shadows(path: str) -> Problem | None:
+    """A module of the project's own that a script folder would import instead of one of our packages."""
+    folder, name = os.path.split(path)
+    if name == "__init__.py":
+        folder, name = os.path.split(folder)
+        inside = os.path.dirname(path)
+    else:
+        name, inside = name.removesuffix(".py"), path
+    if name not in _OURS or not inside or os.path.exists(os.path.join(folder, "__init__.py")):
+        return None  # inside a package it is `pkg.callbacks`, which shadows nothing
+    return Problem(path, 1, f"this module would be imported instead of the package {name!r} that the migrated imports "
+                   f"name, when its folder is on sys.path (a script's folder is): rename it, e.g. to my_{name}")
 
 
 def migrate_file(path: str) -> tuple[str, str, list[Problem]]:
@@ -82,9 +97,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     changed: list[str] = []
     problems: list[Problem] = []
+    left: set[str] = set()
     for path in _files(args.paths):
         old, new, found = migrate_file(path)
         problems += found
+        left |= {path} if found else set()
+        shadow = _shadows(path) if path.endswith(".py") else None
+        problems += [shadow] if shadow else []
         if new != old:
             changed.append(path)
             sys.stdout.write(_diff(path, old, new))
@@ -94,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     verb = "rewritten" if args.write else "to rewrite"
-    left = len({p.path for p in problems})
-    summary = f"{len(changed)} file(s) {verb}; {len(problems)} problem(s), {left} file(s) left as they are."
+    summary = f"{len(changed)} file(s) {verb}; {len(problems)} problem(s), {len(left)} file(s) left as they are."
     print(summary, file=sys.stderr)
     return 1 if problems or (args.check and changed) else 0

@@ -121,7 +121,8 @@ def test_bad_paths_and_the_names_table(tmp_path, capsys):
     assert main([str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.strip() == f"No such file or folder: {str(tmp_path / 'nowhere')!r}."
     assert main(["--names"]) == 0
-    assert "| `lightning.pytorch.LightningModule` | `trainer.TrainModule` |" in capsys.readouterr().out.splitlines()
+    row = "| `lightning.LightningModule`, `lightning.pytorch.LightningModule` | `trainer.TrainModule` |"
+    assert row in capsys.readouterr().out.splitlines()
 
 
 def test_hidden_folders_caches_and_virtual_environments_are_left_out(tmp_path, capsys):
@@ -132,3 +133,16 @@ def test_hidden_folders_caches_and_virtual_environments_are_left_out(tmp_path, c
     (tmp_path / "notes.txt").write_text("import lightning\n")
     assert main(["--check", str(tmp_path)]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_a_module_of_the_project_that_would_shadow_one_of_our_packages_is_reported(tmp_path, capsys):
+    (tmp_path / "callbacks.py").write_text("from lightning.pytorch.callbacks import Callback\n\n\nclass Mine(Callback):\n    pass\n")
+    (tmp_path / "train.py").write_text("from lightning.pytorch.callbacks import EarlyStopping\nfrom callbacks import Mine\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "loggers.py").write_text("import lightning\n")  # pkg.loggers: it shadows nothing
+    assert main(["--write", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("this module would be imported instead of the package 'callbacks' that the migrated imports")
+    assert err[0].endswith(f"rename it, e.g. to my_callbacks at {tmp_path / 'callbacks.py'}:1")
+    assert err[1:] == ["3 file(s) rewritten; 1 problem(s), 0 file(s) left as they are."]
