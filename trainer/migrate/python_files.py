@@ -80,8 +80,9 @@ class _Plan(cst.BatchableCSTVisitor):
                 if ours is not None:
                     kept.append(alias.with_changes(name=cst.parse_expression(ours)))
             else:  # import lightning.pytorch binds `lightning`: each use becomes our name, imported
-                top = name.partition(".")[0]
-                self.bindings[(node, name)] = self.bindings[(node, top)] = _Binding(spelled(top), None)
+                parts = name.split(".")  # libcst names an access by the prefix it reaches: lightning.pytorch, ...
+                for end in range(1, len(parts) + 1):
+                    self.bindings[(node, ".".join(parts[:end]))] = _Binding(spelled(".".join(parts[:end])), None)
         if kept:
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         self.imports[node] = node.with_changes(names=kept) if kept else None
@@ -115,6 +116,8 @@ class _Plan(cst.BatchableCSTVisitor):
                 self.bindings[(node, bound)] = _Binding(lightning, ours_module)
                 asname = None if ours_module == bound else bound
                 modules.append(cst.Import(names=[_alias(ours_module, asname)]))
+            elif name.islower():  # a module we have none for (utilities): each name used through it becomes ours
+                self.bindings[(node, bound)] = _Binding(lightning, None)
             else:
                 self._problem(node, f"no counterpart for {lightning}")
         if len(groups) == 1 and not modules:  # one module of ours: the statement keeps its layout and comments
@@ -152,10 +155,11 @@ class _Plan(cst.BatchableCSTVisitor):
 
     def _use(self, node: cst.CSTNode, binding: _Binding, bound: str, taken: set[str]) -> None:
         if isinstance(node, cst.SimpleString):  # a string annotation: "pl.LightningModule"
-            text = ast.literal_eval(node.value)
+            value = self.expressions.get(node, node.value)  # another alias in the same string may have changed it
+            text = ast.literal_eval(value)
             new = _DOTTED.sub(lambda m: self._rewrite(node, m[0], binding, bound, taken) or m[0], text)
             if new != text:
-                self.expressions[node] = node.value.replace(text, new)
+                self.expressions[node] = value.replace(text, new)
             return
         parents = self.metadata[ParentNodeProvider]
         while isinstance(parents.get(node), cst.Attribute) and parents[node].value is node:
@@ -188,7 +192,7 @@ class _Plan(cst.BatchableCSTVisitor):
             return bound if chain != bound else None
         if chain == bound and binding.ours is not None:
             return None
-        what = f"no counterpart for {whole}" if rest else f"no module of ours for {whole} (used as a value)"
+        what = f"no counterpart for {whole}" if rest else f"cannot rewrite a use of the module {whole} itself"
         self._problem(node, what)
         return None
 
@@ -266,4 +270,23 @@ def migrate_python(source: str, path: str) -> tuple[str, list[Problem]]:
         for ours, name, local in plan.needed:
             AddImportsVisitor.add_needed_import(context, ours, name, local if local != name else None)
         module = AddImportsVisitor(context).transform_module(module)
-    return module.code, []
+    removed = {name.partition(".")[0] for (_, name), b in plan.bindings.items() if b.ours is None}
+    left = _unbound(module, removed, path)
+    return (source, left) if left else (module.code, [])
+
+
+def _unbound(module: cst.Module, names: set[str], path: str) -> list[Problem]:
+    """Uses of ``names`` (bound by an import the rewrite removed) that nothing binds any more: a last check that
+    no use was missed, which would leave a file that fails at run time."""
+    if not names:
+        return []
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    scopes, positions = wrapper.resolve(ScopeProvider), wrapper.resolve(PositionProvider)
+    found = []
+    for scope in {s for s in scopes.values() if s is not None}:
+        for access in scope.accesses:
+            node = access.node
+            if isinstance(node, cst.Name) and node.value in names and not access.referents:
+                line = positions[node].start.line
+                found.append(Problem(path, line, f"cannot rewrite this use of {node.value}: left as it is"))
+    return sorted(found, key=lambda p: p.line)

@@ -77,6 +77,18 @@ CASES = {
         "import os, lightning as L, sys\n",
         "import os, trainer as L, sys\n",
     ),
+    "import lightning.pytorch.callbacks binds every prefix": (
+        "import lightning.pytorch.callbacks\n\nx = lightning.pytorch.callbacks.EarlyStopping\ny = lightning.pytorch.Trainer\n",
+        "from callbacks import EarlyStopping\nfrom trainer import Trainer\n\nx = EarlyStopping\ny = Trainer\n",
+    ),
+    "a module we have none for, imported by name": (
+        "from lightning.pytorch import utilities\n\n\n@utilities.rank_zero_only\ndef f():\n    pass\n",
+        "from trainer import rank_zero_only\n\n\n@rank_zero_only\ndef f():\n    pass\n",
+    ),
+    "two aliases in one string annotation": (
+        "import lightning as L, pytorch_lightning as pl\n\n\ndef f(a: 'tuple[L.LightningModule, pl.LightningDataModule]'):\n    pass\n",
+        "import trainer as L, trainer as pl\n\n\ndef f(a: 'tuple[L.TrainModule, pl.DataModule]'):\n    pass\n",
+    ),
     "a class's attribute reached through the alias": (
         "import lightning as L\n\nm = L.LightningModule.load_from_checkpoint('x.ckpt')\nv = L.__version__\n",
         "import trainer as L\n\nm = L.TrainModule.load_from_checkpoint('x.ckpt')\nv = L.__version__\n",
@@ -104,6 +116,12 @@ def test_a_name_with_no_counterpart_leaves_the_file_as_it_is(source, line, name)
     new, problems = migrate_python(source, "train.py")
     assert new == source
     assert [str(p) for p in problems] == [f"no counterpart for {name} at train.py:{line + 1}"]
+
+
+def test_a_use_of_a_module_that_no_name_of_ours_replaces_leaves_the_file():
+    source = "import lightning\n\nx = lightning.Trainer\nz = getattr(lightning, 'Trainer')\n"
+    new, problems = migrate_python(source, "x.py")
+    assert new == source and [str(p) for p in problems] == ["cannot rewrite a use of the module lightning itself at x.py:4"]
 
 
 def test_a_file_that_does_not_parse_is_reported():
