@@ -192,7 +192,8 @@ class _Plan(cst.BatchableCSTVisitor):
             return bound if chain != bound else None
         if chain == bound and binding.ours is not None:
             return None
-        what = f"no counterpart for {whole}" if rest else f"cannot rewrite a use of the module {whole} itself"
+        known_module = resolve_module(whole) is not None  # else a name we lack, imported by name (from x import f)
+        what = f"cannot rewrite a use of the module {whole} itself" if known_module else f"no counterpart for {whole}"
         self._problem(node, what)
         return None
 

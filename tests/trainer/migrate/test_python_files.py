@@ -110,6 +110,8 @@ def test_each_spelling_is_rewritten(case):
     ("x = 1\ncfg = {'class_path': 'lightning.pytorch.strategies.DeepSpeedStrategy'}\n", 2,
      "lightning.pytorch.strategies.DeepSpeedStrategy"),
     ("from lightning.pytorch.demos import *\n", 1, "lightning.pytorch.demos.*"),
+    ("from lightning.pytorch.utilities.model_helpers import is_overridden\n\nx = is_overridden\n", 3,
+     "lightning.pytorch.utilities.model_helpers.is_overridden"),
 ])
 def test_a_name_with_no_counterpart_leaves_the_file_as_it_is(source, line, name):
     source = "from lightning.pytorch import Trainer\n" + source  # a name that maps: it is not rewritten either
