@@ -17,7 +17,7 @@ from trainer.migrate.problem import Problem
 # flow collection, and followed by the end of the line, a comment, or the collection's next item.
 _SCALAR = re.compile(
     r"""(?P<before>(?:^[ \t]*(?:-[ \t]+)+|:[ \t]+|[\[{,][ \t]*))(?P<quote>["']?)"""
-    r"""(?P<name>(?:lightning|pytorch_lightning)(?:\.[A-Za-z_]\w*)+)(?P=quote)(?=[ \t]*(?:$|[,\]}]|\#))""",
+    r"""(?P<name>(?:lightning|pytorch_lightning)(?:\.[A-Za-z_]\w*)+)(?P=quote)(?=[ \t]*(?:\r?$|[,\]}]|\#))""",
     re.MULTILINE,
 )
 

@@ -59,3 +59,8 @@ def test_a_file_that_is_not_yaml_is_reported():
     source = "trainer:\n  callbacks: [lightning.pytorch.callbacks.Timer\n  bad: {\n"
     new, problems = migrate_yaml(source, "c.yaml")
     assert new == source and len(problems) == 1 and str(problems[0]).startswith("cannot read the file as YAML")
+
+
+def test_windows_line_endings_are_kept():
+    source = "trainer:\r\n  callbacks:\r\n    - class_path: lightning.pytorch.callbacks.Timer\r\n      init_args: {}\r\n"
+    assert migrate_yaml(source, "c.yaml") == (source.replace("lightning.pytorch.callbacks.Timer", "callbacks.Timer"), [])
