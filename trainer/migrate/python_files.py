@@ -133,6 +133,8 @@ class _Plan(cst.BatchableCSTVisitor):
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         """A string that is a Lightning name (a jsonargparse ``class_path``) becomes ours."""
+        if "lightning" not in node.value:
+            return
         text = ast.literal_eval(node.value)
         if not isinstance(text, str) or not _DOTTED.fullmatch(text) or not is_lightning(text):
             return
@@ -145,12 +147,17 @@ class _Plan(cst.BatchableCSTVisitor):
     def leave_Module(self, original_node: cst.Module) -> None:
         scopes = {s for s in self.metadata[ScopeProvider].values() if s is not None}
         taken = {a.name for s in scopes for a in s.assignments}
+        positions = self.metadata[PositionProvider]
+        uses = []
         for scope in scopes:
             for access in scope.accesses:
                 for referent in access.referents:
                     if isinstance(referent, ImportAssignment) and (referent.node, referent.name) in self.bindings:
-                        self._use(access.node, self.bindings[(referent.node, referent.name)], referent.name, taken)
+                        where = positions[access.node].start
+                        uses.append((where.line, where.column, access.node, referent))
                         break
+        for *_, node, referent in sorted(uses, key=lambda use: use[:2]):  # in the file's order: the same output each run
+            self._use(node, self.bindings[(referent.node, referent.name)], referent.name, taken)
         self.expressions = {**self.strings, **self.expressions}  # an annotation's own rewrite comes first
 
     def _use(self, node: cst.CSTNode, binding: _Binding, bound: str, taken: set[str]) -> None:
@@ -168,6 +175,18 @@ class _Plan(cst.BatchableCSTVisitor):
         if new is not None:
             self.expressions[node] = new
 
+    def _local(self, ours: str, name: str, taken: set[str]) -> str:
+        """The name under which ``ours.name`` is imported: its own, unless the file binds that to something else."""
+        claimed = {local: (module, imported) for module, imported, local in self.needed}
+        local = name
+        while True:
+            if local in claimed:
+                if claimed[local] == (ours, name):
+                    return local
+            elif local not in taken or self.named.get(local) == f"{ours}.{name}":
+                return local
+            local += "_"
+
     def _rewrite(self, node: cst.CSTNode, chain: str, binding: _Binding, bound: str, taken: set[str]) -> str | None:
         """The text that replaces ``chain`` (``bound`` then attributes), or None to leave it."""
         if chain != bound and not chain.startswith(bound + "."):
@@ -182,9 +201,7 @@ class _Plan(cst.BatchableCSTVisitor):
             tail = "".join("." + p for p in parts[end:])
             if ours == binding.ours:
                 return f"{bound}.{ours_name}{tail}"
-            local = ours_name
-            while local in taken and self.named.get(local) != target and (ours, ours_name, local) not in self.needed:
-                local += "_"
+            local = self._local(ours, ours_name, taken)
             self.needed[(ours, ours_name, local)] = None
             return local + tail
         whole = ".".join(parts)

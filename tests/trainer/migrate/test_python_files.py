@@ -61,6 +61,12 @@ CASES = {
         "import lightning as L\n\nModelCheckpoint = 3\ncb = L.pytorch.callbacks.ModelCheckpoint()\n",
         "import trainer as L\nfrom callbacks import ModelCheckpoint as ModelCheckpoint_\n\nModelCheckpoint = 3\ncb = ModelCheckpoint_()\n",
     ),
+    "two names of ours alike get two names": (
+        "import lightning.pytorch as pl\n\n\nclass S(pl.callbacks.ModelSummary):\n    pass\n\n\n"
+        "s = pl.utilities.model_summary.ModelSummary\n",
+        "import trainer as pl\nfrom trainer.core.summary import ModelSummary as ModelSummary_\nfrom callbacks import ModelSummary\n\n\n"
+        "class S(ModelSummary):\n    pass\n\n\ns = ModelSummary_\n",
+    ),
     "a star import": (
         "from lightning.pytorch.callbacks import *\n",
         "from callbacks import *\n",
