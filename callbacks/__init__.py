@@ -19,11 +19,16 @@ from .progress import ProgressBar, TQDMProgressBar
 from .prediction_writer import BasePredictionWriter
 from .timer import Timer
 from .training import BackboneFinetuning, BaseFinetuning, GradientAccumulationScheduler, StochasticWeightAveraging
+from .training import EMAWeightAveraging, ModelPruning, WeightAveraging
+from .monitors import DeviceStatsMonitor, SpikeDetection, ThroughputMonitor, TrainingSpikeException
+from .monitors import Throughput, measure_flops
 
 __all__ = [
     "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
     "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
     "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
+    "EMAWeightAveraging", "ModelPruning", "WeightAveraging",
+    "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
 ]
 
 

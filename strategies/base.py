@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-from trainer.checkpoint.state_dicts import load_plain_state_dict, optimizer_state_by_position, plain_state_dict
+from trainer.checkpoint.state_dicts import load_plain_state_dict, optimizer_state_by_position
 from trainer.data.batches import move_to_device, on_cpu
 from trainer.data.device_copy import copied_ahead
 
@@ -221,8 +221,9 @@ class Strategy:
     # --- checkpoints -------------------------------------------------------------------
     # Every rank calls these (a sharding strategy gathers); what they return matters on rank 0.
     def module_state_dict(self) -> dict[str, torch.Tensor]:
-        """The user's module's state dict, with no wrapper prefixes (``module.``, ``_orig_mod.``)."""
-        return plain_state_dict(self.module.state_dict())
+        """The user's module's state dict, with no wrapper's prefix (``module.``): its own keys, as Lightning
+        writes them (a submodule the user compiled, ``self.net = torch.compile(self.net)``, keeps ``_orig_mod.``)."""
+        return self.module.state_dict()
 
     def load_module_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> None:
         """Load a full state dict with the bare model's keys (every rank holds all of it);

@@ -15,7 +15,7 @@ PACKAGES = ("trainer", "callbacks", "strategies", "loggers")
 # Bottom to top: a module may import (at module level) only from its own room or the ones below.
 # strategies, callbacks and loggers share a rank: they sit on core, data and checkpoint, under the loops.
 RANK = {
-    "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.checkpoint": 2,
+    "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.utilities": 1, "trainer.checkpoint": 2,
     "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.loops": 4, "trainer.trainer": 5, "trainer.options": 5,
     "trainer.properties": 5, "trainer.fitted_model": 5, "trainer.lightning_arguments": 5, "trainer.tuner": 5, "trainer.cli": 5,
     "trainer.migrate": 5,
@@ -68,7 +68,7 @@ def test_no_package_file_is_over_400_lines(path):
 
 @pytest.mark.parametrize("package", [
     "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization", "trainer/tuner",
-    "callbacks", "callbacks/training", "strategies", "loggers",
+    "trainer/utilities", "callbacks", "callbacks/training", "callbacks/monitors", "strategies", "loggers",
     "trainer/migrate",
 ])
 def test_no_room_holds_more_than_12_modules_and_its_init_says_what_it_is_for(package):
@@ -195,7 +195,7 @@ def test_any_package_can_be_imported_first(first, script_env):
 # `from strategies import ...` are what users write, whatever the rooms behind them.
 PUBLIC = {
     "trainer": [
-        "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "MisconfigurationException", "RunningStage", "TrainModule", "Trainer", "TrainerFn", "TrainerState",
+        "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "MisconfigurationException", "PossibleUserWarning", "RunningStage", "TrainModule", "Trainer", "TrainerFn", "TrainerState",
         "TrainerStatus", "Tuner",
         "__version__", "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything",
     ],
@@ -203,6 +203,8 @@ PUBLIC = {
         "BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback", "EarlyStopping", "EarlyStoppingReason",
         "GradientAccumulationScheduler", "LambdaCallback", "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint",
         "ModelSummary", "NaNGuard", "ProgressBar", "StochasticWeightAveraging", "TQDMProgressBar", "TensorBoardLogger", "Timer", "Tqdm",
+        "EMAWeightAveraging", "ModelPruning", "WeightAveraging",
+        "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
     ],
     "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": [

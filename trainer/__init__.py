@@ -8,6 +8,7 @@ The rooms, bottom to top; each imports only the ones before it (imports run one 
     strategies, callbacks   built on the three rooms above, never on the loops or the Trainer
     trainer.loops       the order of events: fit, evaluation, a stage, hooks, optimization, precision
     trainer.trainer     the Trainer: its options and its entry points
+    trainer.utilities   Lightning's public utilities (parsing, memory, seeding, warnings, tied weights)
     trainer.tuner       the Tuner (lr_find, scale_batch_size), beside the Trainer it drives
 
 ``Trainer`` sits on top of strategies and callbacks, so this ``__init__`` hands it out on first
@@ -21,7 +22,7 @@ from typing import Any as _Any
 from trainer._version import __version__
 from trainer.checkpoint.files import CheckpointError
 from trainer.core.datamodule import DataModule
-from trainer.core.exceptions import MisconfigurationException
+from trainer.core.exceptions import MisconfigurationException, PossibleUserWarning
 from trainer.core.module import TrainModule
 from trainer.core.seed import seed_everything
 from trainer.core.signals import Interrupted
@@ -29,6 +30,7 @@ from trainer.core.state import RunningStage, TrainerFn, TrainerState, TrainerSta
 from trainer.core.hparams import AttributeDict
 from trainer.core.distributed import rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
 from trainer.core.metrics import grad_norm
+from trainer.utilities.warnings import honour_environment as _honour_environment
 
 # Rank 0's one-line summaries (strategy, resume) show by default, like a progress bar does;
 # configure the "trainer" logger to change that. As Lightning does with its logger: when the root
@@ -40,9 +42,10 @@ if not _log.handlers and not _logging.getLogger().hasHandlers():
     _log.addHandler(_handler)
     _log.propagate = False
 _log.setLevel(_logging.INFO)
+_honour_environment()  # POSSIBLE_USER_WARNINGS=0 silences PossibleUserWarning, as importing Lightning does
 
 __all__ = [
-    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "MisconfigurationException", "RunningStage", "TrainModule",
+    "AttributeDict", "CheckpointError", "DataModule", "Interrupted", "MisconfigurationException", "PossibleUserWarning", "RunningStage", "TrainModule",
     "Trainer", "TrainerFn", "TrainerState", "TrainerStatus", "Tuner",
     "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything", "__version__",
 ]

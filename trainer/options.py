@@ -17,7 +17,7 @@ from loggers._for_trainer import make_loggers
 from strategies import Strategy, select_strategy
 from strategies.precision import Precision, normalize_precision
 
-from trainer.core.exceptions import misconfigured
+from trainer.core.exceptions import PossibleUserWarning, misconfigured
 from trainer.core.distributed import rank_zero_info, rank_zero_warn
 from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
@@ -350,7 +350,7 @@ def default_max_epochs(t: Trainer) -> None:
     if t.max_epochs is None and t.max_steps is None and not t._endless and not any(isinstance(cb, Timer) for cb in t.callbacks):
         rank_zero_warn(
             "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.",
-            UserWarning, stacklevel=5,  # the caller of fit
+            PossibleUserWarning, stacklevel=5,  # the caller of fit
         )
         t.max_epochs = 1000
 

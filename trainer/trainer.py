@@ -45,6 +45,7 @@ from trainer.loops.stage import run_stage
 from trainer.lightning_arguments import check_names
 from trainer.options import WORKING_DIR, Options, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
+from trainer.utilities.compile import unwrap_compiled
 
 
 class _NoModel(AttributeError, RuntimeError):
@@ -171,7 +172,9 @@ class Trainer(TrainerProperties, LoggerAccess):
         as it is), ``"last"`` (resume the latest run, or start afresh) or a checkpoint's path;
         [ckpt_path][ckpt-path] says what each does. ``weights_only`` is Lightning's: accepted,
         and it changes nothing, since checkpoints hold only tensors and plain data and are
-        always loaded with ``torch.load(weights_only=True)``."""
+        always loaded with ``torch.load(weights_only=True)``. ``model`` may be ``torch.compile(module)``:
+        the module is trained, with its forward and steps compiled (trainer/utilities/compile.py)."""
+        model = unwrap_compiled(model)
         check_model(model)
         if isinstance(train_dataloaders, DataModule) and datamodule is None:  # fit(model, dm), as Lightning allows
             train_dataloaders, datamodule = None, train_dataloaders
@@ -228,6 +231,7 @@ class Trainer(TrainerProperties, LoggerAccess):
     ) -> Any:
         if model is None:  # after fit: its model and data, and the best checkpoint's weights
             model, dataloaders, datamodule, ckpt_path = fitted_sources(self, stage, dataloaders, datamodule, ckpt_path)
+        model = unwrap_compiled(model)
         check_model(model, needs_training_step=False)
         check_weights_only(weights_only)
         if not isinstance(verbose, bool):

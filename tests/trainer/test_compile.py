@@ -1,4 +1,5 @@
-"""Trainer(compile=...) and compiled submodules: same training, plain checkpoint keys, resume both ways.
+"""Trainer(compile=...), fit(torch.compile(model)) and compiled submodules: same training, the keys
+Lightning writes, resume both ways.
 
 The tests compile with backend="eager": dynamo captures the graphs as it would for inductor,
 and the numbers stay exactly eager's, so a compiled run can be held to torch.equal.
@@ -50,7 +51,7 @@ def test_compile_trains_as_eager_and_writes_the_plain_models_keys(tmp_path):
     assert getattr(compiled, "_compiled_call_impl", None) is None  # handed back uncompiled
 
 
-def test_a_compiled_submodule_saves_plain_keys_and_its_checkpoint_resumes_a_plain_run(tmp_path):
+def test_a_compiled_submodule_keeps_its_keys_as_lightning_and_its_checkpoint_resumes_a_plain_run(tmp_path):
     torch.manual_seed(0)
     model = CompiledInside()
     assert any("_orig_mod." in k for k in model.state_dict())
@@ -58,18 +59,21 @@ def test_a_compiled_submodule_saves_plain_keys_and_its_checkpoint_resumes_a_plai
     first.fit(model, loader())
     path = first.checkpoint_callback.best_model_path
     ckpt = torch.load(path, weights_only=True)
-    assert not any("_orig_mod" in k for k in ckpt["state_dict"]) and set(ckpt["state_dict"]) == set(Classifier().state_dict())
+    assert list(ckpt["state_dict"]) == list(CompiledInside().state_dict())  # the model's own keys, as Lightning writes
+    fresh = CompiledInside()
+    fresh.load_state_dict(ckpt["state_dict"])  # a plain load_state_dict, as a Lightning user does it
+    _same(fresh.state_dict(), model.state_dict())
 
     reloaded = CompiledInside.load_from_checkpoint(path)  # into the compiled submodule again
-    plain_again = Classifier.load_from_checkpoint(path)
-    _same(ckpt["state_dict"], plain_again.state_dict())
+    plain_again = Classifier.load_from_checkpoint(path)  # ours: the keys are mapped to the uncompiled model's
+    _same(model.state_dict(), reloaded.state_dict())
     for x, _ in loader(n=16):
         assert torch.equal(reloaded(x), plain_again(x))
 
     # Resume the other way: the compiled run's checkpoint continues an uncompiled model, and an
     # uncompiled run's checkpoint continues a compiled one; both match training straight through.
     straight = Classifier()
-    straight.load_state_dict(ckpt["state_dict"])
+    straight.load_state_dict(plain_again.state_dict())
     Trainer(max_epochs=2, **quiet()).fit(straight, loader(), ckpt_path=path)
     compiled_again = Classifier()
     Trainer(max_epochs=2, compile=EAGER, **quiet()).fit(compiled_again, loader(), ckpt_path=path)
@@ -95,9 +99,45 @@ def test_compile_under_ddp_trains_and_hands_back_plain_weights(tmp_path):
     assert list(ckpt["state_dict"]) == list(Classifier().state_dict())
 
 
-def test_a_model_compiled_by_torch_compile_is_refused_with_the_option_to_use():
-    with pytest.raises(TypeError, match=r"torch.compile\(Classifier\).*Trainer\(compile=True\)"):
-        Trainer(max_epochs=1, **quiet()).fit(torch.compile(Classifier()), loader())
+def test_fit_takes_torch_compile_of_the_model_as_lightning_does(tmp_path):
+    from trainer.utilities.compile import to_uncompiled
+
+    torch.manual_seed(0)
+    model, plain = Classifier(dropout=0.1), Classifier(dropout=0.1)
+    plain.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="eager")
+    trainer = Trainer(max_epochs=2, seed=3, log_dir=tmp_path, enable_progress_bar=False)
+    trainer.fit(compiled, loader(), loader(n=32))
+    assert trainer.lightning_module is model and model._compiler_ctx["compiler"] == "dynamo"
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # its steps did compile
+    Trainer(max_epochs=2, seed=3, **quiet()).fit(plain, loader(), loader(n=32))
+    _same(model.state_dict(), plain.state_dict())
+    ckpt = torch.load(trainer.checkpoint_callback.best_model_path, weights_only=True)
+    assert list(ckpt["state_dict"]) == list(Classifier().state_dict())  # the module's keys, no '_orig_mod.'
+    assert trainer.validate(compiled, loader(n=32), verbose=False)[0]["val_loss"] >= 0
+    assert trainer.test(compiled, loader(n=32), verbose=False)[0]["test_loss"] >= 0
+    assert torch.cat(trainer.predict(compiled, loader(n=32))).shape == (32,)
+    assert to_uncompiled(model) is model and model._compiler_ctx is None
+    assert model.training_step == Classifier.training_step.__get__(model)
+    with pytest.raises(ValueError, match="required to be a compiled LightningModule"):
+        to_uncompiled(model)
+
+
+class Unlogged(Classifier):
+    def training_step(self, batch, batch_idx):  # self.log breaks the graph, which fullgraph=True refuses
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self(x), y)
+
+
+def test_fullgraph_compiles_each_step_whole():
+    model = Unlogged()
+    Trainer(max_epochs=1, **quiet()).fit(torch.compile(model, backend="eager", fullgraph=True), loader())
+    assert model.global_step == 8 and model._compiler_ctx["dynamo_ctx"] is not None
+
+
+def test_a_compiled_plain_module_is_refused_in_lightnings_words():
+    with pytest.raises(ValueError, match="`model` is expected to be a compiled LightningModule. Found a `Linear`"):
+        Trainer(max_epochs=1, **quiet()).fit(torch.compile(torch.nn.Linear(2, 2)), loader())
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,8 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
     version = first.version
     folder = version if isinstance(version, str) else f"version_{version}"
     save_dir = first.save_dir or root or os.getcwd()
-    run_dir = os.path.abspath(os.path.join(save_dir, first.name or "", folder))
+    name = "" if first.name is None else str(first.name)  # str(): as Lightning joins any logger's name
+    run_dir = os.path.abspath(os.path.join(save_dir, name, folder))
     return run_dir, getattr(first, "log_dir", None) or first.save_dir or root or run_dir, logger_versions(trainer)
 
 

@@ -216,12 +216,6 @@ def compile_options(value: Any) -> dict[str, Any] | None:
 def check_model(model: Any, needs_training_step: bool = True) -> None:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (subclass trainer.TrainModule); got {type(model).__name__}.")
-    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
-        raise TypeError(
-            f"model is torch.compile({type(model._orig_mod).__name__}): its checkpoints would carry '_orig_mod.' "
-            "in every key. Pass the model itself and Trainer(compile=True) (or compile=dict(mode=...)): it is "
-            "then compiled in place, the way each strategy wants, and its state_dict keys stay the model's."
-        )
     lightning = (  # Lightning's sentences first, as its tests match them
         f"`model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `{type(model).__name__}`."
         if not isinstance(model, TrainModule) else "No `training_step()` method defined. Lightning `Trainer` expects "

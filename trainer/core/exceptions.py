@@ -1,4 +1,4 @@
-"""``MisconfigurationException``: Lightning's error for a setting that cannot work, under its name."""
+"""Lightning's error for a setting that cannot work, and its warning for one that may be a mistake, under their names."""
 
 from __future__ import annotations
 
@@ -23,3 +23,9 @@ def misconfigured(message: str, lightning: str = "", type_error: bool = False) -
     then ours, which names the argument, shows the value and says what to do."""
     text = f"{lightning} {message}" if lightning else message
     return MisconfigurationTypeError(text) if type_error else MisconfigurationException(text)
+
+
+class PossibleUserWarning(UserWarning):
+    """Lightning's warning about a setting that is often, not always, a mistake (a logging interval
+    longer than the epoch, an unset ``max_epochs``). ``trainer.utilities.disable_possible_user_warnings()``,
+    or ``POSSIBLE_USER_WARNINGS=0`` in the environment, silences them all."""

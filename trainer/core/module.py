@@ -33,6 +33,8 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     #: False: training_step runs backward and the optimizer steps itself (trainer/loops/optimization/manual.py).
     automatic_optimization = True
+    #: What ``fit(torch.compile(model))`` compiled (trainer/utilities/compile.py); None when nothing was.
+    _compiler_ctx: dict[str, Any] | None = None
     #: Where checkpoints keep the hyperparameters (Lightning's keys).
     CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
     CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
@@ -373,10 +375,8 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     def __getstate__(self) -> dict[str, Any]:
         # The Trainer holds this module; don't drag it (and its open files) into pickles.
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
-        state = dict(state)
-        state["_trainer"] = None
-        return state
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        return {**state, "_trainer": None}
 
 
 _TRACING = [False]  # torch.jit tracing a module (it reads every attribute): trainer reads None, as Lightning's

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
-import time
+from time import perf_counter  # bound at import: a test that patches time.perf_counter sees only its own calls
 import warnings
 from typing import TYPE_CHECKING, Any
 
 from callbacks.base import Callback
 from loggers import Logger, TensorBoardLogger
+from trainer.core.exceptions import PossibleUserWarning
 from trainer.core.hparams import is_plain
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class LogWriter(Callback):
         self._failed = False
 
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._saved = time.perf_counter()  # the first save a second in: a short fit's is its teardown's
+        self._saved = perf_counter()  # the first save a second in: a short fit's is its teardown's
         hparams = _hparams(trainer, module)
         options = {f"trainer/{k}": v for k, v in trainer.hparams().items() if v is not None}
         for logger in self.loggers:
@@ -68,7 +69,7 @@ class LogWriter(Callback):
             warnings.warn(
                 f"The number of training batches ({trainer.num_training_batches}) is smaller than the logging interval "
                 f"Trainer(log_every_n_steps={every}). Set a lower value for log_every_n_steps if you want to see logs for "
-                "the training epoch.", UserWarning, stacklevel=2,
+                "the training epoch.", PossibleUserWarning, stacklevel=2,
             )
         if self.loggers and trainer.global_step == 0 and 2 <= steps < every:
             log.info(
@@ -76,14 +77,14 @@ class LogWriter(Callback):
                 "no point, only the epoch values do. Trainer(log_every_n_steps=%d) gives about 10 points.",
                 steps, every, max(1, math.ceil(steps / 10)),
             )
-        self._clock = (time.perf_counter(), trainer.state.log_step, trainer.samples_seen)
+        self._clock = (perf_counter(), trainer.state.log_step, trainer.samples_seen)
         if getattr(trainer, "compile", None) is not None:  # the first steps compile: throughput starts at the first log step
             self._clock = None
 
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
         if not metrics:  # nothing logged in the step: no row, as in Lightning (lr and throughput wait for one)
             return
-        step, samples, now = trainer.state.log_step, trainer.samples_seen, time.perf_counter()
+        step, samples, now = trainer.state.log_step, trainer.samples_seen, perf_counter()
         trainer._run.logged_metrics.update(metrics)  # the user's values (Lightning's: not lr, epoch, throughput)
         values = dict(metrics)
         for i, opt in enumerate(trainer.optimizers):  # lr, lr/group1, lr/optimizer1, lr/optimizer1/group1
@@ -110,7 +111,7 @@ class LogWriter(Callback):
         self._save_if_due()
 
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._paused_at = time.perf_counter()
+        self._paused_at = perf_counter()
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         if trainer.sanity_checking:  # writes nothing (the clock starts at on_train_start, after it)
@@ -118,7 +119,7 @@ class LogWriter(Callback):
         if self._paused_at is not None and self._clock is not None and trainer.state.fn == "fit":
             # Throughput measures training: move the clock's start past the validation.
             t0, s0, n0 = self._clock
-            self._clock = (t0 + time.perf_counter() - self._paused_at, s0, n0)
+            self._clock = (t0 + perf_counter() - self._paused_at, s0, n0)
         self._paused_at = None
         self._write_eval(trainer)
 
@@ -145,7 +146,7 @@ class LogWriter(Callback):
             logger.log_metrics(metrics=values, step=int(step))  # by keyword, as Lightning calls it
 
     def _save_if_due(self) -> None:
-        now = time.perf_counter()
+        now = perf_counter()
         if now - self._saved >= _SAVE_GAP_S:
             self._saved = now
             for logger in self.loggers:

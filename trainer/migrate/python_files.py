@@ -156,7 +156,7 @@ class _Plan(cst.BatchableCSTVisitor):
                         where = positions[access.node].start
                         uses.append((where.line, where.column, access.node, referent))
                         break
-        for *_, node, referent in sorted(uses, key=lambda use: use[:2]):  # in the file's order: the same output each run
+        for *_, node, referent in sorted(uses, key=lambda use: use[:2]):  # in the file's order: the same output always
             self._use(node, self.bindings[(referent.node, referent.name)], referent.name, taken)
         self.expressions = {**self.strings, **self.expressions}  # an annotation's own rewrite comes first
 
