@@ -285,3 +285,18 @@ def file_name(template: str, auto_insert_metric_name: bool, values: dict[str, An
 class _Missing(dict):
     def __missing__(self, key: str) -> int:
         return 0  # a metric not logged yet formats as 0, as in Lightning, rather than failing
+
+
+def tell_loggers(cb: Any, trainer: Any) -> None:
+    """Lightning's ``logger.after_save_checkpoint(callback)`` after each save, on global rank 0.
+    A logger that overrides it (MLflow's and W&B's upload the files) expects the file on disk,
+    so the write in flight finishes first; with only loggers that do nothing there (the
+    default), the write stays in the background."""
+    if any(sum("after_save_checkpoint" in vars(c) for c in type(lg).__mro__) > 1 for lg in trainer.loggers):
+        cb._wait_for_writer(trainer)  # (every rank: the loggers are the same on each)
+    if not trainer.is_global_zero:
+        return
+    for lg in trainer.loggers:
+        hook = getattr(lg, "after_save_checkpoint", None)
+        if hook is not None:
+            hook(cb)

@@ -124,6 +124,8 @@ class EarlyStopping(Callback):
 
     # --- the decision ------------------------------------------------------------------
     def _check(self, trainer: Trainer) -> None:
+        if trainer.fast_dev_run:  # Lightning's: a development run judges nothing (its metric may not exist yet)
+            return
         metrics = trainer.callback_metrics.numbers()
         if self.monitor not in metrics:
             if not self.strict:

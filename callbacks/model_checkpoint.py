@@ -276,6 +276,7 @@ class ModelCheckpoint(TopK, Callback):
             self.last_model_path = path if self.save_last else self.last_model_path
             self._newest_step, self._newest_path = trainer.global_step, path  # a validation at this step may still rank a file
             trainer.save_checkpoint(path)
+            files.tell_loggers(self, trainer)
         return path
 
     # --- saving ------------------------------------------------------------------------
@@ -322,6 +323,7 @@ class ModelCheckpoint(TopK, Callback):
             trainer.save_checkpoint(path, self.save_weights_only)
         if not job.taken and trainer.is_global_zero and os.path.lexists(path):  # (a stand-in that wrote nothing: nothing to do)
             rotate(path, dropped, last, link, folder=os.path.isdir(path))
+        files.tell_loggers(self, trainer)
 
     def _score(self, trainer: Trainer) -> float | None:
         """The monitored value; None while it may still be logged (before the fit's first

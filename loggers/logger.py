@@ -105,7 +105,9 @@ class Logger(ABC):
         self.save()
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """Called after a checkpoint is written (e.g. to upload it)."""
+        """Called by ``ModelCheckpoint`` after each save, on global rank 0, with the file on disk
+        (e.g. to upload it: ``checkpoint_callback.best_model_path``, ``last_model_path``). A
+        logger that overrides it makes each save wait for its background write first."""
 
 
 class DummyLogger(Logger):

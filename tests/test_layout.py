@@ -16,7 +16,8 @@ PACKAGES = ("trainer", "callbacks", "strategies", "loggers")
 # strategies, callbacks and loggers share a rank: they sit on core, data and checkpoint, under the loops.
 RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.utilities": 1, "trainer.checkpoint": 2,
-    "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.loops": 4, "trainer.trainer": 5, "trainer.options": 5,
+    "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.profilers": 3, "trainer.loops": 4, "trainer.trainer": 5,
+    "trainer.options": 5,
     "trainer.properties": 5, "trainer.fitted_model": 5, "trainer.lightning_arguments": 5, "trainer.tuner": 5, "trainer.cli": 5,
     "trainer.migrate": 5,
 }
@@ -67,8 +68,9 @@ def test_no_package_file_is_over_400_lines(path):
 
 
 @pytest.mark.parametrize("package", [
-    "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization", "trainer/tuner",
-    "trainer/utilities", "callbacks", "callbacks/training", "callbacks/monitors", "strategies", "loggers",
+    "trainer", "trainer/core", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization",
+    "trainer/profilers", "trainer/tuner", "trainer/utilities", "callbacks", "callbacks/training", "callbacks/monitors",
+    "strategies", "loggers",
     "trainer/migrate",
 ])
 def test_no_room_holds_more_than_12_modules_and_its_init_says_what_it_is_for(package):
@@ -206,7 +208,10 @@ PUBLIC = {
         "EMAWeightAveraging", "ModelPruning", "WeightAveraging",
         "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
     ],
-    "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
+    "loggers": [
+        "CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger",
+        "rank_zero_experiment", "rank_zero_only",
+    ],
     "strategies": [
         "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "ParallelStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError",
         "select_strategy",
@@ -222,13 +227,16 @@ def test_public_names_are_pinned(package):
         assert getattr(module, name) is not None
 
 
-HEAVY = ("torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy", "jsonargparse", "torchmetrics")
+HEAVY = (
+    "torch.distributed.tensor", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch._dynamo", "sympy",
+    "jsonargparse", "torchmetrics", "mlflow", "wandb",
+)
 
 
 @pytest.mark.slow
 def test_importing_the_packages_and_the_trainer_loads_no_heavy_module(script_env):
     """fsdp's DTensor and DCP, compile's dynamo (and the sympy they pull in), the CLI's
-    jsonargparse: each is imported where it is used, so `import trainer` stays cheap
+    jsonargparse, the MLflow and W&B clients: each is imported where it is used, so `import trainer` stays cheap
     (benchmarks/import_time.py prints the cost)."""
     code = (
         "import sys, trainer, callbacks, strategies, loggers\n"

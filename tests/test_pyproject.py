@@ -43,7 +43,7 @@ def test_the_torch_floor_has_every_api_the_package_calls():
 
 # --- the README's test command installs what the tests import ---------------------------------
 # A module's import name, where its distribution's name differs.
-DISTRIBUTION = {"yaml": "pyyaml", "torchmetrics": "torchmetrics", "jsonargparse": "jsonargparse"}
+DISTRIBUTION = {"yaml": "pyyaml", "torchmetrics": "torchmetrics", "jsonargparse": "jsonargparse", "mlflow": "mlflow-skinny"}
 # Our own packages, and the scripts in benchmarks/ and examples/ that tests import by name.
 OURS = {"trainer", "callbacks", "strategies", "loggers", "tests", "benchmarks"} | {
     name[:-3] for folder in ("benchmarks", "examples") for name in os.listdir(os.path.join(ROOT, folder)) if name.endswith(".py")

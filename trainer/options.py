@@ -23,7 +23,7 @@ from trainer.core.checks import (
     compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
 )
 from trainer.loops.hooks import check_callbacks, lightning_order
-from trainer.loops.profiler import SimpleProfiler
+from trainer.profilers import PassThroughProfiler, Profiler
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -90,17 +90,37 @@ def max_time_seconds(max_time: Any) -> float | None:
         ) from None
 
 
-def profiler_of(profiler: Any) -> SimpleProfiler | None:
-    if profiler is None or isinstance(profiler, SimpleProfiler):
+# Trainer(profiler="...")'s names, Lightning's
+_PROFILERS = ("simple", "advanced", "pytorch", "xla")
+
+
+def profiler_of(profiler: Any) -> Profiler:
+    """``Trainer(profiler=...)``: None (a PassThroughProfiler, which records nothing), a name, or a Profiler."""
+    if profiler is None:
+        return PassThroughProfiler()
+    if isinstance(profiler, Profiler):
         return profiler
-    if profiler == "simple":
-        return SimpleProfiler()
-    if profiler in ("advanced", "pytorch", "xla"):
-        raise ValueError(
-            f"profiler={profiler!r} is not supported; profiler='simple' says where fit's time went. For kernel-level "
-            "detail, run trainer.fit inside torch.profiler.profile(...) yourself."
+    if not isinstance(profiler, str):
+        raise TypeError(
+            f"profiler={profiler!r} must be None, one of {', '.join(map(repr, _PROFILERS[:3]))}, or a "
+            "trainer.profilers.Profiler instance, e.g. SimpleProfiler(dirpath='logs', filename='perf')."
         )
-    raise ValueError(f"Unknown profiler={profiler!r}. Valid: None, 'simple'.{suggest(str(profiler), ('simple',))}")
+    name = profiler.lower()
+    if name == "xla":
+        raise misconfigured(
+            "profiler='xla' profiles TPUs through torch_xla, which this trainer does not run on: use 'simple', "
+            "'advanced' or 'pytorch' (PyTorchProfiler covers CPU and CUDA)."
+        )
+    if name not in _PROFILERS:
+        raise misconfigured(
+            f"Unknown profiler={profiler!r}. Valid: None, {', '.join(map(repr, _PROFILERS[:3]))}, or a Profiler "
+            f"instance.{suggest(name, _PROFILERS[:3])}",
+            "When passing string value for the `profiler` parameter of `Trainer`, it can only be one of "
+            f"{list(_PROFILERS)}.",
+        )
+    from trainer.profilers import AdvancedProfiler, PyTorchProfiler, SimpleProfiler  # torch.profiler's, when asked for
+
+    return {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "pytorch": PyTorchProfiler}[name]()
 
 
 # Lightning's signature gives these None, meaning its default: a config that writes every
@@ -155,7 +175,7 @@ class Options:
     sync_batchnorm: bool = False
     use_distributed_sampler: bool = True
     callbacks: list[Callback] = field(default_factory=list)  # the given ones, then the built-in ones
-    profiler: SimpleProfiler | None = None
+    profiler: Profiler = field(default_factory=PassThroughProfiler)  # PassThroughProfiler: nothing recorded
 
 
 class Configured(NamedTuple):
@@ -257,7 +277,12 @@ def configure(o: dict[str, Any]) -> Configured:
         tell_whole(name, o[name])
     if t.overfit_batches:  # train and validate on the same first batches, in order
         t.limit_train_batches = t.limit_val_batches = t.overfit_batches
-    if flag("barebones", o["barebones"]):  # Lightning's: everything that costs time per run, off
+    if flag("barebones", o["barebones"]) and o["profiler"] is not None:
+        raise ValueError(
+            f"`Trainer(barebones=True, profiler={o['profiler']!r})` was passed. Profiling can impact raw speed "
+            "so it is disabled in barebones mode: drop one of the two."
+        )
+    if o["barebones"]:  # Lightning's: everything that costs time per run, off
         t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False
         t.num_sanity_val_steps = 0
     n = fast_dev_run_batches(o["fast_dev_run"])

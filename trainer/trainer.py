@@ -38,7 +38,7 @@ from trainer.core.module import TrainModule
 from trainer.core.state import TrainerState, TrainerStatus
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
 from trainer.fitted_model import fitted_sources
-from trainer.loops.profiler import SimpleProfiler
+from trainer.profilers import Profiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
@@ -101,7 +101,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         benchmark: bool | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
-        profiler: str | SimpleProfiler | None = None,
+        profiler: str | Profiler | None = None,
         detect_anomaly: bool = False,
         barebones: bool = False,
         sync_batchnorm: bool = False,

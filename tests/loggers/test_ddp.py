@@ -51,3 +51,49 @@ def test_rank_zero_writes_and_the_other_rank_gets_a_logger_that_does_nothing():
     assert glob.glob(os.path.join(folder, "checkpoints", "*.ckpt"))
     with open(os.path.join("csv", "lightning_logs", "version_0", "metrics.csv"), newline="") as f:
         assert [int(r["step"]) for r in csv.DictReader(f)] == [0, 1, 2, 3]  # step n's row at n - 1
+
+
+@pytest.mark.usefixtures("ranks_from_the_fork_server")
+def test_mlflow_under_ddp_is_one_run_that_rank_0_writes_and_the_caller_knows(monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from callbacks import ModelCheckpoint
+    from loggers import MLFlowLogger
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    logger = MLFlowLogger(experiment_name="ddp", log_model="all")
+    trainer = Trainer(strategy=DDPStrategy(timeout=20), devices=2, max_epochs=1, log_every_n_steps=1,
+                      enable_progress_bar=False, enable_model_summary=False, logger=logger,
+                      callbacks=[ModelCheckpoint(filename="last-epoch")])
+    trainer.fit(Classifier(), loader(64, batch_size=8), loader(32, batch_size=8))  # 4 steps a rank
+    client = MlflowClient(f"file:{os.path.abspath('mlruns')}")
+    runs = client.search_runs([logger.experiment_id])
+    assert [r.info.run_id for r in runs] == [logger.run_id] and runs[0].info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(logger.run_id, "train_loss")] == [0, 1, 2, 3]  # once each
+    assert [a.path for a in client.list_artifacts(logger.run_id)] == ["last-epoch"]
+    folder = os.path.join("mlruns", logger.experiment_id, logger.run_id, "checkpoints")
+    assert trainer.checkpoint_callback.dirpath == os.path.abspath(folder)
+
+
+@pytest.mark.usefixtures("ranks_from_the_fork_server")
+def test_wandb_under_ddp_is_the_callers_run(monkeypatch):
+    import wandb
+
+    from loggers import WandbLogger
+    from tests.loggers.test_wandb import _records, _run
+
+    for name, value in (("WANDB_MODE", "offline"), ("WANDB_SILENT", "true"), ("WANDB_BASE_URL", "http://127.0.0.1:9")):
+        monkeypatch.setenv(name, value)
+    logger = WandbLogger(project="ddp", save_dir="wb", offline=True)
+    trainer = Trainer(strategy=DDPStrategy(timeout=20), devices=2, max_epochs=1, log_every_n_steps=1,
+                      enable_progress_bar=False, enable_model_summary=False, logger=logger)
+    trainer.fit(Classifier(), loader(64, batch_size=8), loader(32, batch_size=8))
+    run = logger.experiment
+    assert run is wandb.run
+    assert trainer.checkpoint_callback.dirpath == os.path.abspath(os.path.join("wb", "ddp", run.id, "checkpoints"))
+    run.finish()
+    folders = glob.glob(os.path.join("wb", "wandb", "offline-run-*"))
+    assert len(folders) == 1  # one run: rank 0 wrote into the caller's
+    _, history, _ = _run(_records(folders[0]))
+    assert [row["trainer/global_step"] for row in history if "train_loss" in row] == [0, 1, 2, 3]

@@ -168,6 +168,38 @@ def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
     assert failing.calls[-1] == ("finalize", "failed") and ("finalize", "success") not in failing.calls
 
 
+class Uploading(Recording):
+    """A tracker that uploads checkpoints and names its run when it starts, as MLflow's and W&B's do."""
+
+    run = None
+
+    @property
+    def experiment(self):
+        self.run = self.run or "run-7"
+        return self.run
+
+    @property
+    def version(self):
+        return self.run or "none-yet"
+
+    def after_save_checkpoint(self, checkpoint_callback):
+        path = checkpoint_callback.best_model_path
+        self.calls.append(("saved", os.path.basename(path), os.path.getsize(path)))  # on disk when told
+
+
+def test_a_tracker_is_told_of_each_checkpoint_on_disk_and_its_run_names_the_folder():
+    class Look(Callback):
+        def setup(self, trainer, pl_module, stage):
+            seen.append(trainer.logger.run)  # started before the callbacks' setup, as in Lightning
+
+    seen: list = []
+    logger = Uploading()
+    trainer = _fit(logger, max_epochs=2, callbacks=[Look(), ModelCheckpoint(save_top_k=-1, filename="{epoch}")])
+    saved = [c[1:] for c in logger.calls if c[0] == "saved"]
+    assert [name for name, _ in saved] == ["epoch=0.ckpt", "epoch=1.ckpt"] and all(size > 0 for _, size in saved)
+    assert seen == ["run-7"] and trainer.checkpoint_callback.dirpath == os.path.abspath(os.path.join("recording", "run-7", "checkpoints"))
+
+
 def test_only_rank_zero_writes_and_the_experiment_elsewhere_does_nothing(monkeypatch):
     logger = TensorBoardLogger("tb")
     monkeypatch.setattr(rank_zero_only, "rank", 1)

@@ -1,5 +1,5 @@
 """What Lightning code reads on the Trainer during and after fit, validate/test's results and their
-table, save_checkpoint(weights_only=...), weights_only= on the entry points, and the profiler."""
+table, save_checkpoint(weights_only=...), weights_only= on the entry points (the profiler: tests/trainer/loops/test_profiling.py)."""
 
 from __future__ import annotations
 
@@ -205,40 +205,6 @@ def test_ckpt_path_is_the_file_resumed_or_evaluated_and_setting_it_loads_that_fi
     assert stateful.ckpt_path == str(tmp_path / "epoch=1-step=4.ckpt")  # the one passed won, and the setting is gone
 
 
-# --- the profiler ---------------------------------------------------------------------------
-def test_profiler_simple_reports_where_the_time_went(capsys):
-    trainer = Trainer(max_epochs=2, profiler="simple", enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(WithScheduler(), loader(64, 16), loader(32, 16))
-    out = capsys.readouterr().out
-    assert "Profiler report (fit)" in out
-    recorded = trainer.profiler.recorded
-    assert recorded["training_step"][0] == 8 and recorded["backward"][0] == 8 and recorded["optimizer_step"][0] == 8
-    assert recorded["fetching"][0] == 8 and recorded["validation"][0] == 2  # the sanity check is not counted
-    assert recorded["checkpointing"][0] > 0 and recorded["callbacks"][0] > 0  # ModelCheckpoint's, TensorBoard's hooks
-    for action in ("fetching", "training_step", "backward", "optimizer_step", "checkpointing", "validation"):
-        assert any(line.startswith(action) for line in out.splitlines()), action
-    assert all(seconds >= 0 for _, seconds in recorded.values()) and trainer.profiler.total > 0
-    # Nothing of the profiler stays on the optimizer after fit.
-    assert not trainer.optimizer._optimizer_step_pre_hooks and not trainer.optimizer._optimizer_step_post_hooks
-
-
-def test_no_profiler_changes_nothing_in_the_loop():
-    seen = {}
-
-    class Peek(Callback):
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            seen["hooks"] = trainer._hooks.on_train_batch_start
-
-    peek = Peek()
-    trainer = Trainer(max_steps=1, callbacks=[peek], **quiet())
-    trainer.fit(Classifier(), loader(16))
-    assert trainer.profiler is None and seen["hooks"] == [peek.on_train_batch_start]  # the callback's own method
-    with pytest.raises(ValueError, match=r"profiler='advanced' is not supported.*torch.profiler.profile"):
-        Trainer(profiler="advanced")
-    with pytest.raises(ValueError, match=r"Unknown profiler='simpel'.*Did you mean 'simple'"):
-        Trainer(profiler="simpel")
-
-
 # --- under ddp ------------------------------------------------------------------------------
 class RanksToFile(Callback):
     def on_train_start(self, trainer, module):
@@ -270,7 +236,8 @@ def test_ranks_and_sampler_under_ddp_with_two_processes(use_distributed_sampler)
         }
     assert trainer.lightning_module is not None and trainer.model is trainer.lightning_module  # the caller's module
     assert trainer.global_step == 1  # rank 0's counters came back to the caller, and its profile
-    assert trainer.profiler.recorded["training_step"][0] == 1 and trainer.profiler.recorded["optimizer_step"][0] == 1
+    recorded = trainer.profiler.recorded_durations
+    assert len(recorded["[Strategy]DDPStrategy.training_step"]) == 1 and len(recorded["optimizer_step"]) == 1
     assert not os.path.exists("rank_2.json")
 
 

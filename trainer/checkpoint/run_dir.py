@@ -57,6 +57,11 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
             start = getattr(lg, "_start_fit", None)
             if start is not None:
                 start(resume_path, lg._made_by_trainer)
+    for lg in trainer.loggers:
+        # Lightning's: the other loggers' runs start now (an MLflow or W&B run, whose ids name the
+        # folder); file loggers pick their folder above and open their files at the first value.
+        if not hasattr(lg, "_start_fit"):
+            getattr(lg, "experiment", None)
     first = trainer.loggers[0]
     version = first.version
     folder = version if isinstance(version, str) else f"version_{version}"

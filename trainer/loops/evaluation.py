@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from time import perf_counter  # bound at import: a test that patches time.perf_counter sees only its own calls
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -32,6 +31,11 @@ if TYPE_CHECKING:
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
 _STAGES = {"validation": RunningStage.VALIDATING, "test": RunningStage.TESTING, "predict": RunningStage.PREDICTING}
 _COUNTS = {"validation": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
+# Lightning's profiler names of each batch's fetch
+_NEXT = {
+    "validation": "[_EvaluationLoop].val_next", "test": "[_EvaluationLoop].test_next",
+    "predict": "[_PredictionLoop].predict_next",
+}
 _LIMITS = {"validation": "limit_val_batches", "test": "limit_test_batches"}
 
 
@@ -113,7 +117,7 @@ def evaluation_loop(
     keep_rng: bool = False,
 ) -> list[Any] | None:
     """:func:`run_evaluation`, with ``trainer.state.stage`` saying which phase runs (``trainer.validating``
-    and friends read it; the sanity check stays SANITY_CHECKING), timed when a profiler is on.
+    and friends read it; the sanity check stays SANITY_CHECKING).
     A validation draws random numbers as a hand-written loop's does (its loader's iterator draws
     a seed). ``keep_rng``: one that an uninterrupted run would not have made (a stop's own) puts
     every generator back after, and a checkpoint saved meanwhile records the state from before
@@ -125,8 +129,6 @@ def evaluation_loop(
     rng = rng_state() if keep_rng and run.training_rng is None else None  # once per such validation
     if rng is not None:
         run.training_rng = rng
-    profiler = trainer.profiler
-    start = perf_counter()
     if publish and run.publish_step_metrics is not None and previous is not RunningStage.SANITY_CHECKING:
         run.publish_step_metrics()  # fit's validation: its hooks see the last step's training values (Lightning's)
     try:
@@ -136,8 +138,6 @@ def evaluation_loop(
             set_rng_state(rng)
             run.training_rng = None
         state.stage = previous
-        if profiler is not None and publish:
-            profiler.add(phase, perf_counter() - start)
 
 
 def run_evaluation(
@@ -184,6 +184,9 @@ def run_evaluation(
     prefix = "val" if phase == "validation" else phase
     check_dataloader_idx(model, prefix, (step_name, f"on_{phase}_batch_start", f"on_{phase}_batch_end"), loaders.several)
     transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
+    run_step, profiling = strategy.run_step, run.profiling
+    if profiling is not None:  # [Strategy]<class>.validation_step and each next batch, timed (profiling.py)
+        run_step = profiling.strategy_call(strategy, step_name, run_step)
     outer = MetricSink()  # what the start and end hooks log: one value per process
     sinks = [outer]  # each loader's too: their Metrics are reset at the end
     previous_sink = set_sink(outer)
@@ -206,6 +209,8 @@ def run_evaluation(
                 it = batches(loader, run.fetching, None if record is None else record.start_loader(loader))
                 it = run.precision.convert_batches(it)
                 it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
+                if profiling is not None:
+                    it = profiling.timed_iter(_NEXT[phase], it)
                 for batch_idx, batch in enumerate(it):
                     sink.batch_size = batch_size(batch)
                     if record is not None:
@@ -215,7 +220,7 @@ def run_evaluation(
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
                     try:
-                        out = strategy.run_step(step_name, batch, batch_idx, *hook_args)
+                        out = run_step(step_name, batch, batch_idx, *hook_args)
                     except Exception as err:  # costs nothing until a step fails
                         if batch is None:
                             which = f"The {phase} loader" + (f" {i} (dataloader_idx={i})" if loaders.several else "")

@@ -127,8 +127,8 @@ class FitLoop(StopRules, Publishing):
         backward = strategy.backward if own_backward else torch.Tensor.backward
         if overridden(model, "backward"):  # the module's own, as Lightning's strategy calls it
             backward = model.backward
-        if trainer.profiler is not None:
-            backward = trainer.profiler.timed("backward", backward)
+        if run.profiling is not None:
+            backward = run.profiling.strategy_call(strategy, "backward", backward)
         self.steps = steps = StepSequence(trainer, run, model, backward)  # the events around a step, in order
         run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers, steps)
         self.resume = Resume.load(trainer, run, resume_from)
@@ -150,8 +150,9 @@ class FitLoop(StopRules, Publishing):
 
     def fit(self) -> None:
         trainer, run = self.trainer, self.run
-        if trainer.profiler is not None:
-            trainer.profiler.attach_optimizers(run.opt.optimizers)
+        if run.profiling is not None:  # optimizer_step until the stage ends, and run_training_epoch
+            run.profiling.time_optimizers(run.opt.optimizers)
+            self._train_epoch = run.profiling.epoch(self._train_epoch)  # type: ignore[method-assign]
         run.publish_step_metrics = self._publish_step_metrics
         try:
             self._fit()
@@ -372,16 +373,15 @@ class FitLoop(StopRules, Publishing):
         if strategy.world_size > 1 and not sized:
             epoch_batches = in_lockstep(epoch_batches, strategy)
         epoch_batches = strategy.device_batches(run.precision.convert_batches(epoch_batches))
-        if trainer.profiler is not None:  # timed; without a profiler, nothing changes
-            epoch_batches = trainer.profiler.timed_iter("fetching", epoch_batches)
+        if run.profiling is not None:  # timed; without a profiler, nothing changes
+            epoch_batches = run.profiling.timed_iter("[_TrainingEpochLoop].train_dataloader_next", epoch_batches)
         return epoch_batches
 
     def _training_step(self, first_batch: Any, stepper: Any) -> Callable[[Any, int], Any]:
-        """The epoch's ``training_step(batch, batch_idx)``: the strategy's runner (the model's own
-        method when nothing wraps it), timed with a profiler, inside LBFGS's closure."""
+        """The epoch's training step: the strategy's runner, timed with a profiler, inside LBFGS's closure."""
         training_step = self.trainer.strategy.step_runner("training_step", first_batch)
-        if self.trainer.profiler is not None:
-            training_step = self.trainer.profiler.timed("training_step", training_step)
+        if self.run.profiling is not None:
+            training_step = self.run.profiling.strategy_call(self.trainer.strategy, "training_step", training_step)
         if stepper is not None and stepper is not self.run.manual:
             training_step = stepper.wrap(training_step)
         return training_step

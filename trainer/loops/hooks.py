@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks.base import HOOKS, Callback
 from callbacks.early_stopping import EarlyStopping
@@ -15,6 +15,9 @@ from trainer.core.checks import instances_of
 
 from trainer.core.datamodule import DataModule
 from trainer.core.module import TrainModule, overridden
+
+if TYPE_CHECKING:
+    from trainer.loops.profiling import Profiling
 
 
 class Hooks:
@@ -32,7 +35,14 @@ class Hooks:
     lookup per step.
     """
 
-    def __init__(self, callbacks: list[Callback], module: Any = None, tail: list[Callback] | None = None) -> None:
+    def __init__(
+        self, callbacks: list[Callback], module: Any = None, tail: list[Callback] | None = None,
+        profiling: Profiling | None = None,
+    ) -> None:
+        """``profiling``: a recording profiler's timers (profiling.py): then every callback's and the
+        module's hook, overridden or not, is a timed call, as Lightning times them, and each
+        training batch is timed from the last ``on_train_batch_start`` function to the first
+        ``on_train_batch_end`` one."""
         tail = list(tail or [])
         self.callbacks = callbacks + tail
         self.module_hooks: dict[str, Callable[..., Any]] = {}  # name -> the model's own hook, adapted
@@ -41,8 +51,8 @@ class Hooks:
         self.epoch_end_monitors = 0
         for name in HOOKS:
             before, after = (ordinary, monitoring + tail) if name == "on_train_epoch_end" else (callbacks, tail)
-            fns = _overriding(before, name)
-            own = _module_hook(module, name)
+            fns = _overriding(before, name) if profiling is None else profiled_callbacks(profiling, before, name)
+            own = _module_hook(module, name) if profiling is None else profiled_module_hook(profiling, module, name)
             if own is not None:
                 self.module_hooks[name] = own
                 fns.append(own)
@@ -50,7 +60,14 @@ class Hooks:
                 self.epoch_end_monitors = len(fns)
             if name == "on_train_end":  # files saved in the background are on disk before any callback's hook reads them
                 fns = [cb._settle for cb in callbacks if isinstance(cb, ModelCheckpoint)] + fns
-            setattr(self, name, fns + _overriding(after, name))
+            if profiling is None:
+                fns += _overriding(after, name)
+            else:
+                fns += profiled_callbacks(profiling, after, name, tail)
+            setattr(self, name, fns)
+        if profiling is not None:
+            self.on_train_batch_start.append(profiling.batch_start)
+            self.on_train_batch_end.insert(0, profiling.batch_end)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> None:
         fns: list[Callable[..., Any]] = getattr(self, name)
@@ -78,6 +95,37 @@ def _module_hook(module: Any, name: str) -> Callable[..., Any] | None:
         return own(*args, **kwargs)
 
     return call
+
+
+def profiled_callbacks(
+    profiling: Profiling, callbacks: list[Callback], name: str, tail: list[Callback] | tuple[()] = (),
+) -> list[Callable[..., Any]]:
+    """Under a profiler, Lightning's record of hook ``name``: each callback's call, timed as
+    ``[Callback]<state_key>.<name>``, a callback that does not override it included (a no-op, as
+    Lightning calls it); the Trainer's own ``tail`` only where it overrides it."""
+    fns = []
+    for cb in callbacks:
+        own = overrides(cb, name) and cb._wants(name)
+        if any(cb is t for t in tail) or (not own and name in _OURS):
+            fns += [profiling.timed(f"[{type(cb).__name__}].{name}", getattr(cb, name))] if own else []
+        else:
+            fns.append(profiling.timed(f"[Callback]{cb.state_key}.{name}", getattr(cb, name) if own else _nothing))
+    return fns
+
+
+def profiled_module_hook(profiling: Profiling, module: Any, name: str) -> Callable[..., Any] | None:
+    """Under a profiler, the module's hook ``name`` timed as ``[LightningModule]<class>.<name>``,
+    also where it does not override it (a no-op, as Lightning calls it)."""
+    if not isinstance(module, TrainModule) or getattr(TrainModule, name, None) is None or name in _OURS:
+        return _module_hook(module, name)
+    return profiling.timed(f"[LightningModule]{type(module).__name__}.{name}", _module_hook(module, name) or _nothing)
+
+
+_OURS = ("on_train_log",)  # hooks Lightning does not have: recorded only where overridden
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 def overrides(callback: Callback, name: str) -> bool:

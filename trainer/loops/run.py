@@ -32,6 +32,7 @@ from trainer.data.loaders import prepare
 from trainer.loops.hooks import Hooks, adapt_steps, check_callbacks, lightning_order, restore_steps
 from trainer.checkpoint.run_dir import resolve_run_dir, set_logger_versions
 from trainer.loops.log_writer import LogWriter
+from trainer.loops.profiling import Profiling
 
 if TYPE_CHECKING:
     from trainer.core.metrics import MetricSink
@@ -70,6 +71,7 @@ class Run:
         self.hooks = Hooks([])
         self.fetching = Fetching(True)  # batched fetching, with data_on_device on the device
         self.signals = StopSignals()  # SIGTERM/SIGINT during fit
+        self.profiling: Profiling | None = None  # the profiler's timers when it records (profiling.py), else None
         # --- fit's -------------------------------------------------------------------------
         self.opt: OptimizerSetup | None = None
         self.manual: ManualOptimization | None = None  # under automatic_optimization=False
@@ -127,7 +129,7 @@ class Run:
         """What a spawned worker gets: no model, data or predictions (those travel apart, or stay)."""
         state = self.__dict__.copy()
         state.update(module=None, datamodule=None, train_dataloader=None, val_dataloaders=None, predict_loop=None, load_train=None)
-        state.update(test_dataloaders=None, predict_dataloaders=None)
+        state.update(test_dataloaders=None, predict_dataloaders=None, profiling=None)
         return state
 
 
@@ -139,7 +141,7 @@ _FIT_KEEPS = (
 )
 # What an evaluation does not take from the run before (callback_metrics and logged_metrics: Lightning's start
 # afresh at each call).
-_CALL_OWN = ("hooks", "signals", "callback_metrics", "logged_metrics", "eval_metrics", "eval_steps")
+_CALL_OWN = ("hooks", "signals", "profiling", "callback_metrics", "logged_metrics", "eval_metrics", "eval_steps")
 
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
@@ -159,9 +161,8 @@ def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> 
     # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
     logs = trainer.loggers if strategy.is_global_zero else []
     writer = [LogWriter(logs)] if trainer.loggers and stage != "predict" else []  # predict logs nothing
-    run.hooks = Hooks(trainer.callbacks, model, tail=writer)
-    if trainer.profiler is not None:
-        trainer.profiler.wrap_hooks(run.hooks)
+    run.profiling = Profiling.of(trainer.profiler)
+    run.hooks = Hooks(trainer.callbacks, model, tail=writer, profiling=run.profiling)
     return run
 
 
@@ -210,6 +211,9 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
     strategy, model, datamodule, stage = trainer.strategy, run.module, run.datamodule, run.stage
     if datamodule is not None:
         datamodule.trainer = trainer
+    profiling = run.profiling
+    if profiling is not None:  # before the setup hooks, as Lightning's; trainer.log_dir is known
+        profiling.begin_stage(trainer, stage, model)
     prepare(strategy, model, datamodule)  # prepare_data: once per machine, the others wait
     if datamodule is not None:
         datamodule.setup(stage=stage)
@@ -235,6 +239,8 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
             datamodule.teardown(stage=stage)
         if trainer.compile is not None:  # hand the model back as it came: nn.Module.compile() undone
             model._compiled_call_impl = None
+        if profiling is not None:  # the report, on every rank, after the teardown hooks (Lightning's)
+            profiling.end_stage()
 
 
 def _model_on_device(trainer: Trainer, run: Run, model: TrainModule) -> None:

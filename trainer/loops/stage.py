@@ -38,9 +38,6 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
     """Set the process up, run ``stage``'s entry point, tear down; returns what the caller gets back."""
     strategy = trainer.strategy
     strategy.setup_environment()
-    profiler = trainer.profiler
-    if profiler is not None:
-        profiler.start(stage)
     try:
         # The caller's settings come back after: deterministic kernels, cuDNN autotuning, anomaly detection.
         with deterministic_algorithms(trainer.deterministic), torch_flags(trainer.benchmark, trainer.detect_anomaly):
@@ -52,10 +49,6 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         trainer.state.stage = None  # fn stays: the entry point that ran last, as in Lightning
         unlock_checkpoint_folders(trainer)  # however the stage ended, its checkpoint folders are free
         strategy.teardown()
-        if profiler is not None:
-            profiler.stop()
-            if strategy.is_global_zero:
-                profiler.describe()
     if not strategy.spawned:
         return output
     # A spawned worker: rank 0 sends back what the caller's model and trainer need.
@@ -70,7 +63,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         "run_dir": (trainer.run_dir, trainer._run.log_dir, logger_versions(trainer)),
         "callbacks": [cb.state_dict() for cb in trainer.callbacks],
         "ckpt_path": trainer.ckpt_path,
-        "profiler": trainer.profiler,
+        "profiler": trainer.profiler,  # what rank 0 recorded
         "batches": (trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches),
     }
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from trainer.profilers import PassThroughProfiler
 from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ def search_trainer(
     it its own options and no run (fresh counters and metrics), so its options are set through
     the Trainer's public names; the user's Trainer, its callbacks and its counters are not touched."""
     search = copy.copy(trainer)
-    search.callbacks, search.loggers, search.profiler = list(callbacks), [], None  # a search records nothing
+    search.callbacks, search.loggers = list(callbacks), []
+    search.profiler = PassThroughProfiler()  # a search records nothing
     search.default_root_dir, search.enable_checkpointing, search.enable_progress_bar = None, False, False
     search.enable_model_summary, search.num_sanity_val_steps, search.fast_dev_run = False, 0, 0
     search.limit_val_batches, search.val_check_interval = 0, None
