@@ -66,7 +66,8 @@ def make_net(mb: float) -> nn.Sequential:
 
 def make_loader(net: nn.Sequential, steps: int) -> DataLoader:
     width = net[0].in_features
-    return DataLoader(TensorDataset(torch.randn(steps * BATCH, width), torch.randn(steps * BATCH, width)), batch_size=BATCH)
+    data = TensorDataset(torch.randn(steps * BATCH, width), torch.randn(steps * BATCH, width))
+    return DataLoader(data, batch_size=BATCH)
 
 
 class Net(TrainModule):
@@ -219,16 +220,21 @@ def _free_port() -> int:
 
 def sides(every: int, lightning: bool) -> dict[str, tuple[str, Callable[[nn.Module, int, str], float]]]:
     """name -> (the name of its run without saves, the run)."""
-    out: dict[str, tuple[str, Callable[[nn.Module, int, str], float]]] = {
-        "none (ours)": ("", lambda net, steps, d: run_ours(net, steps, d, None)),
-        "floor: clone()": ("none (ours)", lambda net, steps, d: run_ours(net, steps, d, lambda _: CloneFloor(every))),
-        "ours: ModelCheckpoint": ("none (ours)", lambda net, steps, d: run_ours(
-            net, steps, d, lambda f: ModelCheckpoint(dirpath=f, every_n_train_steps=every))),
-        "DCP async_save": ("none (ours)", lambda net, steps, d: run_ours(net, steps, d, lambda f: DCPAsyncSave(every, f))),
+    def ours(saver: Callable[[str], Callback] | None) -> Callable[[nn.Module, int, str], float]:
+        return lambda net, steps, folder: run_ours(net, steps, folder, saver)
+
+    def lightnings(every_n: int | None) -> Callable[[nn.Module, int, str], float]:
+        return lambda net, steps, folder: run_lightning(net, steps, folder, every_n)
+
+    out = {
+        "none (ours)": ("", ours(None)),
+        "floor: clone()": ("none (ours)", ours(lambda _: CloneFloor(every))),
+        "ours: ModelCheckpoint": ("none (ours)", ours(lambda f: ModelCheckpoint(dirpath=f, every_n_train_steps=every))),
+        "DCP async_save": ("none (ours)", ours(lambda f: DCPAsyncSave(every, f))),
     }
     if lightning:
-        out["none (Lightning)"] = ("", lambda net, steps, d: run_lightning(net, steps, d, None))
-        out["Lightning ModelCheckpoint"] = ("none (Lightning)", lambda net, steps, d: run_lightning(net, steps, d, every))
+        out["none (Lightning)"] = ("", lightnings(None))
+        out["Lightning ModelCheckpoint"] = ("none (Lightning)", lightnings(every))
     return out
 
 
@@ -280,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5, help="interleaved reps (after one warm-up)")
     args = parser.parse_args(argv)
     if args.every < 2 or args.saves < 1 or args.reps < 1:
-        parser.error(f"--every must be at least 2 and --saves, --reps at least 1, got {args.every!r}, {args.saves!r}, {args.reps!r}")
+        parser.error(
+            f"--every must be 2 or more, --saves and --reps 1 or more; got {args.every!r}, {args.saves!r}, "
+            f"{args.reps!r}"
+        )
     warnings.filterwarnings("ignore")
     try:
         import lightning  # noqa: F401
@@ -291,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("lightning.pytorch", "lightning.fabric", "trainer"):  # after the import, which sets its own levels
         logging.getLogger(name).setLevel(logging.ERROR)
     start_gloo()
-    staging = "process staging" if dcp_process_staging() is not None else "thread staging (no process staging in this torch)"
+    no_process = dcp_process_staging() is None
+    staging = "thread staging (no process staging in this torch)" if no_process else "process staging"
     print(machine())
     print(f"{LAYERS} Linear layers + Adam, batch {BATCH}, a save every {args.every} steps, {args.saves} saves a run, "
           f"medians of {args.reps} interleaved reps; DCP async_save with {staging}")
