@@ -12,7 +12,7 @@ import torch
 
 from callbacks import ProgressBar
 from tests._models import Classifier, loader, quiet
-from trainer import Trainer
+from trainer import Trainer, TrainModule
 
 EAGER = dict(backend="eager")
 
@@ -128,6 +128,29 @@ class Unlogged(Classifier):
     def training_step(self, batch, batch_idx):  # self.log breaks the graph, which fullgraph=True refuses
         x, y = batch
         return torch.nn.functional.cross_entropy(self(x), y)
+
+
+class TrainingOnly(TrainModule):  # no validation_step or test_step: nothing of theirs to compile
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 2)
+
+    def training_step(self, batch, batch_idx):
+        return torch.nn.functional.cross_entropy(self.layer(batch[0]), batch[1])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_compiled_module_with_only_a_training_step_trains_and_uncompiles():
+    from trainer.utilities.compile import to_uncompiled
+
+    model = TrainingOnly()
+    Trainer(max_epochs=1, **quiet()).fit(torch.compile(model, backend="eager"), loader())
+    assert model.global_step == 8 and not hasattr(model, "validation_step")
+    assert hasattr(model.training_step, "_torchdynamo_orig_callable")  # compiled
+    to_uncompiled(model)
+    assert not hasattr(model.training_step, "_torchdynamo_orig_callable") and not hasattr(model, "test_step")
 
 
 def test_fullgraph_compiles_each_step_whole():

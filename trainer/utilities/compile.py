@@ -36,8 +36,9 @@ def from_compiled(model: Any) -> TrainModule:
         return original
     ctx = {"compiler": "dynamo", "dynamo_ctx": model.dynamo_ctx}
     for name in _STEPS:
-        ctx[f"original_{name}"] = getattr(original, name)
-        setattr(original, name, model.dynamo_ctx(getattr(original, name)))
+        ctx[f"original_{name}"] = method = getattr(original, name, None)
+        if method is not None:  # a module without validation_step (say) has none to compile
+            setattr(original, name, model.dynamo_ctx(method))
     original._compiler_ctx = ctx
     return original
 
@@ -60,7 +61,8 @@ def to_uncompiled(model: Any) -> TrainModule:
     ctx = original._compiler_ctx
     if ctx is not None:
         for name in _STEPS:
-            setattr(original, name, ctx[f"original_{name}"])
+            if ctx[f"original_{name}"] is not None:
+                setattr(original, name, ctx[f"original_{name}"])
         original._compiler_ctx = None
     return original
 
