@@ -107,7 +107,7 @@ def profiler_of(profiler: Any) -> SimpleProfiler | None:
 # argument out (``precision: null``) means the same here.
 _NONE_IS_DEFAULT = {
     "precision": "32-true", "num_sanity_val_steps": 2, "log_every_n_steps": 50, "enable_checkpointing": True,
-    "enable_progress_bar": True, "enable_model_summary": True, "gradient_clip_algorithm": "norm",
+    "enable_progress_bar": True, "enable_model_summary": True,
     "overfit_batches": 0, "reload_dataloaders_every_n_epochs": 0, "accumulate_grad_batches": 1,
 }
 
@@ -125,7 +125,7 @@ class Options:
     precision: str = "32-true"
     accumulate_grad_batches: int = 1
     gradient_clip_val: float | None = None
-    gradient_clip_algorithm: str = "norm"
+    gradient_clip_algorithm: str | None = None  # Lightning's: None clips by norm, and clip_gradients may choose
     check_val_every_n_epoch: int | None = 1
     val_check_interval: int | float | None = None
     log_every_n_steps: int = 50
@@ -181,7 +181,7 @@ def configure(o: dict[str, Any]) -> Configured:
                         "pass a positive number, e.g. 1.0, or None for no clipping.")
     t.gradient_clip_val = positive_number("gradient_clip_val", clip_val)
     algorithm = o["gradient_clip_algorithm"]
-    t.gradient_clip_algorithm = one_of(
+    t.gradient_clip_algorithm = None if algorithm is None else one_of(
         "gradient_clip_algorithm", algorithm, ("norm", "value"),
         lightning=f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: ['value', 'norm'].",
     )

@@ -96,7 +96,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         enable_model_summary: bool = True,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
+        gradient_clip_algorithm: str | None = None,
         deterministic: bool | str | None = False,
         benchmark: bool | None = None,
         inference_mode: bool = True,

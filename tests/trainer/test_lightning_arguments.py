@@ -360,7 +360,7 @@ def test_none_means_lightnings_default_as_a_config_that_writes_every_argument_ou
     )
     assert (trainer.precision, trainer.num_sanity_val_steps, trainer.log_every_n_steps) == ("32-true", 2, 50)
     assert trainer.enable_checkpointing and trainer.enable_progress_bar and trainer.enable_model_summary
-    assert trainer.gradient_clip_algorithm == "norm" and trainer.deterministic is False
+    assert trainer.gradient_clip_algorithm is None and trainer.deterministic is False  # Lightning's None: by norm
 
 
 @pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "overfit_batches", "val_check_interval"])
