@@ -478,3 +478,19 @@ def test_trainer_log_dir_read_before_fit_is_the_fits_folder_as_in_lightning(tmp_
     trainer.fit(Classifier(), loader(32))
     assert before == str(tmp_path / "lightning_logs" / "version_0") == trainer.log_dir and set(seen) == {before}
     assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0"]
+
+
+def test_log_hyperparams_before_fit_and_the_fit_share_one_version_folder_as_in_lightning(tmp_path):
+    trainer = Trainer(default_root_dir=str(tmp_path), max_steps=2, log_every_n_steps=1, enable_progress_bar=False)
+    trainer.logger.log_hyperparams({"batch_size": 16})  # before fit, as a script does with its own settings
+    trainer.fit(Classifier(hidden=12), loader(32))
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0"]
+    folder = tmp_path / "lightning_logs" / "version_0"
+    assert trainer.log_dir == str(folder) and (folder / "checkpoints").is_dir()
+    text = (folder / "hparams.yaml").read_text()
+    assert "batch_size: 16" in text and "hidden: 12" in text
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert "train_loss" in events.Tags()["scalars"] and "_hparams_/session_start_info" in events.summary_metadata
+    trainer.fit(Classifier(), loader(32))  # a second fit of the Trainer's own logger: a folder of its own, as before
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0", "version_1"]
