@@ -495,3 +495,14 @@ def test_log_hyperparams_before_fit_and_the_fit_share_one_version_folder_as_in_l
     assert "train_loss" in events.Tags()["scalars"] and "_hparams_/session_start_info" in events.summary_metadata
     trainer.fit(Classifier(), loader(32))  # a second fit of the Trainer's own logger: a folder of its own, as before
     assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0", "version_1"]
+
+
+def test_the_csv_experiment_writer_is_importable_from_loggers_with_lightnings_file_name(tmp_path):
+    from loggers import ExperimentWriter
+
+    logger = CSVLogger(tmp_path)
+    logger.log_metrics({"float": 0.3, "tensor": torch.tensor(0.1)}, step=10)
+    logger.save()
+    assert isinstance(logger.experiment, ExperimentWriter) and ExperimentWriter.NAME_METRICS_FILE == "metrics.csv"
+    rows = _rows(os.path.join(logger.log_dir, ExperimentWriter.NAME_METRICS_FILE))
+    assert rows == [{"step": "10", "float": "0.3", "tensor": "0.10000000149011612"}]
