@@ -468,3 +468,19 @@ def test_limit_train_batches_0_trains_nothing_and_limit_val_batches_0_0_validate
     trainer = Trainer(max_epochs=1, limit_val_batches=0.0, val_check_interval=10, **quiet())  # as Lightning's: no validation,
     trainer.fit(model)  # so an interval longer than the epoch is not an error
     assert trainer.global_step == 1 and model.calls == [("train", 0, False)]
+
+
+def test_pl_trainer_environment_variables_are_defaults_and_an_argument_passed_wins(monkeypatch):
+    monkeypatch.setenv("PL_TRAINER_LOGGER", "False")  # Lightning's literals: False, 7, a string as it is
+    monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "7")
+    monkeypatch.setenv("PL_TRAINER_ACCELERATOR", "cpu")
+    monkeypatch.setenv("PL_TRAINER_PRECISION", "bf16-mixed")
+    monkeypatch.setenv("PL_TRAINER_NUM_SANITY_VAL_STEPS", "")  # empty: not set
+    trainer = Trainer()
+    assert trainer.logger is None and trainer.max_steps == 7 and trainer.precision == "bf16-mixed"
+    assert trainer.num_sanity_val_steps == 2
+    trainer = Trainer(max_steps=42, logger=True, log_dir=None)
+    assert trainer.max_steps == 42 and trainer.precision == "bf16-mixed"
+    monkeypatch.setenv("PL_TRAINER_MAX_EPOCHS", "0")  # checked as if passed
+    with pytest.raises(ValueError, match=r"max_epochs=0"):
+        Trainer()
