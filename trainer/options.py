@@ -268,6 +268,11 @@ def configure(o: dict[str, Any]) -> Configured:
         t.check_val_every_n_epoch, t.val_check_interval = 1, None
         t.default_root_dir, t.enable_checkpointing = None, False  # the bar and the summary stay, as in Lightning
     strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"], Precision(t.precision))
+    if t.precision == "16-mixed" and strategy.accelerator == "cpu":  # Lightning's: the CPU runs bf16 AMP instead
+        rank_zero_warn("You passed `Trainer(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported "
+                       "on CPU. Using `precision='bf16-mixed'` instead.")
+        t.precision = "bf16-mixed"
+        strategy.precision = Precision(t.precision)
     t.num_nodes = o["num_nodes"]
     t.sync_batchnorm = flag("sync_batchnorm", o["sync_batchnorm"])
     strategy.sync_batchnorm = t.sync_batchnorm or strategy.sync_batchnorm

@@ -484,3 +484,19 @@ def test_pl_trainer_environment_variables_are_defaults_and_an_argument_passed_wi
     monkeypatch.setenv("PL_TRAINER_MAX_EPOCHS", "0")  # checked as if passed
     with pytest.raises(ValueError, match=r"max_epochs=0"):
         Trainer()
+
+
+def test_16_mixed_on_the_cpu_runs_bf16_mixed_with_lightnings_warning():
+    class SeesItsDtype(Classifier):
+        def training_step(self, batch, batch_idx):
+            self.dtypes = getattr(self, "dtypes", []) + [self(batch[0]).dtype]
+            return super().training_step(batch, batch_idx)
+
+    with pytest.warns(UserWarning, match=r"^You passed `Trainer\(accelerator='cpu', precision='16-mixed'\)` but AMP with "
+                      r"fp16 is not supported on CPU\. Using `precision='bf16-mixed'` instead\."):
+        trainer = Trainer(accelerator="cpu", precision="16-mixed", max_steps=2, enable_progress_bar=False, log_dir=None,
+                          enable_checkpointing=False)
+    assert trainer.precision == "bf16-mixed"
+    model = SeesItsDtype()
+    trainer.fit(model, loader(32))
+    assert model.dtypes == [torch.bfloat16] * 2 and trainer.global_step == 2
