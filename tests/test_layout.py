@@ -204,7 +204,7 @@ PUBLIC = {
         "EMAWeightAveraging", "ModelPruning", "WeightAveraging",
         "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
     ],
-    "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
+    "loggers": ["CSVLogger", "DummyExperiment", "DummyLogger", "ExperimentWriter", "Logger", "TensorBoardLogger", "rank_zero_experiment", "rank_zero_only"],
     "strategies": [
         "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "ParallelStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError",
         "select_strategy",
