@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
+import torch
+
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 from loggers import DummyLogger, Logger
 from loggers._for_trainer import make_loggers
@@ -268,7 +270,8 @@ def configure(o: dict[str, Any]) -> Configured:
         t.check_val_every_n_epoch, t.val_check_interval = 1, None
         t.default_root_dir, t.enable_checkpointing = None, False  # the bar and the summary stay, as in Lightning
     strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"], Precision(t.precision))
-    if t.precision == "16-mixed" and strategy.accelerator == "cpu":  # Lightning's: the CPU runs bf16 AMP instead
+    on_cpu = strategy.accelerator == "cpu" or strategy.accelerator is None and not torch.cuda.is_available()  # None: auto
+    if t.precision == "16-mixed" and on_cpu:  # Lightning's: the CPU runs bf16 AMP instead
         rank_zero_warn("You passed `Trainer(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported "
                        "on CPU. Using `precision='bf16-mixed'` instead.")
         t.precision = "bf16-mixed"
