@@ -1,7 +1,7 @@
 """Hooks into the training loop, and the callbacks that ship with the trainer.
 
-The default logger (``loggers.TensorBoardLogger``, on by default) writes ``lr`` at every logging
-step; ``LearningRateMonitor`` adds Lightning's ``lr-<Optimizer>`` names to any logger.
+Learning rates reach the loggers as in Lightning, through ``LearningRateMonitor`` (Lightning's
+``lr-<Optimizer>`` names, to any logger); the Trainer writes no ``lr`` of its own into a run.
 ``callbacks.TensorBoardLogger`` is ``loggers.TensorBoardLogger`` (it was a callback before the
 loggers had a package of their own), imported on first use: the loggers sit beside the callbacks.
 """

@@ -26,7 +26,7 @@ class LearningRateMonitor(Callback):
     ``"epoch"`` at each epoch's start, and ``None`` follows each scheduler's ``interval``
     (an optimizer without a scheduler at both). The values also go to
     ``trainer.callback_metrics``. A Trainer without a logger is an error, as in Lightning.
-    (The default TensorBoard logger already writes ``lr`` without this callback.)
+    (The Trainer logs no learning rate of its own: this callback is how a run gets one, as in Lightning.)
     """
 
     def __init__(self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False) -> None:

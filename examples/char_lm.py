@@ -47,6 +47,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from _cli import trainer_options, trainer_parser  # examples/_cli.py, next to this file
+from callbacks import LearningRateMonitor
 from trainer import Trainer, TrainModule, seed_everything
 
 # --- data ------------------------------------------------------------------------------
@@ -269,7 +270,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     # Validate four times per epoch, not once: a curve of 2 points (2 epochs) is drawn empty by
     # TensorBoard's "Ignore outliers in chart scaling", which is on by default.
-    trainer = Trainer(**trainer_options(args, log_every_n_steps=1, gradient_clip_val=1.0, val_check_interval=0.25))
+    # LearningRateMonitor: the warm-up and cosine decay as the curve lr-AdamW, as a Lightning run logs it.
+    options = trainer_options(args, log_every_n_steps=1, gradient_clip_val=1.0, val_check_interval=0.25)
+    options["callbacks"].append(LearningRateMonitor(logging_interval="step"))
+    trainer = Trainer(**options)
     started = time.perf_counter()
     trainer.fit(model, train, val)
     took = time.perf_counter() - started

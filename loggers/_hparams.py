@@ -13,7 +13,7 @@ from ._disk import naming
 
 # The HParams tab (tensorboard 2.x) takes its columns from one "experiment" record, read from
 # the first run that has one, else built from every run's "session start" (the values) and
-# scalars: metrics then come in name order, so `epoch`, `grad_norm` and `lr` take the 5
+# scalars: metrics then come in name order, so `epoch`, `grad_norm` and `throughput` take the 5
 # columns it ticks, and a scalar named like a hyperparameter (`lr`) is a second column of
 # that name. Each run writes its record when its fit ends, as Lightning's logger writes one:
 # its hyperparameters, and its metrics in the order below. (tensorboard's own summary helpers
@@ -48,8 +48,8 @@ def experiment(hparams: dict[str, bool | int | float | str], metrics: list[str])
 
 
 # What the Trainer adds to each logging step (trainer/loops/log_writer.py): `epoch` (as
-# Lightning does), `lr` (and `lr/...`), `grad_norm`, `throughput/...`.
-_TRAINERS_OWN = ("epoch", "lr", "grad_norm", "throughput")
+# Lightning does), `grad_norm`, `throughput/...`.
+_TRAINERS_OWN = ("epoch", "grad_norm", "throughput")
 
 
 def metric_columns(counts: dict[str, int], declared: list[str], hparams: dict[str, Any], prefix: str = "") -> list[str]:
@@ -60,7 +60,7 @@ def metric_columns(counts: dict[str, int], declared: list[str], hparams: dict[st
     2. the values the model logged, those written least often first: validation and epoch
        means, which runs are compared by, before per-step values (one batch's loss), ties
        in name order;
-    3. the Trainer's own (``epoch``, ``grad_norm``, ``lr``, ``throughput/...``) and the
+    3. the Trainer's own (``epoch``, ``grad_norm``, ``throughput/...``) and the
        ``hp_metric=-1`` placeholder when nothing else was logged to it, by name.
 
     A name that is also a hyperparameter's is left out: its column would be a second ``lr``.

@@ -167,6 +167,7 @@ class FolderLogger(Logger):
 
     _default_name = "lightning_logs"
     _made_by_trainer = False  # Trainer(logger=True)'s: a new version for each fit
+    _fit_in_version = False  # a fit has written into the current version (the next fit of a Trainer's own takes another)
 
     # No ``kind`` argument: jsonargparse follows a subclass's ``**kwargs`` into this signature, so
     # every parameter here must be one a config may leave out (``lazy_instance(TensorBoardLogger)``).
@@ -241,9 +242,11 @@ class FolderLogger(Logger):
         ``new_version`` a fresh one for a logger the Trainer made itself)."""
         if self._fixed_version:
             return
-        if new_version and self._version is not None and resume_path is None:
-            folder = FolderLogger.log_dir.fget(self)  # claimed before this fit (trainer.log_dir was read): still empty?
-            if folder is not None and os.path.isdir(folder) and not os.listdir(folder):
-                return  # Lightning's: the version trainer.log_dir showed is the fit's
+        if new_version and self._version is not None and resume_path is None and not self._fit_in_version:
+            # Lightning's: a version claimed before the first fit (trainer.log_dir read, log_hyperparams
+            # or a validate called) is the fit's, so that one run is one folder
+            self._fit_in_version = True
+            return
         if new_version or (self._version is None):
             self._version = self._claim(resume_path)
+        self._fit_in_version = True

@@ -157,7 +157,6 @@ def _situations(tmp: Path) -> dict[str, list]:
         "`configure_optimizers` returns something else": [
             _fit(_returns_a_string()), _fit(TwoOptimizers()),
         ],
-        "Float16 on a CPU": [_fit(precision="16-mixed", accelerator="cpu")],
         "A monitored metric that is never logged": [
             _fit(callbacks=[ModelCheckpoint(dirpath=str(tmp / "c"), monitor="val_loss")], max_epochs=1),
         ],

@@ -1,9 +1,14 @@
 """Lightning's Trainer arguments that this Trainer does not take, each answered with a sentence
-saying what to do instead; any other unknown name is a typo, answered with the closest valid one."""
+saying what to do instead; any other unknown name is a typo, answered with the closest valid one.
+Also Lightning's other way to give an argument: a ``PL_TRAINER_<ARGUMENT>`` environment variable."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import ast
+import functools
+import inspect
+import os
+from typing import Any, Callable, Iterable
 
 from trainer.core.checks import suggest
 
@@ -71,3 +76,32 @@ def check_names(unknown: dict[str, Any], valid: Iterable[str]) -> None:
             raise TypeError(f"Trainer({name}={value!r}) is not supported: {UNSUPPORTED[name]}")
         hint = suggest(name, valid) or " See docs/trainer-arguments.md for the arguments Trainer takes."
         raise TypeError(f"Trainer.__init__() got an unexpected keyword argument {name!r}.{hint}")  # Python's own words
+
+
+def env_defaults(cls: type) -> dict[str, Any]:
+    """Lightning's ``PL_<CLASS>_<ARGUMENT>`` variables (``PL_TRAINER_MAX_EPOCHS=3``) for the
+    arguments of ``cls``: each value read as a Python literal (``3``, ``False``, ``[0, 1]``), else
+    as the string it is (``PL_TRAINER_ACCELERATOR=cpu``); an empty one is not set."""
+    values = {}
+    for name, parameter in inspect.signature(cls).parameters.items():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        value: Any = os.environ.get(f"PL_{cls.__name__.upper()}_{name.upper()}")
+        if value:
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                pass  # not a literal: the string itself
+            values[name] = value
+    return values
+
+
+def defaults_from_env_vars(init: Callable[..., None]) -> Callable[..., None]:
+    """Wraps ``__init__``: the environment's values (:func:`env_defaults`) for the arguments not
+    passed, as Lightning's ``_defaults_from_env_vars``; an argument passed wins."""
+
+    @functools.wraps(init)
+    def insert_env_defaults(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **{**env_defaults(type(self)), **kwargs})
+
+    return insert_env_defaults

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
+import torch
+
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, RichModelSummary, RichProgressBar, Timer
 from callbacks.progress import rich_available
 from loggers import DummyLogger, Logger
@@ -21,10 +23,11 @@ from strategies.precision import Precision, normalize_precision
 from trainer.core.exceptions import PossibleUserWarning, misconfigured
 from trainer.core.distributed import rank_zero_info, rank_zero_warn
 from trainer.core.checks import (
-    compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number, suggest,
+    compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
 )
 from trainer.loops.hooks import check_callbacks, lightning_order
 from trainer.profilers import PassThroughProfiler, Profiler
+from trainer.profilers.named import profiler_of
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -91,44 +94,11 @@ def max_time_seconds(max_time: Any) -> float | None:
         ) from None
 
 
-# Trainer(profiler="...")'s names, Lightning's
-_PROFILERS = ("simple", "advanced", "pytorch", "xla")
-
-
-def profiler_of(profiler: Any) -> Profiler:
-    """``Trainer(profiler=...)``: None (a PassThroughProfiler, which records nothing), a name, or a Profiler."""
-    if profiler is None:
-        return PassThroughProfiler()
-    if isinstance(profiler, Profiler):
-        return profiler
-    if not isinstance(profiler, str):
-        raise TypeError(
-            f"profiler={profiler!r} must be None, one of {', '.join(map(repr, _PROFILERS[:3]))}, or a "
-            "trainer.profilers.Profiler instance, e.g. SimpleProfiler(dirpath='logs', filename='perf')."
-        )
-    name = profiler.lower()
-    if name == "xla":
-        raise misconfigured(
-            "profiler='xla' profiles TPUs through torch_xla, which this trainer does not run on: use 'simple', "
-            "'advanced' or 'pytorch' (PyTorchProfiler covers CPU and CUDA)."
-        )
-    if name not in _PROFILERS:
-        raise misconfigured(
-            f"Unknown profiler={profiler!r}. Valid: None, {', '.join(map(repr, _PROFILERS[:3]))}, or a Profiler "
-            f"instance.{suggest(name, _PROFILERS[:3])}",
-            "When passing string value for the `profiler` parameter of `Trainer`, it can only be one of "
-            f"{list(_PROFILERS)}.",
-        )
-    from trainer.profilers import AdvancedProfiler, PyTorchProfiler, SimpleProfiler  # torch.profiler's, when asked for
-
-    return {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "pytorch": PyTorchProfiler}[name]()
-
-
 # Lightning's signature gives these None, meaning its default: a config that writes every
 # argument out (``precision: null``) means the same here.
 _NONE_IS_DEFAULT = {
     "precision": "32-true", "num_sanity_val_steps": 2, "log_every_n_steps": 50, "enable_checkpointing": True,
-    "enable_progress_bar": True, "enable_model_summary": True, "gradient_clip_algorithm": "norm",
+    "enable_progress_bar": True, "enable_model_summary": True,
     "overfit_batches": 0, "reload_dataloaders_every_n_epochs": 0, "accumulate_grad_batches": 1,
 }
 
@@ -146,7 +116,7 @@ class Options:
     precision: str = "32-true"
     accumulate_grad_batches: int = 1
     gradient_clip_val: float | None = None
-    gradient_clip_algorithm: str = "norm"
+    gradient_clip_algorithm: str | None = None  # Lightning's: None clips by norm, and clip_gradients may choose
     check_val_every_n_epoch: int | None = 1
     val_check_interval: int | float | None = None
     log_every_n_steps: int = 50
@@ -202,7 +172,7 @@ def configure(o: dict[str, Any]) -> Configured:
                         "pass a positive number, e.g. 1.0, or None for no clipping.")
     t.gradient_clip_val = positive_number("gradient_clip_val", clip_val)
     algorithm = o["gradient_clip_algorithm"]
-    t.gradient_clip_algorithm = one_of(
+    t.gradient_clip_algorithm = None if algorithm is None else one_of(
         "gradient_clip_algorithm", algorithm, ("norm", "value"),
         lightning=f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: ['value', 'norm'].",
     )
@@ -294,6 +264,12 @@ def configure(o: dict[str, Any]) -> Configured:
         t.check_val_every_n_epoch, t.val_check_interval = 1, None
         t.default_root_dir, t.enable_checkpointing = None, False  # the bar and the summary stay, as in Lightning
     strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"], Precision(t.precision))
+    on_cpu = strategy.accelerator == "cpu" or strategy.accelerator is None and not torch.cuda.is_available()  # None: auto
+    if t.precision == "16-mixed" and on_cpu:  # Lightning's: the CPU runs bf16 AMP instead
+        rank_zero_warn("You passed `Trainer(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported "
+                       "on CPU. Using `precision='bf16-mixed'` instead.")
+        t.precision = "bf16-mixed"
+        strategy.precision = Precision(t.precision)
     t.num_nodes = o["num_nodes"]
     t.sync_batchnorm = flag("sync_batchnorm", o["sync_batchnorm"])
     strategy.sync_batchnorm = t.sync_batchnorm or strategy.sync_batchnorm

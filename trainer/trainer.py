@@ -41,7 +41,7 @@ from trainer.profilers import Profiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
-from trainer.lightning_arguments import check_names
+from trainer.lightning_arguments import check_names, defaults_from_env_vars
 from trainer.options import WORKING_DIR, Options, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 from trainer.utilities.compile import unwrap_compiled
@@ -66,6 +66,7 @@ class Trainer(TrainerProperties, LoggerAccess):
     (``plugins=None``) are accepted.
     """
 
+    @defaults_from_env_vars  # Lightning's PL_TRAINER_<ARGUMENT> environment variables, for arguments not passed
     def __init__(
         self,
         *,
@@ -95,7 +96,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         enable_model_summary: bool = True,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
+        gradient_clip_algorithm: str | None = None,
         deterministic: bool | str | None = False,
         benchmark: bool | None = None,
         inference_mode: bool = True,

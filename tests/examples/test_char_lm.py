@@ -40,6 +40,7 @@ def test_trains_logs_checkpoints_and_prints_a_sample(script_env):
     run_dir = only_run_dir("tb")
     scalars = scalar_tags(run_dir)
     assert [step for step, _ in scalars["train_loss"]] == list(range(2 * steps))  # every step, step n at n - 1
+    assert "lr-AdamW" in scalars and "lr" not in scalars  # the example's LearningRateMonitor's, as in Lightning
     # Validation 4 times per epoch, and at its end: TensorBoard draws no curve of only 2 points
     # (one per epoch) while "Ignore outliers in chart scaling" is on, its default.
     expected = [e * steps + k * every for e in range(2) for k in range(1, 5) if k * every < steps] + [steps, 2 * steps]

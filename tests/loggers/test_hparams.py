@@ -55,8 +55,16 @@ def _records(run_dir: str) -> dict[str, bytes]:
     return acc.PluginTagToContent(metadata.PLUGIN_NAME)
 
 
+class LogsItsLR(Classifier):
+    """Logs its learning rate under the name of its ``lr`` argument."""
+
+    def training_step(self, batch, batch_idx):
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        return super().training_step(batch, batch_idx)
+
+
 def test_a_finished_fit_lists_its_validation_and_epoch_values_first_and_lr_once():
-    trainer = _fit(gradient_clip_val=1.0)
+    trainer = _fit(LogsItsLR(), gradient_clip_val=1.0)
     experiment = _experiment(os.path.dirname(trainer.run_dir))
     metrics = [m.name.tag for m in experiment.metric_infos]
     # Means first (2 points each), then the per-step loss (4 points), then the Trainer's own values.
@@ -78,14 +86,14 @@ def test_a_finished_fit_lists_its_validation_and_epoch_values_first_and_lr_once(
 
 
 def test_the_learning_rate_is_a_metric_column_when_no_hyperparameter_has_its_name():
-    class NoLrArgument(Classifier):
+    class NoLrArgument(LogsItsLR):
         def __init__(self):
             super().__init__()
             self.save_hyperparameters({k: v for k, v in self.hparams.items() if k != "lr"})  # as first recorded, without lr
 
     trainer = _fit(NoLrArgument())
     metrics = [m.name.tag for m in _experiment(os.path.dirname(trainer.run_dir)).metric_infos]
-    assert metrics[-4:] == ["epoch", "lr", "throughput/samples_per_sec", "throughput/steps_per_sec"]
+    assert metrics == ["val_acc", "val_loss", "lr", "train_loss", "epoch", "throughput/samples_per_sec", "throughput/steps_per_sec"]
 
 
 class ChoosesItsColumns(Classifier):

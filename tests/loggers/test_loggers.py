@@ -40,11 +40,12 @@ def test_csv_logger_writes_one_row_per_logged_step_and_the_hparams_beside_it():
     assert [int(r["step"]) for r in rows] == [1, 3, 5, 7]
     header = list(rows[0])
     assert header[0] == "step" and header[1:] == sorted(header[1:])
-    assert {"train_loss", "val_loss", "val_acc", "lr", "epoch", "throughput/steps_per_sec"} <= set(header)
+    assert {"train_loss", "val_loss", "val_acc", "epoch", "throughput/steps_per_sec"} <= set(header)
+    assert not {h for h in header if h.startswith("lr")}  # Lightning's: LearningRateMonitor logs the learning rate
     assert "train_loss_epoch" not in header  # training_step's defaults: no epoch value (Lightning's)
     assert [r["val_loss"] != "" for r in rows] == [False, True, False, True]  # empty where not logged
     assert float(rows[-1]["val_loss"]) == pytest.approx(trainer.callback_metrics["val_loss"].item(), rel=1e-6)
-    assert [float(r["lr"]) for r in rows] == [pytest.approx(0.1)] * 4 and [r["epoch"] for r in rows] == ["0", "0", "1", "1"]
+    assert [r["epoch"] for r in rows] == ["0", "0", "1", "1"]
     yaml_text = open(os.path.join(folder, "hparams.yaml")).read()
     assert yaml_text.splitlines() == [
         "features: 8", "hidden: 12", "classes: 2", "dropout: 0.0", "lr: 0.1", 'optimizer: "adam"',
@@ -152,7 +153,7 @@ def test_a_logger_subclass_gets_hparams_metrics_and_the_end_of_each_stage():
     assert kinds[0] == "hparams" and kinds[-1] == "finalize" and logger.calls[-1] == ("finalize", "success")
     assert logger.calls[0][1]["hidden"] == 16 and not any(k.startswith("trainer/") for k in logger.calls[0][1])
     steps = [(c[1], sorted(c[2])) for c in logger.calls if c[0] == "metrics"]
-    assert steps[0][0] == 1 and {"train_loss", "lr", "epoch"} <= set(steps[0][1])  # the 2nd step's row, at 1
+    assert steps[0][0] == 1 and {"train_loss", "epoch"} <= set(steps[0][1]) and "lr" not in steps[0][1]  # the 2nd step's row, at 1
     assert (3, ["epoch", "val_acc", "val_loss"]) in steps  # at the last step's, with the epoch, as Lightning's rows
     # Checkpoints: <log_dir>/<name>/<version>/checkpoints, as Lightning puts them for any logger.
     assert glob.glob(os.path.join("recording", "run-1", "checkpoints", "*.ckpt"))
@@ -510,3 +511,30 @@ def test_trainer_log_dir_read_before_fit_is_the_fits_folder_as_in_lightning(tmp_
     trainer.fit(Classifier(), loader(32))
     assert before == str(tmp_path / "lightning_logs" / "version_0") == trainer.log_dir and set(seen) == {before}
     assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0"]
+
+
+def test_log_hyperparams_before_fit_and_the_fit_share_one_version_folder_as_in_lightning(tmp_path):
+    trainer = Trainer(default_root_dir=str(tmp_path), max_steps=2, log_every_n_steps=1, enable_progress_bar=False)
+    trainer.logger.log_hyperparams({"batch_size": 16})  # before fit, as a script does with its own settings
+    trainer.fit(Classifier(hidden=12), loader(32))
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0"]
+    folder = tmp_path / "lightning_logs" / "version_0"
+    assert trainer.log_dir == str(folder) and (folder / "checkpoints").is_dir()
+    text = (folder / "hparams.yaml").read_text()
+    assert "batch_size: 16" in text and "hidden: 12" in text
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert "train_loss" in events.Tags()["scalars"] and "_hparams_/session_start_info" in events.summary_metadata
+    trainer.fit(Classifier(), loader(32))  # a second fit of the Trainer's own logger: a folder of its own, as before
+    assert sorted(os.listdir(tmp_path / "lightning_logs")) == ["version_0", "version_1"]
+
+
+def test_the_csv_experiment_writer_is_importable_from_loggers_with_lightnings_file_name(tmp_path):
+    from loggers import ExperimentWriter
+
+    logger = CSVLogger(tmp_path)
+    logger.log_metrics({"float": 0.3, "tensor": torch.tensor(0.1)}, step=10)
+    logger.save()
+    assert isinstance(logger.experiment, ExperimentWriter) and ExperimentWriter.NAME_METRICS_FILE == "metrics.csv"
+    rows = _rows(os.path.join(logger.log_dir, ExperimentWriter.NAME_METRICS_FILE))
+    assert rows == [{"step": "10", "float": "0.3", "tensor": "0.10000000149011612"}]

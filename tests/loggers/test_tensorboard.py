@@ -26,7 +26,7 @@ from tests._models import Classifier, loader
 from trainer import Trainer
 
 DEFAULT_TAGS = {
-    "train_loss", "val_loss", "val_acc", "lr", "epoch",
+    "train_loss", "val_loss", "val_acc", "epoch",  # no lr: LearningRateMonitor logs it, as in Lightning
     "throughput/samples_per_sec", "throughput/steps_per_sec",
 }
 
@@ -83,7 +83,6 @@ def test_a_default_run_writes_every_tag_with_the_values_training_computed():
     assert [s for s, _ in val_loss] == [3, 7]
     assert val_loss[-1][1] == pytest.approx(trainer.callback_metrics["val_loss"].item(), rel=1e-6)
 
-    assert _series(acc, "lr") == [(s, pytest.approx(0.1)) for s in (1, 3, 5, 7)]
     assert sorted(set(_series(acc, "epoch"))) == [(1, 0.0), (3, 0.0), (5, 1.0), (7, 1.0)]  # every row has it, as Lightning's
     assert all(v > 0 for _, v in _series(acc, "grad_norm"))
     steps_per_sec = dict(_series(acc, "throughput/steps_per_sec"))
@@ -109,16 +108,14 @@ def test_hparams_hold_the_trainer_options_and_model_arguments_and_mark_the_run_f
     assert metadata.EXPERIMENT_TAG in acc.PluginTagToContent(metadata.PLUGIN_NAME)
 
 
-def test_param_groups_get_their_own_lr_tags_and_accumulation_writes_each_step_once():
+def test_accumulation_writes_each_step_once_and_param_groups_get_no_lr_tags_of_the_trainers():
     model = TwoGroups()
     trainer, _ = _fit(model=model, val=False, max_epochs=1, log_every_n_steps=1, accumulate_grad_batches=2)
     acc = _read(trainer.run_dir)
     tags = set(acc.Tags()["scalars"])
-    assert {"lr/group0", "lr/group1"} <= tags and "lr" not in tags
+    assert not {t for t in tags if t.startswith("lr")}  # Lightning's: LearningRateMonitor logs them
     assert "grad_norm" not in tags  # no clipping, no norm
     assert not {t for t in tags if t.startswith("val_")}
-    assert _series(acc, "lr/group0") == [(0, pytest.approx(0.1)), (1, pytest.approx(0.1))]
-    assert _series(acc, "lr/group1") == [(0, pytest.approx(0.01)), (1, pytest.approx(0.01))]
     # 4 batches, 2 per step: steps 1 and 2 (rows 0 and 1), once each, with the loss of the batch that completed them.
     assert _series(acc, "train_loss") == [(0, pytest.approx(model.losses[1], rel=1e-6)), (1, pytest.approx(model.losses[3], rel=1e-6))]
 
@@ -307,18 +304,25 @@ def test_flush_secs_is_checked():
         TensorBoardLogger(flush_secs=0)
 
 
-class TensorLR(Classifier):
-    """A tensor learning rate, halved every step: schedulers update such an lr in place."""
+class OwnLRCurve(Classifier):
+    """Writes its own ``lr`` curve into the run, once per epoch, as a user's script does."""
 
-    def configure_optimizers(self):
-        opt = torch.optim.SGD(self.parameters(), lr=torch.tensor(0.1))
-        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5), "interval": "step"}
+    def on_train_epoch_end(self):
+        self.logger.experiment.add_scalar("lr", 0.5 + self.current_epoch, self.current_epoch)
 
 
-def test_the_lr_written_is_read_after_that_steps_scheduler_step():
-    trainer = Trainer(max_epochs=1, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False)
-    trainer.fit(TensorLR(), loader(n=96, batch_size=16))  # 6 steps: rows of steps 2, 4 and 6 at 1, 3 and 5
-    assert dict(_series(_read(trainer.run_dir), "lr")) == pytest.approx({1: 0.1 / 4, 3: 0.1 / 16, 5: 0.1 / 64})
+def test_a_users_lr_curve_holds_the_users_points_only_and_learning_rate_monitor_logs_the_rate():
+    from callbacks import LearningRateMonitor
+
+    trainer = Trainer(max_epochs=2, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(OwnLRCurve(), loader(n=64, batch_size=16))  # 4 steps an epoch, a row at each
+    assert _series(_read(trainer.run_dir), "lr") == [(0, 0.5), (1, 1.5)]  # no point of the Trainer's among them
+
+    trainer = Trainer(max_epochs=1, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False,
+                      callbacks=[LearningRateMonitor(logging_interval="step")])
+    trainer.fit(Classifier(lr=0.05), loader(n=64, batch_size=16))
+    acc = _read(trainer.run_dir)
+    assert _series(acc, "lr-SGD") == [(s, pytest.approx(0.05)) for s in range(4)] and "lr" not in acc.Tags()["scalars"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("boto3") is None, reason="boto3 is not installed")
@@ -366,7 +370,6 @@ def test_a_2_step_run_cut_by_max_steps_has_both_steps_on_its_curves():
     trainer.fit(model, loader(n=64, batch_size=8))  # stops inside the first epoch
     acc = _read(trainer.run_dir)
     assert _series(acc, "train_loss") == [(0, pytest.approx(model.losses[0])), (1, pytest.approx(model.losses[1]))]
-    assert [s for s, _ in _series(acc, "lr")] == [0, 1]
 
 
 def test_a_run_as_long_as_the_interval_gets_no_hint_and_no_extra_points(trainer_log):

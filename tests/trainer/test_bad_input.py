@@ -215,9 +215,7 @@ def checkpoint_files(tmp_path):
         (dict(ckpt="tensor.pt"), CheckpointError, ["'tensor.pt' is not a trainer checkpoint", "'state_dict'"]),
         (dict(ckpt="good.ckpt"), CheckpointError, ["'good.ckpt' holds the model's weights only", "test(ckpt_path=...)"]),
         (dict(ckpt=3), TypeError, ["ckpt_path=3", "'last'"]),
-        # float16 autocast needs CUDA: refused (not silently changed), with the CPU alternative
-        pytest.param(dict(options=dict(precision="16-mixed")), ValueError, ["precision='16-mixed' needs a CUDA device", "bf16-mixed"], marks=pytest.mark.skipif(not NO_CUDA, reason="has CUDA")),
-        pytest.param(dict(options=dict(precision=16, strategy="ddp", devices=2)), ValueError, ["precision='16-mixed'", "bf16-mixed"], marks=pytest.mark.skipif(not NO_CUDA, reason="has CUDA")),
+        # (precision="16-mixed" on a CPU runs bf16-mixed, with Lightning's warning: tests/trainer/test_lightning_arguments.py)
     ],
 )
 def test_bad_fit_input_fails_before_training(case, error, words, tmp_path):

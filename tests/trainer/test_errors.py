@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 
 from tests._models import Classifier, dataset, loader, quiet
 from trainer import Trainer, TrainModule
+from trainer.core.exceptions import MisconfigurationException
 
 
 @pytest.mark.parametrize(
@@ -185,3 +186,59 @@ def test_the_tuner_refuses_a_trainer_that_already_has_a_learning_rate_finder():
 
     with pytest.raises(ValueError, match=r"^Trainer is already configured with a `LearningRateFinder` callback\."):
         Tuner(Trainer(**quiet(callbacks=[LearningRateFinder()]))).lr_find(Classifier())
+
+
+class _CustomScheduler:  # outside torch.optim: its step takes an argument torch's does not
+    def __init__(self, optimizer):
+        self.optimizer, self.epochs = optimizer, []
+
+    def step(self, epoch):
+        self.epochs.append(epoch)
+
+    def state_dict(self):
+        return {"epochs": self.epochs}
+
+    def load_state_dict(self, state_dict):
+        self.epochs = state_dict["epochs"]
+
+
+class _WithCustomScheduler(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        self.scheduler = _CustomScheduler(opt)
+        return {"optimizer": opt, "lr_scheduler": self.scheduler}
+
+
+def test_a_scheduler_outside_torch_without_lr_scheduler_step_is_refused_before_the_first_step():
+    model = _WithCustomScheduler()
+    trainer = Trainer(**quiet(max_epochs=2))
+    with pytest.raises(MisconfigurationException, match=r"^The provided lr scheduler `_CustomScheduler` doesn't follow "
+                       r"PyTorch's LRScheduler API\. .*lr_scheduler_step\(self, scheduler, metric\)"):
+        trainer.fit(model, loader(32))
+    assert trainer.global_step == 0  # refused at the start, not after the first epoch
+
+
+def test_a_scheduler_outside_torch_runs_through_the_models_lr_scheduler_step():
+    class OwnStep(_WithCustomScheduler):
+        def lr_scheduler_step(self, scheduler, metric):
+            scheduler.step(epoch=self.current_epoch)
+
+    model = OwnStep()
+    Trainer(**quiet(max_epochs=2)).fit(model, loader(32))
+    assert model.scheduler.epochs == [0, 1]
+    model = _WithCustomScheduler()  # Lightning's is_overridden also counts a method set on the instance
+    model.lr_scheduler_step = lambda scheduler, metric: scheduler.step(epoch=-1)
+    Trainer(**quiet(max_epochs=2)).fit(model, loader(32))
+    assert model.scheduler.epochs == [-1, -1]
+
+
+def test_a_scheduler_without_state_dict_is_refused_at_the_start_of_fit():
+    class NoState(Classifier):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            scheduler = type("Stateless", (), {"step": lambda self: None, "optimizer": opt})()
+            return {"optimizer": opt, "lr_scheduler": scheduler}
+
+    with pytest.raises(TypeError, match=r"^The provided lr scheduler `Stateless` is invalid\. It should have `state_dict` "
+                       r"and `load_state_dict` methods defined\."):
+        Trainer(**quiet(max_epochs=1)).fit(NoState(), loader(32))

@@ -119,7 +119,11 @@ def test_lightnings_strategy_names_map_to_ours():
      ("16-true", "16-true"), (64, "64-true"), ("64", "64-true"), ("64-true", "64-true")],
 )
 def test_every_lightning_precision_spelling_is_its_full_name(given, name):
-    assert Trainer(precision=given).precision == name
+    if name == "16-mixed" and not torch.cuda.is_available():  # Lightning's: fp16 AMP on the CPU runs as bf16, warned
+        name = "bf16-mixed"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert Trainer(precision=given).precision == name
 
 
 def test_a_plugins_precision_and_a_typo_are_answered():
@@ -361,7 +365,7 @@ def test_none_means_lightnings_default_as_a_config_that_writes_every_argument_ou
     )
     assert (trainer.precision, trainer.num_sanity_val_steps, trainer.log_every_n_steps) == ("32-true", 2, 50)
     assert trainer.enable_checkpointing and trainer.enable_progress_bar and trainer.enable_model_summary
-    assert trainer.gradient_clip_algorithm == "norm" and trainer.deterministic is False
+    assert trainer.gradient_clip_algorithm is None and trainer.deterministic is False  # Lightning's None: by norm
 
 
 @pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "overfit_batches", "val_check_interval"])
@@ -469,3 +473,38 @@ def test_limit_train_batches_0_trains_nothing_and_limit_val_batches_0_0_validate
     trainer = Trainer(max_epochs=1, limit_val_batches=0.0, val_check_interval=10, **quiet())  # as Lightning's: no validation,
     trainer.fit(model)  # so an interval longer than the epoch is not an error
     assert trainer.global_step == 1 and model.calls == [("train", 0, False)]
+
+
+def test_pl_trainer_environment_variables_are_defaults_and_an_argument_passed_wins(monkeypatch):
+    monkeypatch.setenv("PL_TRAINER_LOGGER", "False")  # Lightning's literals: False, 7, a string as it is
+    monkeypatch.setenv("PL_TRAINER_MAX_STEPS", "7")
+    monkeypatch.setenv("PL_TRAINER_ACCELERATOR", "cpu")
+    monkeypatch.setenv("PL_TRAINER_PRECISION", "bf16-mixed")
+    monkeypatch.setenv("PL_TRAINER_NUM_SANITY_VAL_STEPS", "")  # empty: not set
+    trainer = Trainer()
+    assert trainer.logger is None and trainer.max_steps == 7 and trainer.precision == "bf16-mixed"
+    assert trainer.num_sanity_val_steps == 2
+    trainer = Trainer(max_steps=42, logger=True, log_dir=None)
+    assert trainer.max_steps == 42 and trainer.precision == "bf16-mixed"
+    monkeypatch.setenv("PL_TRAINER_MAX_EPOCHS", "0")  # checked as if passed
+    with pytest.raises(ValueError, match=r"max_epochs=0"):
+        Trainer()
+
+
+def test_16_mixed_on_the_cpu_runs_bf16_mixed_with_lightnings_warning():
+    class SeesItsDtype(Classifier):
+        def training_step(self, batch, batch_idx):
+            self.dtypes = getattr(self, "dtypes", []) + [self(batch[0]).dtype]
+            return super().training_step(batch, batch_idx)
+
+    with pytest.warns(UserWarning, match=r"^You passed `Trainer\(accelerator='cpu', precision='16-mixed'\)` but AMP with "
+                      r"fp16 is not supported on CPU\. Using `precision='bf16-mixed'` instead\."):
+        trainer = Trainer(accelerator="cpu", precision="16-mixed", max_steps=2, enable_progress_bar=False, log_dir=None,
+                          enable_checkpointing=False)
+    assert trainer.precision == "bf16-mixed"
+    model = SeesItsDtype()
+    trainer.fit(model, loader(32))
+    assert model.dtypes == [torch.bfloat16] * 2 and trainer.global_step == 2
+    if not torch.cuda.is_available():  # accelerator="auto" on a machine without CUDA is the CPU too
+        with pytest.warns(UserWarning, match=r"AMP with fp16 is not supported on CPU"):
+            assert Trainer(precision="16-mixed", log_dir=None).precision == "bf16-mixed"

@@ -26,9 +26,9 @@ class LogWriter(Callback):
     that what they log at an epoch's end is in that epoch's values).
 
     At each logging step (every ``log_every_n_steps`` optimizer steps) one ``log_metrics``
-    call gets the step's logged values, ``lr`` (``lr/group<i>``, ``lr/optimizer<i>``),
-    ``grad_norm`` when clipping, ``epoch``, and ``throughput/steps_per_sec`` and
-    ``throughput/samples_per_sec`` (training time only; samples over all processes). Epoch
+    call gets the step's logged values, ``grad_norm`` when clipping, ``epoch``, and ``throughput/steps_per_sec`` and
+    ``throughput/samples_per_sec`` (training time only; samples over all processes); no
+    learning rate: a user's ``lr`` curve is the user's, and ``LearningRateMonitor`` logs it, as in Lightning. Epoch
     means (``<name>_epoch``) and validation and test means come at their ends, where each
     logger's ``save`` runs too, at most once a second: epochs of a few milliseconds then
     neither each wake a writer's thread nor each pay for a file write.
@@ -83,17 +83,11 @@ class LogWriter(Callback):
             self._clock = None
 
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
-        if not metrics:  # nothing logged in the step: no row, as in Lightning (lr and throughput wait for one)
+        if not metrics:  # nothing logged in the step: no row, as in Lightning (throughput waits for one)
             return
         step, samples, now = trainer.state.log_step, trainer.samples_seen, perf_counter()
-        trainer._run.logged_metrics.update(metrics)  # the user's values (Lightning's: not lr, epoch, throughput)
+        trainer._run.logged_metrics.update(metrics)  # the user's values (Lightning's: not epoch, throughput)
         values = dict(metrics)
-        for i, opt in enumerate(trainer.optimizers):  # lr, lr/group1, lr/optimizer1, lr/optimizer1/group1
-            prefix = "lr" if len(trainer.optimizers) == 1 else f"lr/optimizer{i}"
-            groups = opt.param_groups
-            for j, group in enumerate(groups):  # float(): schedulers update tensors in place
-                if "lr" in group:  # (not in Lightning's stand-in for no optimizer)
-                    values[prefix if len(groups) == 1 else f"{prefix}/group{j}"] = float(group["lr"])
         if trainer.grad_norm is not None:
             values["grad_norm"] = float(trainer.grad_norm)
         if self._clock is not None and now > self._clock[0]:

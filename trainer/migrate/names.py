@@ -66,6 +66,7 @@ NAMES: dict[str, str] = {
     "lightning.pytorch.loggers.MLFlowLogger": "loggers.MLFlowLogger",
     "lightning.pytorch.loggers.WandbLogger": "loggers.WandbLogger",
     "lightning.pytorch.loggers.logger.DummyLogger": "loggers.DummyLogger",
+    "lightning.pytorch.loggers.csv_logs.ExperimentWriter": "loggers.ExperimentWriter",
     "lightning.pytorch.loggers.logger.rank_zero_experiment": "loggers.rank_zero_experiment",
     "lightning.pytorch.profilers.Profiler": "trainer.profilers.Profiler",
     "lightning.pytorch.profilers.SimpleProfiler": "trainer.profilers.SimpleProfiler",

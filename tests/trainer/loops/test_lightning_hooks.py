@@ -98,7 +98,7 @@ class WarmUp(Classifier):
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         self.calls.append(("clip", gradient_clip_val, gradient_clip_algorithm))
-        self.clip_gradients(optimizer, gradient_clip_val=0.01, gradient_clip_algorithm="norm")
+        self.clip_gradients(optimizer)  # Lightning's: the Trainer's value and algorithm
 
     def configure_optimizers(self):
         opt = torch.optim.SGD(self.parameters(), lr=0.5)
@@ -110,15 +110,49 @@ class WarmUp(Classifier):
 
 def test_optimizer_step_warm_up_zero_grad_clipping_and_scheduler_overrides():
     model = WarmUp()
-    trainer = Trainer(max_steps=4, gradient_clip_val=5.0, **quiet())
+    trainer = Trainer(max_steps=4, gradient_clip_val=0.01, **quiet())
     trainer.fit(model, loader(64))
     first = model.calls[:5]
     # Lightning's closure: zero_grad after training_step and before backward, then clip, step
-    assert first == [("before_zero_grad",), ("zero_grad", 0), ("clip", 5.0, "norm"), ("step", 0, 0, True), ("sched", None)]
+    assert first == [("before_zero_grad",), ("zero_grad", 0), ("clip", 0.01, None), ("step", 0, 0, True), ("sched", None)]
     assert [c[2] for c in model.calls if c[0] == "step"] == [0, 1, 2, 3]
     # warmed up at steps 0, 1, 2 to 3/4 of 0.5; the scheduler override never stepped the StepLR
     assert trainer.optimizer.param_groups[0]["lr"] == 0.375
-    assert float(trainer.grad_norm) > 0.01  # the override clipped (to 0.01) with self.clip_gradients
+    assert float(trainer.grad_norm) > 0.01  # the override clipped (to the Trainer's 0.01) with self.clip_gradients
+
+
+class ClipsItself(Classifier):
+    def __init__(self, **clip) -> None:
+        super().__init__()
+        self.clip = clip
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        self.clip_gradients(optimizer, **self.clip)
+        self.clipped = [p.grad.clone() for p in self.parameters()]
+
+
+@pytest.mark.parametrize("trainer_clip, model_clip, message", [
+    (dict(gradient_clip_val=1e-4), dict(gradient_clip_val=1e-2),
+     r"^You have set `Trainer\(gradient_clip_val=0.0001\)` and have passed `clip_gradients\(gradient_clip_val=0.01\)`\. "
+     "Please use only one of them"),
+    (dict(gradient_clip_algorithm="norm"), dict(gradient_clip_val=0.5, gradient_clip_algorithm="value"),
+     r"^You have set `Trainer\(gradient_clip_algorithm='norm'\)` and have passed `clip_gradients\(gradient_clip_algorithm='value'\)"),
+])
+def test_clip_gradients_with_a_value_other_than_the_trainers_is_lightnings_error(trainer_clip, model_clip, message):
+    from trainer.core.exceptions import MisconfigurationException
+
+    trainer = Trainer(max_steps=1, **trainer_clip, **quiet())
+    with pytest.raises(MisconfigurationException, match=message):
+        trainer.fit(ClipsItself(**model_clip), loader(16))
+    assert trainer.global_step == 0
+
+
+def test_clip_gradients_takes_what_it_is_not_given_from_the_trainer():
+    model = ClipsItself(gradient_clip_algorithm="value")  # the Trainer's value, the module's algorithm
+    trainer = Trainer(max_steps=1, gradient_clip_val=1e-3, **quiet())
+    trainer.fit(model, loader(16))
+    assert max(float(g.abs().max()) for g in model.clipped) == pytest.approx(1e-3)
+    assert trainer.gradient_clip_algorithm is None  # Lightning's: not given, clipping is by norm
 
 
 class Transfers(Classifier):

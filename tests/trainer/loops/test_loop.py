@@ -170,10 +170,12 @@ def test_bf16_mixed_runs_under_autocast_on_cpu():
     assert model.net[0].weight.dtype == torch.float32  # master weights stay float32
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
-def test_16_mixed_on_cpu_is_refused_with_the_alternative():
-    with pytest.raises(ValueError, match="bf16-mixed"):
-        Trainer(**quiet(max_steps=1, precision="16-mixed", strategy="single", devices=1)).fit(Classifier(), loader())
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_16_mixed_without_cuda_trains_in_bf16_mixed_as_lightning():
+    with pytest.warns(UserWarning, match=r"Using `precision='bf16-mixed'` instead"):
+        trainer = Trainer(**quiet(max_steps=1, precision="16-mixed", strategy="single", devices=1))
+    trainer.fit(Classifier(), loader())
+    assert trainer.precision == "bf16-mixed" and trainer.global_step == 1
 
 
 class Schedules(Classifier):

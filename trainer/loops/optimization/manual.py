@@ -21,12 +21,13 @@ Lightning's ``_batches_that_stepped``), so a GAN's curves have one point per bat
 from __future__ import annotations
 
 import contextlib
+import enum
 import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.core.exceptions import misconfigured
+from trainer.core.exceptions import MisconfigurationException, misconfigured
 from trainer.core.module import overridden
 from trainer.loops.optimization.optim import clip
 
@@ -170,12 +171,35 @@ def clip_gradients(
     gradient_clip_algorithm: str | None = None,
 ) -> torch.Tensor | None:
     """Clip ``optimizer``'s gradients by their global norm (default) or by value; returns the
-    norm before clipping, also kept as ``trainer.grad_norm`` (and logged as ``grad_norm``)."""
+    norm before clipping, also kept as ``trainer.grad_norm`` (and logged as ``grad_norm``).
+    Lightning's: a value or algorithm left out is the Trainer's; one given that differs from the
+    Trainer's is an error (the Trainer's setting would silently lose)."""
     trainer = module.trainer
-    algorithm = gradient_clip_algorithm or "norm"
-    if algorithm not in ("norm", "value"):
-        raise ValueError(f"clip_gradients(gradient_clip_algorithm={algorithm!r}): use 'norm' or 'value'.")
+    given = trainer.gradient_clip_val
     if gradient_clip_val is None:
+        gradient_clip_val = given or 0.0
+    elif given is not None and given != gradient_clip_val:
+        raise MisconfigurationException(
+            f"You have set `Trainer(gradient_clip_val={given!r})` and have passed "
+            f"`clip_gradients(gradient_clip_val={gradient_clip_val!r})`. Please use only one of them."
+        )
+    algorithm = trainer.gradient_clip_algorithm or "norm"
+    if gradient_clip_algorithm is not None:
+        given, algorithm = trainer.gradient_clip_algorithm, str(gradient_clip_algorithm.value if isinstance(
+            gradient_clip_algorithm, enum.Enum) else gradient_clip_algorithm).lower()
+        if given is not None and given != algorithm:
+            raise MisconfigurationException(
+                f"You have set `Trainer(gradient_clip_algorithm={given!r})` and have passed "
+                f"`clip_gradients(gradient_clip_algorithm={algorithm!r}) Please use only one of them."
+            )
+    if isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float)):
+        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {gradient_clip_val}.")
+    if algorithm not in ("norm", "value"):
+        raise misconfigured(
+            f"clip_gradients(gradient_clip_algorithm={algorithm!r}): use 'norm' or 'value'.",
+            f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: ['value', 'norm'].",
+        )
+    if gradient_clip_val <= 0:  # Lightning's: nothing to clip
         return None
     if isinstance(optimizer, ManualOptimizer):
         optimizer.prepare()  # the norm is of the synced, unscaled gradients

@@ -147,8 +147,31 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
             '{"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "metric_to_track"}. '
             f"{where}: ReduceLROnPlateau needs monitor='<logged metric name>'."
         )
-    setup.own = {name: getattr(module, name) for name in _OWN if overridden(module, name)}
+    # Lightning's is_overridden also counts a hook set on the instance (model.lr_scheduler_step = fn)
+    setup.own = {name: getattr(module, name) for name in _OWN if overridden(module, name) or name in vars(module)}
+    _check_scheduler_api(setup, type(module).__name__)
     return setup
+
+
+def _check_scheduler_api(setup: OptimizerSetup, name: str) -> None:
+    """Lightning's checks at the start of fit: a scheduler is saved in checkpoints, so it needs
+    ``state_dict``/``load_state_dict``; one from outside ``torch.optim`` has a ``step`` the Trainer
+    cannot know how to call, so the model steps it in ``lr_scheduler_step`` (automatic optimization)."""
+    torch_types = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    for config in setup.schedulers:
+        kind = type(config.scheduler).__name__
+        if not all(callable(getattr(config.scheduler, m, None)) for m in ("state_dict", "load_state_dict")):
+            raise TypeError(
+                f"The provided lr scheduler `{kind}` is invalid. It should have `state_dict` and `load_state_dict` "
+                "methods defined. Checkpoints save and restore a scheduler through them."
+            )
+        if setup.automatic and not isinstance(config.scheduler, torch_types) and "lr_scheduler_step" not in setup.own:
+            raise MisconfigurationException(
+                f"The provided lr scheduler `{kind}` doesn't follow PyTorch's LRScheduler API. You should override "
+                f"the `LightningModule.lr_scheduler_step` hook with your own logic if you are using a custom LR "
+                f"scheduler. Define {name}.lr_scheduler_step(self, scheduler, metric) and call its step there, "
+                "e.g. scheduler.step(epoch=self.current_epoch)."
+            )
 
 
 _OWN = ("optimizer_step", "optimizer_zero_grad", "lr_scheduler_step", "configure_gradient_clipping")

@@ -105,7 +105,7 @@ class StepSequence:
             own["configure_gradient_clipping"](optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
         elif clipping is not None and trainer.gradient_clip_val is not None:
             params = [p for g in optimizer.param_groups for p in g["params"]]
-            run.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+            run.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm or "norm")
 
     def _step_or_skip(self, optimizer: Optimizer) -> None:
         run = self.run
