@@ -10,7 +10,7 @@ from trainer.core.summary import ModelSummary as Summary
 from trainer.core.summary import format_summary_table, get_human_readable_count
 
 from .base import Callback
-from .progress.rich_progress import require_rich
+from .progress.rich_progress import import_rich, require_rich
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
@@ -77,6 +77,7 @@ class RichModelSummary(ModelSummary):
         total_training_modes: dict[str, int], total_flops: int, **summarize_kwargs: Any,
     ) -> None:
         """Print the table and the totals on rich's console."""
+        import_rich()
         import rich
         from rich.table import Table
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import random
+import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -43,8 +45,22 @@ def _installed_major() -> int:
     return int(major) if major.isdigit() else 0
 
 
+def import_rich() -> None:
+    """Import rich with Python's global ``random`` generator left where it was. ``rich.style`` draws
+    its first style id from it (``random.getrandbits``) when imported, which would shift every later
+    number a run draws, and a resumed run imports rich at another point: no bit-exact resume."""
+    if "rich.style" in sys.modules:
+        return
+    state = random.getstate()
+    try:
+        import rich.style  # noqa: F401
+    finally:
+        random.setstate(state)
+
+
 def __getattr__(name: str) -> Any:
     if name == "Progress":  # rich's, which Lightning's module imports: a renamed test patches Progress.update here
+        import_rich()
         from rich.progress import Progress
 
         return Progress
@@ -154,6 +170,7 @@ class RichProgressBar(ProgressBar):
     def configure_columns(self, trainer: Trainer) -> list:
         """The columns before the metrics: description, bar, batches, time, speed (Lightning's
         override point for a bar of other columns)."""
+        import_rich()
         from . import _rich_columns as c
 
         return [
@@ -169,6 +186,7 @@ class RichProgressBar(ProgressBar):
     def _init_progress(self, trainer: Trainer) -> None:
         if not self.is_enabled or (self.progress is not None and not self._progress_stopped):
             return
+        import_rich()
         import rich
 
         from . import _rich_columns as c

@@ -213,3 +213,26 @@ def test_ctrl_c_as_training_starts_stops_the_live_display():
     with pytest.raises((KeyboardInterrupt, SystemExit)):
         trainer.fit(StoppedByHand(), loader(32))
     assert bar.progress is not None and not bar.progress.live.is_started
+
+
+# rich.style draws a style id from Python's global random when it is imported: a fit that first draws
+# the bar after seeding, and its resume, which imports rich at another point, would draw other numbers.
+IMPORT_UNDER_SEED = """
+import random
+from callbacks.progress.rich_progress import import_rich
+random.seed(0)
+{imports}
+print(random.random())
+"""
+
+
+def test_importing_rich_for_the_bar_leaves_pythons_random_where_it_was(script_env):
+    def draw(imports: str) -> str:
+        code = IMPORT_UNDER_SEED.format(imports=imports)
+        done = subprocess.run([sys.executable, "-c", code], env=script_env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    untouched = draw("")
+    assert draw("import_rich(); import rich.progress, rich.table") == untouched
+    assert draw("import rich.style") != untouched  # what rich does when imported plainly
