@@ -34,6 +34,7 @@ def _offline(monkeypatch, tmp_path):
     yield
     if wandb.run is not None:  # a test that failed before finishing its run
         wandb.finish()
+    wandb.teardown()  # and its service process, which outlives runs: a later test in this worker counts children
 
 
 # --- the run's record file: LevelDB-style 32 KiB blocks of chunks, each a wandb_internal_pb2.Record ---

@@ -238,13 +238,14 @@ def test_unsized_loaders_that_run_out_at_different_times_end_the_epoch_together(
 
 # --- the true cause, and nothing left behind ----------------------------------------------------
 class HangsOnRank1:
-    """A dataset whose item 8 never comes on rank 1: its loader worker hangs in ``__getitem__``."""
+    """A dataset whose item 9 never comes: its loader worker hangs in ``__getitem__``. The DistributedSampler
+    of an unshuffled loader gives rank 1 the odd items, so only rank 1 asks for it (its second batch)."""
 
     def __len__(self) -> int:
         return 64
 
     def __getitem__(self, i):
-        if i == 8 and os.environ.get("RANK") == "1":
+        if i == 9:
             time.sleep(3600)
         return loader(64, 1).dataset[i]
 
@@ -260,13 +261,14 @@ class StampsTheFault(Classifier):
 
 def test_a_dataloader_timeout_is_named_as_such_and_its_hung_worker_does_not_outlive_the_job(tmp_path):
     before = _descendants(os.getpid())
-    hung = DataLoader(HangsOnRank1(), batch_size=4, num_workers=1, timeout=3)
+    # 10 s: long enough that rank 0's worker, slow to start on a loaded machine, never times out first
+    hung = DataLoader(HangsOnRank1(), batch_size=4, num_workers=1, timeout=10)
     with pytest.raises(WorkerError) as info:
         _fit_ddp(tmp_path, StampsTheFault(str(tmp_path)), train=hung, timeout=60)
     message = str(info.value)
     assert info.value.rank == 1 and message.startswith("DDP rank 1 (of 2) failed:")
-    assert "DataLoader timed out after 3 seconds" in message and "collective timeout" not in message
-    assert "Rank 1's DataLoader waited longer than its timeout (3 s) for a batch from its worker processes" in message
+    assert "DataLoader timed out after 10 seconds" in message and "collective timeout" not in message
+    assert "Rank 1's DataLoader waited longer than its timeout (10 s) for a batch from its worker processes" in message
     time.sleep(10)
     _assert_nothing_left(tmp_path, before)
 
