@@ -149,8 +149,7 @@ class WeightAveraging(Callback):
 
     # --- the two sets of weights ---------------------------------------------------------
     def _pairs(self, pl_module: TrainModule) -> Any:
-        assert self._average_model is not None  # callers check
-        average = self._average_model.module
+        average = self._average_model.module  # callers check that there is one
         return zip(
             itertools.chain(average.parameters(), average.buffers()),
             itertools.chain(pl_module.parameters(), pl_module.buffers()),
