@@ -142,9 +142,13 @@ def _resume(tmp, saved, resumed, int_weights: bool = False):
     return run
 
 
-def _situations(tmp: Path) -> dict[str, list]:
+def _write_files(tmp: Path) -> None:
+    """What the situations read: written when a test runs, in its tmp_path (never at collection)."""
     (tmp / "notes.txt").write_text("not a checkpoint")
     (tmp / "a_file").write_text("")
+
+
+def _situations(tmp: Path) -> dict[str, list]:
     return {
         "A typo in a name": [lambda: Trainer(strategy="dpp")],
         "A GPU that is not there": [lambda: Trainer(devices=[7])],
@@ -206,6 +210,7 @@ def test_each_message_a_row_quotes_is_what_its_situation_says(tmp_path, row):
         pytest.skip("the row quotes a machine without CUDA")
     quotes = _quotes(_rows()[row])
     assert quotes, f"the row {row!r} quotes no message"
+    _write_files(tmp_path)
     seen = _messages(*_situations(tmp_path)[row])
     for quote in quotes:
         assert any(_pattern(quote).match(m) or (quote.startswith("...") and _pattern(quote).search(m)) for m in seen), (
