@@ -134,7 +134,7 @@ class BaseFinetuning(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._internal_optimizer_metadata = dict(state_dict.get("internal_optimizer_metadata", {}))
 
-    def _restore_param_groups(self, trainer: Trainer) -> None:
+    def restore_param_groups(self, trainer: Trainer) -> None:
         """On resume, before the optimizers' states load: the groups the saved run had added."""
         params = dict(trainer.module.named_parameters())
         for i, optimizer in enumerate(trainer.optimizers):
