@@ -211,7 +211,7 @@ class TrainerProperties:
     @property
     def model(self) -> Any:
         """The module as the strategy wraps it while a stage runs (DistributedDataParallel under ddp), else the module."""
-        wrapped = getattr(self._strategy, "_ddp", None)
+        wrapped = getattr(self._strategy, "wrapped_module", None)
         return wrapped if wrapped is not None else self._run.module
 
     @property
