@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from trainer.core.module import TrainModule
     from trainer.core.state import TrainerState
     from trainer.loops.run import Run
-    from trainer.options import Options
+    from trainer.options import TrainerOptions
 
 
 class TrainerProperties:
@@ -34,7 +34,7 @@ class TrainerProperties:
     ``state`` and ``_run``; each value of :data:`RUN_VALUES` (and, from trainer.py, each option)
     is a property of its own name (settable, as the plain attributes they were)."""
 
-    _options: Options
+    _options: TrainerOptions
     _strategy: Strategy
     _run: Run
     state: TrainerState

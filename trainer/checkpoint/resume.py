@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
-FORMAT = "steadytrainer/1"  # what capture() returns; the file's layout is layout.FORMAT
+CAPTURE_FORMAT = "steadytrainer/1"  # what capture() returns; the file's layout is layout.FILE_FORMAT
 
 
 class Resume:
@@ -345,7 +345,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
     } if tensors else {}
     weights["optimizer_classes"] = [] if opt is None else [optimizer_class(o) for o in opt.optimizers]
     return {
-        "format": FORMAT,
+        "format": CAPTURE_FORMAT,
         "version": __version__,
         **weights,
         "lr_schedulers": [] if opt is None else [s.scheduler.state_dict() for s in opt.schedulers],
