@@ -16,7 +16,7 @@ import torch
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, RichModelSummary, RichProgressBar, Timer
 from callbacks.progress import rich_available
 from loggers import DummyLogger, Logger
-from loggers._for_trainer import make_loggers
+from loggers.logger_argument import make_loggers
 from strategies import Strategy, select_strategy
 from strategies.precision import Precision, normalize_precision
 

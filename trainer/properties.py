@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
 from loggers import Logger
-from loggers._for_trainer import logger_list
+from loggers.logger_argument import logger_list
 from strategies import Strategy
 
 from trainer.core.log_options import MetricsView
