@@ -12,7 +12,7 @@ import re
 import shutil
 import tempfile
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint.folder_lock import lock_checkpoint_folder
@@ -219,19 +219,22 @@ def prepare_folder(trainer: Any, dirpath: str, save_weights_only: bool) -> None:
         remove_unfinished_saves(dirpath)
 
 
-def save_at_exception(cb: Any, trainer: Any, exception: BaseException) -> None:
+def save_at_exception(
+    cb: Any, trainer: Any, exception: BaseException, saved_steps: tuple[int, ...], filename: Callable[[Any], str],
+) -> None:
     """``ModelCheckpoint(save_on_exception=True)``, as Lightning's: when fit fails, the state it
     failed in goes to the ``filename`` template's file (and ``last.ckpt``), unless it is the
     sanity check or ``fast_dev_run``, no step was taken, or this step is already saved. On one
-    process only: a rank failing alone cannot take part in the other ranks' collectives."""
+    process only: a rank failing alone cannot take part in the other ranks' collectives.
+    ``saved_steps``: the steps this callback saved at; ``filename(trainer)``: the template's name."""
     if not (cb.save_on_exception and cb.dirpath and trainer.optimizers) or trainer.fast_dev_run or trainer.sanity_checking:
         return
-    if trainer.global_step in (0, cb._last_step_saved, cb._newest_step):
+    if trainer.global_step in (0, *saved_steps):
         return
     if trainer.world_size > 1:
         log.info("save_on_exception: not saved, since %d processes cannot save together after one failed.", trainer.world_size)
         return
-    path = os.path.join(cb.dirpath, cb._format(trainer))
+    path = os.path.join(cb.dirpath, filename(trainer))
     trainer.save_checkpoint(path)
     last = last_name(cb.dirpath, cb.last_model_path, cb.enable_version_counter, cb) if cb.save_last else None
     rotate(path, None, last, cb.save_last == "link")
@@ -293,7 +296,7 @@ def tell_loggers(cb: Any, trainer: Any) -> None:
     so the write in flight finishes first; with only loggers that do nothing there (the
     default), the write stays in the background."""
     if any(sum("after_save_checkpoint" in vars(c) for c in type(lg).__mro__) > 1 for lg in trainer.loggers):
-        cb._wait_for_writer(trainer)  # (every rank: the loggers are the same on each)
+        cb.wait_for_saves(trainer)  # (every rank: the loggers are the same on each)
     if not trainer.is_global_zero:
         return
     for lg in trainer.loggers:

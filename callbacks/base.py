@@ -23,6 +23,15 @@ class Callback:
     costs nothing per step.
     ``state_dict``/``load_state_dict`` ride in checkpoints under ``state_key``; under DDP,
     rank 0's state is loaded back into the caller's callbacks after fit.
+
+    Its public members are Lightning's hooks, ``state_key``, ``state_dict`` and ``load_state_dict``,
+    and nothing else: code that wraps each public member (Lightning's ``LambdaCallback`` test does)
+    keeps working. The Trainer asks a callback for more only through public methods that a
+    subclass may define, looked up on its class (none on this one): ``wants_hook(hook)`` (False:
+    skip a hook for this run; ``ModelCheckpoint``, ``LearningRateMonitor``), ``wait_for_saves(trainer)``
+    (files written in the background are on disk; ``ModelCheckpoint``), ``restore_param_groups(trainer)``
+    (a resumed fit's optimizer groups; ``BaseFinetuning``) and ``tune_before_stage(tuner, stage, ...)``
+    (a search before a stage; ``BatchSizeFinder``, ``LearningRateFinder``).
     """
 
     @property
@@ -34,15 +43,6 @@ class Callback:
     def _generate_state_key(self, **kwargs: Any) -> str:
         """``MyCallback{'monitor': 'val_loss'}``: Lightning's form of a key told apart by arguments."""
         return f"{type(self).__qualname__}{kwargs!r}"
-
-    def _wants(self, hook: str) -> bool:
-        """Whether this run should call ``hook``, one this callback overrides; asked once at
-        the start of each ``fit``/``validate``/``test``/``predict``. Say False for a per-batch
-        hook that has nothing to do this run, and it costs nothing on every batch. (Private, so
-        that a Callback's public members are Lightning's hooks; a subclass's ``wants``, this
-        method's name in 0.1.0, is still asked.)"""
-        wants = getattr(type(self), "wants", None)
-        return True if wants is None else wants(self, hook)
 
     # --- whole run ---------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None: ...

@@ -34,7 +34,8 @@ class LearningRateFinder(Callback):
         self.optimal_lr = tuner.lr_find(model, train, val, datamodule=datamodule, **self._options)
         return self.optimal_lr
 
-    def _search_before(self, tuner: Any, stage: str, model: Any, loaders: Any, val: Any, datamodule: Any) -> None:
+    def tune_before_stage(self, tuner: Any, stage: str, model: Any, loaders: Any, val: Any, datamodule: Any) -> None:
+        """The Trainer's call (see ``Callback``): this search, before ``stage`` builds its loaders."""
         if stage == "fit":
             self.lr_find(tuner, model, loaders, val, datamodule)
 
@@ -71,7 +72,8 @@ class BatchSizeFinder(Callback):
                 "(Tuner(Trainer(devices=1)).scale_batch_size(model)), then train with several."
             )
 
-    def _search_before(self, tuner: Any, stage: str, model: Any, loaders: Any, val: Any, datamodule: Any) -> None:
+    def tune_before_stage(self, tuner: Any, stage: str, model: Any, loaders: Any, val: Any, datamodule: Any) -> None:
+        """The Trainer's call (see ``Callback``): this search, before ``stage`` builds its loaders."""
         if stage == "fit":
             self.scale_batch_size(tuner, model, loaders, val, datamodule)
         else:

@@ -60,7 +60,8 @@ class LearningRateMonitor(Callback):
         self.last_momentum_values = {f"{name}-momentum": None for name in names}
         self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
 
-    def _wants(self, hook: str) -> bool:
+    def wants_hook(self, hook: str) -> bool:
+        """The Trainer's question (see ``Callback``): the per-batch or per-epoch hook only for its interval."""
         if hook == "on_train_batch_start":
             return self.logging_interval != "epoch"
         if hook == "on_train_epoch_start":

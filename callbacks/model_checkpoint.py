@@ -173,7 +173,7 @@ class ModelCheckpoint(TopK, Callback):
         self._last_time = time.monotonic()
         self._at_epoch_end = saves_at_epoch_end(trainer, self.save_on_train_epoch_end)
 
-    def _wants(self, hook: str) -> bool:
+    def wants_hook(self, hook: str) -> bool:
         # Saving only by epochs, nothing happens at batch ends: not called on every batch then.
         return hook != "on_train_batch_end" or self.every_n_train_steps is not None or self.train_time_interval is not None or (
             type(self).on_train_batch_end is not ModelCheckpoint.on_train_batch_end  # a subclass's own
@@ -236,23 +236,19 @@ class ModelCheckpoint(TopK, Callback):
         # Lightning's: save_last writes last.ckpt at the end only if this fit saved nothing.
         if self.save_last and self._newest_step == -1 and trainer.global_step > 0:
             self.write_last(trainer, pl_module)
-        self._wait_for_writer(trainer)  # fit returns with its files on disk, or with the write's error
-
-    def _settle(self, trainer: Trainer, pl_module: TrainModule) -> None:
-        """Before every callback's ``on_train_end`` (the Trainer calls it first): the files saved
-        so far are on disk, as Lightning's are once its loop ends."""
-        self._wait_for_writer(trainer)
+        self.wait_for_saves(trainer)  # fit returns with its files on disk, or with the write's error
 
     def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
         error = self._writer.error()  # let a write in flight finish: it is complete and resumable
         if error is not None:  # the run fails with its own error; say that this save failed too
             warnings.warn(f"The checkpoint being written when fit failed was not saved: {error}", stacklevel=2)
-        files.save_at_exception(self, trainer, exception)
+        files.save_at_exception(self, trainer, exception, (self._last_step_saved, self._newest_step), self._format)
 
-    def _wait_for_writer(self, trainer: Trainer) -> None:
-        """Wait for the write in flight (rank 0). If it failed, every rank raises, together and
-        with its message, rather than waiting in the next collective: whichever rank a launcher
-        reports first, the reason is in it."""
+    def wait_for_saves(self, trainer: Trainer) -> None:
+        """Wait for the write in flight (rank 0); the Trainer calls it before every callback's
+        ``on_train_end``, so the files saved so far are on disk, as Lightning's are once its loop
+        ends. If it failed, every rank raises, together and with its message, rather than waiting
+        in the next collective: whichever rank a launcher reports first, the reason is in it."""
         error = self._writer.error()
         if trainer.world_size > 1:
             reason = trainer.strategy.broadcast_object(None if error is None else f"{type(error).__name__}: {error}")
@@ -267,7 +263,7 @@ class ModelCheckpoint(TopK, Callback):
         """Write the resume point of a stop mid-epoch (a signal, ``max_steps``, ``should_stop``),
         now, with the full state, where ``resume_point`` says (never into a ``dirpath`` given
         without ``save_last``). Every rank must call. A save at this very step is the answer."""
-        self._wait_for_writer(trainer)
+        self.wait_for_saves(trainer)
         if trainer.global_step == self._newest_step and self._newest_path:
             return self._newest_path
         last = last_name(self.dirpath, self.last_model_path, self.enable_version_counter, self) if self.save_last else None
@@ -281,7 +277,7 @@ class ModelCheckpoint(TopK, Callback):
 
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer) -> None:
-        self._wait_for_writer(trainer)  # the previous write's error surfaces before any book-keeping
+        self.wait_for_saves(trainer)  # the previous write's error surfaces before any book-keeping
         refuse_non_finite(trainer, f"a checkpoint into {self.dirpath!r}")  # NaN weights must not push the last good file out
         self._waiting = False
         score = self._score(trainer)

@@ -50,7 +50,8 @@ class BasePredictionWriter(Callback):
     def wants_epoch_predictions(self) -> bool:
         return self.on_epoch
 
-    def _wants(self, hook: str) -> bool:
+    def wants_hook(self, hook: str) -> bool:
+        """The Trainer's question (see ``Callback``): only the hooks its ``write_interval`` writes in."""
         if hook == "on_predict_batch_end":
             return self.on_batch
         if hook == "on_predict_epoch_end":

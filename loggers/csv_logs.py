@@ -162,7 +162,7 @@ class CSVLogger(FolderLogger):
     def finalize(self, status: str) -> None:
         self.save()
 
-    def _resume_at(self, step: int) -> None:
+    def drop_after_step(self, step: int) -> None:
         """Before a fit that resumes at ``step``: rows the crashed run wrote after it go."""
         path = os.path.join(self.log_dir, ExperimentWriter.NAME_METRICS_FILE)
         if not step or not os.path.exists(path):

@@ -49,6 +49,13 @@ class Logger(ABC):
     after each validation and test, ``save`` at most once a second at epoch ends and
     validations, and ``finalize("success")`` (or ``"failed"``) when a stage ends. The values
     it gets are floats, or tensors the logger turns into numbers when it writes them.
+
+    The Trainer's side: a few public methods, not part of Lightning's Logger, through which the
+    Trainer tells a logger where and when a run starts. Their defaults suit a logger that writes
+    to a service, so a subclass overrides none of them; the file loggers (``FolderLogger``) do.
+    ``use_trainer_dir`` (given to a Trainer), ``prepare_stage`` (rank 0, before each stage),
+    ``drop_after_step`` (a fit that resumes), ``log_fit_hyperparams`` (a fit's start),
+    ``pinned_version``, ``chosen_version`` and ``use_version`` (the version folder, told to every rank).
     """
 
     @property
@@ -108,6 +115,40 @@ class Logger(ABC):
         """Called by ``ModelCheckpoint`` after each save, on global rank 0, with the file on disk
         (e.g. to upload it: ``checkpoint_callback.best_model_path``, ``last_model_path``). A
         logger that overrides it makes each save wait for its background write first."""
+
+    # --- the Trainer's side (not Lightning's: names a Lightning logger does not define) ----
+    def use_trainer_dir(self, save_dir: str, name: str) -> None:
+        """Given to a Trainer: a logger made without a ``save_dir`` writes under the Trainer's
+        ``save_dir`` (its ``log_dir``, else the working directory) and ``name``. Default: nothing."""
+
+    def prepare_stage(self, resume_path: str | None, *, fit: bool) -> None:
+        """Global rank 0, before each stage (``fit`` true for a fit, which may resume the checkpoint
+        ``resume_path``). Default: the run starts now, as in Lightning (``experiment`` is read, so an
+        MLflow or W&B run exists and its id can name the run's folder)."""
+        getattr(self, "experiment", None)  # read for its effect: the run starts
+
+    def drop_after_step(self, step: int) -> None:
+        """Before a fit that resumes at global step ``step``: forget what a crashed run wrote after
+        it (the CSV rows, the TensorBoard events). Default: nothing."""
+
+    def log_fit_hyperparams(self, hparams: dict[str, Any], trainer_options: dict[str, Any]) -> None:
+        """A fit's start: the model's ``save_hyperparameters`` (and the DataModule's), and the
+        Trainer's options as ``trainer/<name>``. Default: ``log_hyperparams(hparams)``, as Lightning."""
+        self.log_hyperparams(hparams)
+
+    @property
+    def pinned_version(self) -> int | str | None:
+        """The version the user gave (``version=...``), which no fit changes; None by default."""
+        return None
+
+    @property
+    def chosen_version(self) -> int | str | None:
+        """The version picked so far, without picking one (``version`` picks); None by default."""
+        return None
+
+    def use_version(self, version: int | str) -> None:
+        """On the ranks other than 0: the version rank 0 picked, so every rank names the same
+        folder. Default: nothing."""
 
 
 class DummyLogger(Logger):
@@ -229,17 +270,32 @@ class FolderLogger(Logger):
         )
         return claim_version(root, what)
 
-    # --- the Trainer's side -----------------------------------------------------------
-    def _adopt(self, save_dir: str, name: str) -> None:
+    # --- the Trainer's side (Logger's protocol) -----------------------------------------
+    def use_trainer_dir(self, save_dir: str, name: str) -> None:
         """Given to a Trainer without a save_dir: write under the Trainer's folder."""
         if self._save_dir is None:
             self._save_dir = save_dir
             if not self._name_given:
                 self._name = name
 
+    @property
+    def pinned_version(self) -> int | str | None:
+        return self._version if self._fixed_version else None
+
+    @property
+    def chosen_version(self) -> int | str | None:
+        return self._version
+
+    def use_version(self, version: int | str) -> None:
+        self._version = version
+
+    def prepare_stage(self, resume_path: str | None, *, fit: bool) -> None:
+        """Rank 0, before a fit: pick the version (the resumed run's folder, or a fresh one for a
+        logger the Trainer made itself). Its files open at the first value, so nothing else starts."""
+        if fit:
+            self._start_fit(resume_path, self._made_by_trainer)
+
     def _start_fit(self, resume_path: str | None, new_version: bool) -> None:
-        """Rank 0, before fit: pick the version (the resumed run's folder, or with
-        ``new_version`` a fresh one for a logger the Trainer made itself)."""
         if self._fixed_version:
             return
         if new_version and self._version is not None and resume_path is None and not self._fit_in_version:

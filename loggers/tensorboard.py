@@ -124,7 +124,7 @@ class TensorBoardLogger(FolderLogger):
             self._hand_off()
 
     _yaml_written = False  # hparams.yaml is in the run's folder (an empty one when no hyperparameters were logged)
-    _deferring = False  # set by the Trainer around a fit's start: the hand-off waits for the first step
+    _deferring = False  # set by log_fit_hyperparams around a fit's start: the hand-off waits for the first step
 
     @rank_zero_only
     def log_hyperparams(self, params: Any, metrics: dict[str, Any] | None = None) -> None:
@@ -148,6 +148,15 @@ class TensorBoardLogger(FolderLogger):
             self._pending.append((0, time.time(), tuple(metrics.items())))
         if not self._deferring:  # a call of the user's: on disk now, as in Lightning (a fit's start defers it)
             self._hand_off()
+
+    def log_fit_hyperparams(self, hparams: dict[str, Any], trainer_options: dict[str, Any]) -> None:
+        """A fit's start: the HParams session gets the Trainer's options as columns too, and is
+        written with the first step's values (the fit's start waits for no file)."""
+        self._deferring = True
+        try:
+            self.log_hyperparams({**trainer_options, **hparams})
+        finally:
+            self._deferring = False
 
     @rank_zero_only
     def log_graph(self, model: Any, input_array: Any = None) -> None:
@@ -243,7 +252,7 @@ class TensorBoardLogger(FolderLogger):
                 counts[tag] = counts.get(tag, 0) + 1
             self._last_step = max(self._last_step, step)
 
-    def _resume_at(self, step: int) -> None:
+    def drop_after_step(self, step: int) -> None:
         """Before a fit that resumes at ``step``: the events the crashed run wrote after it go."""
         self._last_step = step
         if step and self._experiment is None:

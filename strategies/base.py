@@ -116,6 +116,12 @@ class Strategy:
     def setup_module(self, module: nn.Module) -> None:
         self.module = module.to(self.root_device)
 
+    @property
+    def wrapped_module(self) -> nn.Module | None:
+        """The module as this strategy wraps it while a stage runs (``DistributedDataParallel`` under
+        ddp), which ``trainer.model`` returns; None (the default) when it runs the module as it is."""
+        return None
+
     def teardown(self) -> None:
         """Undo ``setup_environment`` so that the next fit can start clean."""
 

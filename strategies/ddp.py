@@ -189,11 +189,13 @@ class DDPStrategy(ParallelStrategy):
             dist.broadcast(tensor.data, src=0)
 
     @property
-    def ddp_module(self) -> DistributedDataParallel:
-        """The DistributedDataParallel wrapper, between ``setup_module`` and ``teardown``.
+    def wrapped_module(self) -> DistributedDataParallel | None:
+        return self._ddp  # None outside setup_module..teardown, and under manual optimization
 
-        For subclasses, e.g. to ``register_comm_hook`` right after ``super().setup_module``.
-        """
+    @property
+    def ddp_module(self) -> DistributedDataParallel:
+        """The DistributedDataParallel wrapper, between ``setup_module`` and ``teardown``: for subclasses,
+        e.g. to ``register_comm_hook`` right after ``super().setup_module``."""
         if self._ddp is None:
             raise RuntimeError(
                 "DDPStrategy.ddp_module exists only after setup_module (inside fit) and before teardown, and not under "
@@ -258,11 +260,9 @@ class DDPStrategy(ParallelStrategy):
 
     def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Average ``params``' gradients over the ranks, in buckets of about 25 MB (DDP's size).
-
         A parameter that got no gradient on some rank counts as zero there; one that got none on
         any rank keeps ``grad=None``, so the optimizer skips it as one process would. Which is
-        which costs one small all-reduce, and spares a hang when ranks' backward passes differ.
-        """
+        which costs one small all-reduce, and spares a hang when ranks' backward passes differ."""
         if not params:
             return
         got = torch.tensor([float(p.grad is not None) for p in params], device=self._collective_device())

@@ -1,6 +1,6 @@
 """The Trainer's options: Lightning's names and spellings, checked once, when it is built.
 
-``configure`` turns ``Trainer(...)``'s arguments into :class:`Options`, which the loops read
+``configure`` turns ``Trainer(...)``'s arguments into :class:`TrainerOptions`, which the loops read
 through the Trainer's attributes of the same names. The arguments of Lightning's Trainer that
 this one does not take are answered in ``lightning_arguments.py``.
 """
@@ -16,7 +16,7 @@ import torch
 from callbacks import Callback, ModelCheckpoint, ModelSummary, ProgressBar, RichModelSummary, RichProgressBar, Timer
 from callbacks.progress import rich_available
 from loggers import DummyLogger, Logger
-from loggers._for_trainer import make_loggers
+from loggers.logger_argument import make_loggers
 from strategies import Strategy, select_strategy
 from strategies.precision import Precision, normalize_precision
 
@@ -104,7 +104,7 @@ _NONE_IS_DEFAULT = {
 
 
 @dataclass
-class Options:
+class TrainerOptions:
     """``Trainer(...)``'s arguments, checked: what the loops read. The Trainer's attribute of each
     name reads and sets this object's (``trainer.max_epochs`` is ``options.max_epochs``)."""
 
@@ -152,14 +152,14 @@ class Options:
 class Configured(NamedTuple):
     """What ``configure`` builds: the options, and the strategy and loggers they name."""
 
-    options: Options
+    options: TrainerOptions
     strategy: Strategy
     loggers: list[Logger]
 
 
 def configure(o: dict[str, Any]) -> Configured:
     """Check ``Trainer(...)``'s arguments ``o``; build the callbacks, profiler, strategy and loggers."""
-    t = Options()
+    t = TrainerOptions()
     o = {k: _NONE_IS_DEFAULT[k] if v is None and k in _NONE_IS_DEFAULT else v for k, v in o.items()}
     t.max_epochs, t.min_epochs, t.max_steps, t.min_steps, t._endless = loop_limits(
         o["max_epochs"], o["min_epochs"], o["max_steps"], o["min_steps"]
@@ -311,7 +311,7 @@ def check_bars(given: list[Callback], enabled: Any) -> None:
         )
 
 
-def default_callbacks(t: Options, given: list[Callback], max_time: float | None) -> list[Callback]:
+def default_callbacks(t: TrainerOptions, given: list[Callback], max_time: float | None) -> list[Callback]:
     """The built-ins, except those the user passed configured (e.g. ``ProgressBar(refresh_s=1)``):
     two bars would both draw, and two checkpointers would write the same files. A
     Timer given in ``callbacks`` wins over ``max_time``, as in Lightning."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
 from loggers import Logger
-from loggers._for_trainer import logger_list
+from loggers.logger_argument import logger_list
 from strategies import Strategy
 
 from trainer.core.log_options import MetricsView
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from trainer.core.module import TrainModule
     from trainer.core.state import TrainerState
     from trainer.loops.run import Run
-    from trainer.options import Options
+    from trainer.options import TrainerOptions
 
 
 class TrainerProperties:
@@ -34,7 +34,7 @@ class TrainerProperties:
     ``state`` and ``_run``; each value of :data:`RUN_VALUES` (and, from trainer.py, each option)
     is a property of its own name (settable, as the plain attributes they were)."""
 
-    _options: Options
+    _options: TrainerOptions
     _strategy: Strategy
     _run: Run
     state: TrainerState
@@ -211,7 +211,7 @@ class TrainerProperties:
     @property
     def model(self) -> Any:
         """The module as the strategy wraps it while a stage runs (DistributedDataParallel under ddp), else the module."""
-        wrapped = getattr(self._strategy, "_ddp", None)
+        wrapped = getattr(self._strategy, "wrapped_module", None)
         return wrapped if wrapped is not None else self._run.module
 
     @property

@@ -42,7 +42,7 @@ from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
 from trainer.lightning_arguments import check_names, defaults_from_env_vars
-from trainer.options import WORKING_DIR, Options, check_weights_only, configure, default_max_epochs
+from trainer.options import WORKING_DIR, TrainerOptions, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 from trainer.utilities.compile import unwrap_compiled
 
@@ -362,5 +362,5 @@ class Trainer(TrainerProperties, LoggerAccess):
         return clone
 
 
-for _field in dataclasses.fields(Options):  # trainer.max_epochs reads (and sets) trainer._options.max_epochs
+for _field in dataclasses.fields(TrainerOptions):  # trainer.max_epochs reads (and sets) trainer._options.max_epochs
     setattr(Trainer, _field.name, forward("_options", _field.name))

@@ -135,7 +135,7 @@ class StochasticWeightAveraging(Callback):
             torch.optim.swa_utils.update_bn(loader, pl_module, device=pl_module.device)
         checkpoint = trainer.checkpoint_callback
         if checkpoint is not None and getattr(checkpoint, "dirpath", None):
-            checkpoint._wait_for_writer(trainer)
+            checkpoint.wait_for_saves(trainer)
             path = os.path.join(checkpoint.dirpath, "last.ckpt")
             trainer.save_checkpoint(path)  # the averaged weights, in the run's final file
             checkpoint.last_model_path = path

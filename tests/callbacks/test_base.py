@@ -311,3 +311,23 @@ def test_a_mock_with_the_callback_spec_gets_every_hook_as_in_lightning():
     Trainer(**quiet(max_epochs=1, callbacks=[mock])).fit(Classifier(), loader(32))
     called = {c[0] for c in mock.method_calls}
     assert {"setup", "on_fit_start", "on_train_batch_end", "on_train_epoch_end", "on_fit_end", "teardown"} <= called
+
+
+def test_a_subclass_wants_hook_skips_a_hook_and_callbacks_public_members_stay_lightnings():
+    class OnlyEpochs(Callback):
+        def __init__(self):
+            self.batches = self.epochs = 0
+
+        def wants_hook(self, hook):
+            return hook != "on_train_batch_end"
+
+        def on_train_batch_end(self, *args):
+            self.batches += 1
+
+        def on_train_epoch_end(self, *args):
+            self.epochs += 1
+
+    cb = OnlyEpochs()
+    Trainer(**quiet(max_epochs=2, callbacks=[cb])).fit(Classifier(), loader(32))
+    assert (cb.batches, cb.epochs) == (0, 2)
+    assert not {"wants_hook", "wait_for_saves", "restore_param_groups", "tune_before_stage"} & set(dir(Callback))

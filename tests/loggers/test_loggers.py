@@ -538,3 +538,45 @@ def test_the_csv_experiment_writer_is_importable_from_loggers_with_lightnings_fi
     assert isinstance(logger.experiment, ExperimentWriter) and ExperimentWriter.NAME_METRICS_FILE == "metrics.csv"
     rows = _rows(os.path.join(logger.log_dir, ExperimentWriter.NAME_METRICS_FILE))
     assert rows == [{"step": "10", "float": "0.3", "tensor": "0.10000000149011612"}]
+
+
+# --- the Trainer's side of Logger (issue 53): public methods with defaults ----------------
+def test_a_service_logger_that_defines_none_of_the_trainers_methods_starts_its_run_before_fit(tmp_path):
+    class Service(Logger):
+        def __init__(self):
+            self.started, self.hparams, self.rows = 0, [], []
+
+        name = property(lambda self: "svc")
+        version = property(lambda self: "run-1")
+
+        @property
+        def experiment(self):
+            self.started += 1
+            return self
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            self.hparams.append(dict(params))
+
+        def log_metrics(self, metrics, step=None):
+            self.rows.append(step)
+
+    class Logged(Classifier):
+        def __init__(self, width: int = 4):
+            super().__init__()
+            self.save_hyperparameters()
+
+    svc = Service()
+    Trainer(max_epochs=1, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False,
+            default_root_dir=tmp_path, logger=svc).fit(Logged(), loader(16))
+    assert svc.started >= 1 and svc.rows  # prepare_stage's default read experiment before the first row
+    assert svc.hparams == [{"width": 4}]  # log_fit_hyperparams' default: Lightning's log_hyperparams, no trainer/ options
+    assert svc.pinned_version is None and svc.chosen_version is None
+
+
+def test_file_loggers_say_their_pinned_and_chosen_versions_and_take_rank_zeros(tmp_path):
+    pinned, free = CSVLogger(tmp_path, version=3), TensorBoardLogger(tmp_path)
+    assert (pinned.pinned_version, pinned.chosen_version) == (3, 3)
+    assert (free.pinned_version, free.chosen_version) == (None, None)  # asking does not claim a folder
+    assert not os.path.exists(os.path.join(tmp_path, "lightning_logs"))
+    free.use_version(7)
+    assert free.log_dir == os.path.join(tmp_path, "lightning_logs", "version_7") and free.pinned_version is None

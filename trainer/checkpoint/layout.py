@@ -20,7 +20,7 @@ from typing import Any
 #: The Lightning release whose layout the file follows (our own version is in ``KEY``).
 LIGHTNING_VERSION = "2.6.5"
 KEY = "steadytrainer"
-FORMAT = "steadytrainer/2"
+FILE_FORMAT = "steadytrainer/2"  # the checkpoint file's layout (capture()'s state in memory: resume.CAPTURE_FORMAT)
 #: Lightning's precision plugin for "16-mixed" keeps the GradScaler's state under its class's name.
 SCALER = "MixedPrecision"
 #: What a weights-only file leaves out (Lightning's ``dump_checkpoint(weights_only=True)``), and of ours.
@@ -67,7 +67,7 @@ def to_file(state: dict[str, Any]) -> dict[str, Any]:
     if datamodule and name:
         file[name] = datamodule
     ours = {
-        "format": FORMAT,
+        "format": FILE_FORMAT,
         "version": state.get("version"),
         "weights_only": weights_only,
         "loop": {

@@ -52,15 +52,13 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
     root = trainer.default_root_dir
     if not trainer.loggers:
         return None if root is None else os.path.abspath(root), root, []
-    if fit:
-        for lg in trainer.loggers:
-            start = getattr(lg, "_start_fit", None)
-            if start is not None:
-                start(resume_path, lg._made_by_trainer)
     for lg in trainer.loggers:
-        # Lightning's: the other loggers' runs start now (an MLflow or W&B run, whose ids name the
-        # folder); file loggers pick their folder above and open their files at the first value.
-        if not hasattr(lg, "_start_fit"):
+        # Logger.prepare_stage: a file logger picks its version folder for a fit; the others' runs start
+        # now, as in Lightning (an MLflow or W&B run, whose ids name the folder)
+        prepare = getattr(lg, "prepare_stage", None)
+        if prepare is not None:
+            prepare(resume_path, fit=fit)
+        else:  # an object that logs like a Logger without being one
             getattr(lg, "experiment", None)
     first = trainer.loggers[0]
     version = first.version
@@ -72,10 +70,10 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
 
 
 def logger_versions(trainer: Trainer) -> list[Any]:
-    return [getattr(lg, "_version", None) for lg in trainer.loggers]
+    return [getattr(lg, "chosen_version", None) for lg in trainer.loggers]
 
 
 def set_logger_versions(trainer: Trainer, versions: list[Any]) -> None:
     for lg, version in zip(trainer.loggers, versions):
-        if version is not None and hasattr(lg, "_version"):
-            lg._version = version
+        if version is not None and hasattr(lg, "use_version"):
+            lg.use_version(version)

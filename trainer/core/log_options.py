@@ -2,7 +2,7 @@
 
 A name logged with the defaults is a plain series (trainer/core/metrics.py): its step value
 and its batch-size-weighted epoch mean. The keywords that change that are read once, at the
-name's first ``self.log`` of a phase, into :class:`Options`; they act when the values are read
+name's first ``self.log`` of a phase, into :class:`LogOptions`; they act when the values are read
 (``latest_floats``, ``epoch_means``), once per logging step or epoch, not per call. Two kinds
 of value cannot be a plain running mean, and take the slower :class:`Reduced` path on every
 call: ``reduce_fx`` "sum", "max" or "min", and a torchmetrics ``Metric`` (updated by the user's
@@ -31,7 +31,7 @@ _REDUCE_FN = {
 
 
 @dataclass
-class Options:
+class LogOptions:
     """What to publish of one logged name (the names it is published under included)."""
 
     step_name: str | None  # the step value's name; None: no step value
@@ -60,7 +60,7 @@ def is_metric(value: Any) -> bool:
 def options_for(
     name: str, training: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
     add_dataloader_idx: bool, rank_zero_only: bool,
-) -> Options | None:
+) -> LogOptions | None:
     """The options for ``name``, or None for a plain series (a default ``self.log`` call).
 
     Lightning's defaults per hook: in ``training_step`` ``on_step=True, on_epoch=False``; in the
@@ -84,7 +84,7 @@ def options_for(
             "`self.log(on_step=False, on_epoch=False)` is not useful.",
         )
     both = step and epoch  # in evaluation too: the step values are the loggers' rows per batch (Lightning's)
-    return Options(
+    return LogOptions(
         f"{name}_step" if both else name if step else None,
         f"{name}_epoch" if both else name if epoch else None,
         logger, rank_zero_only, add_dataloader_idx, both,

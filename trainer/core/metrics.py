@@ -14,7 +14,9 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.core.log_options import Options, Reduced, is_metric, not_a_number, not_scalar, options_for, outside, reduce_name
+from trainer.core.log_options import (
+    LogOptions, Reduced, is_metric, not_a_number, not_scalar, options_for, outside, reduce_name,
+)
 
 _local = threading.local()  # the active sink; DataParallel replica threads set their own
 
@@ -78,7 +80,7 @@ class MetricSink:
         self.training = training  # Lightning's defaults: training_step's (step values) or evaluation's
         self.epoch_end = False  # on_train_epoch_end runs: Lightning's defaults there are evaluation's (epoch values)
         # self.log's keywords, for the names logged with other than the defaults (trainer/core/log_options.py)
-        self.options: dict[str, Options] = {}
+        self.options: dict[str, LogOptions] = {}
         self._reduced: dict[str, Reduced] = {}  # reduce_fx sum/max/min and torchmetrics Metrics
         self.hidden: set[str] = set()  # published names logged with logger=False
         self.no_suffix: set[str] = set()  # published names logged with add_dataloader_idx=False
@@ -109,7 +111,7 @@ class MetricSink:
         steps = self.training and not self.epoch_end  # Lightning's defaults: a step value, else an epoch value
         opts = options_for(name, steps, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
         if opts is None and (kind != "mean" or self.epoch_end):  # published under its own name
-            opts = Options(name if steps else None, name, logger, rank_zero_only, add_dataloader_idx)
+            opts = LogOptions(name if steps else None, name, logger, rank_zero_only, add_dataloader_idx)
         if opts is not None:
             self._register(name, opts)
         if kind != "mean":
@@ -124,7 +126,7 @@ class MetricSink:
             self.prog_bar.update(n for n in (opts.step_name, opts.epoch_name) if n is not None)
         return series
 
-    def _register(self, name: str, opts: Options) -> None:
+    def _register(self, name: str, opts: LogOptions) -> None:
         self.options[name] = opts
         published = [n for n in (opts.step_name, opts.epoch_name) if n is not None]
         if not opts.logger:
@@ -228,7 +230,7 @@ class MetricSink:
                 self.prog_bar.add(name)
         self.latest.update({n: float(v) if on_cpu else v.to(device) for n, v in state["latest"].items()})
         for name, saved in state.get("options", {}).items():
-            self._register(name, Options(**saved))
+            self._register(name, LogOptions(**saved))
         self.on_device = self.on_device or not on_cpu
 
     def latest_floats(self) -> dict[str, float]:

@@ -283,7 +283,7 @@ def run_evaluation(
             sink.reset_metrics()
         for m, mode in zip(model.modules(), modes) if restore else ():
             m.training = mode
-    return run.predict_loop._predictions if phase == "predict" else logged
+    return run.predict_loop.per_dataloader if phase == "predict" else logged
 
 
 def _step_row(trainer: Trainer, run: Run, phase: str, loader: int, sink: MetricSink, suffix: str) -> None:

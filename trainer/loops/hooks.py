@@ -59,7 +59,7 @@ class Hooks:
             if name == "on_train_epoch_end":
                 self.epoch_end_monitors = len(fns)
             if name == "on_train_end":  # files saved in the background are on disk before any callback's hook reads them
-                fns = [cb._settle for cb in callbacks if isinstance(cb, ModelCheckpoint)] + fns
+                fns = [_waiting_for_saves(cb) for cb in callbacks if getattr(type(cb), "wait_for_saves", None)] + fns
             if profiling is None:
                 fns += _overriding(after, name)
             else:
@@ -80,7 +80,12 @@ MONITORING = (EarlyStopping, ModelCheckpoint)
 
 
 def _overriding(callbacks: list[Callback], name: str) -> list[Callable[..., Any]]:
-    return [getattr(cb, name) for cb in callbacks if overrides(cb, name) and cb._wants(name)]
+    return [getattr(cb, name) for cb in callbacks if overrides(cb, name) and wants_hook(cb, name)]
+
+
+def _waiting_for_saves(cb: Callback) -> Callable[..., Any]:
+    """``cb.wait_for_saves`` called as an ``on_train_end`` hook is."""
+    return lambda trainer, module: cb.wait_for_saves(trainer)
 
 
 def _module_hook(module: Any, name: str) -> Callable[..., Any] | None:
@@ -105,7 +110,7 @@ def profiled_callbacks(
     Lightning calls it); the Trainer's own ``tail`` only where it overrides it."""
     fns = []
     for cb in callbacks:
-        own = overrides(cb, name) and cb._wants(name)
+        own = overrides(cb, name) and wants_hook(cb, name)
         if any(cb is t for t in tail) or (not own and name in _OURS):
             fns += [profiling.timed(f"[{type(cb).__name__}].{name}", getattr(cb, name))] if own else []
         else:
@@ -135,6 +140,14 @@ def overrides(callback: Callback, name: str) -> bool:
         return True
     base = getattr(Callback, name)
     return getattr(type(callback), name, base) is not base
+
+
+def wants_hook(callback: Callback, name: str) -> bool:
+    """Whether this run should call hook ``name``, one ``callback`` overrides; asked once at the
+    start of each stage. A callback says False from its ``wants_hook(hook)`` (``wants`` in 0.1.0)
+    for a per-batch hook with nothing to do this run, and the hook costs nothing on every batch."""
+    ask = getattr(type(callback), "wants_hook", None) or getattr(type(callback), "wants", None)
+    return True if ask is None else bool(ask(callback, name))
 
 
 def check_callbacks(callbacks: Any) -> list[Callback]:

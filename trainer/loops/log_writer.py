@@ -9,7 +9,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from callbacks.base import Callback
-from loggers import Logger, TensorBoardLogger
+from loggers import Logger
 from trainer.core.exceptions import PossibleUserWarning
 from trainer.core.hparams import is_plain
 
@@ -50,18 +50,15 @@ class LogWriter(Callback):
         hparams = _hparams(trainer, module)
         options = {f"trainer/{k}": v for k, v in trainer.hparams().items() if v is not None}
         for logger in self.loggers:
-            getattr(logger, "_resume_at", lambda step: None)(row_step(trainer))  # a resumed fit drops what came after
+            # a resumed fit drops what came after its step (an object that logs like a Logger may lack it)
+            getattr(logger, "drop_after_step", lambda step: None)(row_step(trainer))
             if hparams is not None:  # Lightning's: called only for what save_hyperparameters recorded
-                # (ours: TensorBoard's HParams also get the Trainer's options as columns, written
-                # with the first step's values: the fit's start waits for no file)
-                if isinstance(logger, TensorBoardLogger):
-                    logger._deferring = True
-                    try:
-                        logger.log_hyperparams({**options, **hparams})
-                    finally:
-                        logger._deferring = False
-                else:
+                # (a logger that overrides log_fit_hyperparams, as TensorBoard's: else Lightning's call)
+                log_fit = getattr(type(logger), "log_fit_hyperparams", Logger.log_fit_hyperparams)
+                if log_fit is Logger.log_fit_hyperparams:
                     logger.log_hyperparams(hparams)
+                else:
+                    log_fit(logger, hparams, options)
             logger.log_graph(module)
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:

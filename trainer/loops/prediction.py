@@ -65,6 +65,11 @@ class PredictLoop:
         """The kept outputs: a list (one per batch), or one such list per loader with several."""
         return self._predictions[0] if self.num_dataloaders == 1 else self._predictions
 
+    @property
+    def per_dataloader(self) -> list[list[Any]]:
+        """The kept outputs, one list per loader (one list with one loader)."""
+        return self._predictions
+
     def start_loader(self, loader: Any) -> deque[Any] | None:
         """Before a loader's first batch: where ``fetch.batches`` records the drawn indices."""
         self.current_batch_indices = None

@@ -87,6 +87,5 @@ def tune_before(trainer: Trainer, stage: str, model: Any, loaders: Any, val_data
     tuner = Tuner(trainer)
     tuner._for_callbacks = True
     for cb in trainer.callbacks:
-        search = getattr(cb, "_search_before", None)
-        if search is not None:
-            search(tuner, stage, model, loaders, val_dataloaders, datamodule)
+        if getattr(type(cb), "tune_before_stage", None) is not None:  # (a Mock(spec=Callback) has none)
+            cb.tune_before_stage(tuner, stage, model, loaders, val_dataloaders, datamodule)

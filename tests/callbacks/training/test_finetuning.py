@@ -56,6 +56,29 @@ def test_the_backbone_trains_from_the_unfreeze_epoch_with_its_own_growing_lr():
     assert model.backbone[1].weight.requires_grad  # BatchNorm trained all along (train_bn=True)
 
 
+def test_the_default_lambda_doubles_the_backbones_lr_each_epoch_and_aligns_with_a_decaying_head():
+    """Lightning's default ``lambda_func`` doubles; a StepLR on the head's lr meets it at epoch 6."""
+
+    class Decaying(WithBackbone):
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.head.parameters(), lr=0.1)
+            return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)]
+
+    class Starts(Callback):  # after BackboneFinetuning: the lrs each epoch trains with
+        def __init__(self):
+            self.lrs = []
+
+        def on_train_epoch_start(self, trainer, module):
+            self.lrs.append([g["lr"] for g in trainer.optimizer.param_groups])
+
+    starts = Starts()
+    _trainer(BackboneFinetuning(unfreeze_backbone_at_epoch=3), starts, epochs=8, limit_train_batches=4).fit(Decaying(), loader(64))
+    head = [0.1 * 0.7**e for e in range(8)]
+    assert [lrs[0] for lrs in starts.lrs] == pytest.approx(head)
+    # 0.1 x the head's at the unfreeze, then x2 per epoch; from epoch 6 (2 x 0.01372 > 0.01176) the head's
+    assert [lrs[1] for lrs in starts.lrs[3:]] == pytest.approx([0.00343, 0.00686, 0.01372, head[6], head[7]])
+
+
 def test_a_run_resumed_after_the_unfreeze_has_the_groups_back_and_ends_identical():
     full = WithBackbone()
     torch.manual_seed(0)
