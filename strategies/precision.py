@@ -150,12 +150,26 @@ class Precision:
 
         return (apply_to_tensors(batch, cast) for batch in batches)
 
-    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+    # The gradient scaler's whole use, here only (Lightning Fabric's Precision: pre_backward,
+    # optimizer_step, unscale_gradients): the loops call these and never the scaler itself.
+    @property
+    def scaling(self) -> bool:
+        """Whether float16's gradient scaler scales the losses ("16-mixed"): then backward, the
+        unscale and the step must go through this object; otherwise they are the plain ones."""
+        return self.scaler is not None
+
+    def pre_backward(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The loss that backward gets: multiplied by the scale under "16-mixed", else ``tensor``."""
+        return tensor if self.scaler is None else self.scaler.scale(tensor)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide ``optimizer``'s gradients by the scale (once per step), so that hooks and clipping see true ones."""
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Step the optimizer; the scaler skips the step itself when the gradients hold inf/nan."""
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step the optimizer, then update the scale; the scaler skips the step itself when the
+        gradients hold inf/nan."""
         if self.scaler is None:
             optimizer.step()
             return
@@ -171,6 +185,7 @@ class Precision:
             self.scaler.step(optimizer, **kwargs)
 
     def update(self) -> None:
+        """Update the scale after the steps of one round (manual optimization: once per batch)."""
         if self.scaler is not None:
             self.scaler.update()
 

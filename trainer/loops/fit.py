@@ -11,24 +11,20 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from strategies.base import Strategy
-
 from trainer.core.checks import bad_loss, loss_of, none_batch
 from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.checkpoint.resume import Resume, read_for_fit
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
-from trainer.loops.optimization.closure import closure_step
 from trainer.loops.evaluation import evaluation_loop, sanity_check, val_check_batch
 from trainer.loops.fit_loaders import FitLoaders, no_batches
 from trainer.loops.run import start, stage_hooks, use_run_folder
 from trainer.core.metrics import MetricSink, set_sink
-from trainer.core.module import overridden
-from trainer.loops.optimization.manual import ManualOptimization, check_manual
+from trainer.loops.optimization.manual import check_manual
 from trainer.loops.hooks import batch_transfer
 from trainer.loops.optimization.optim import resolve_optimizers
 from trainer.loops.optimization.step import StepSequence, step_outputs
-from trainer.loops.publishing import Publishing
+from trainer.loops.publishing import Publisher
 from trainer.loops.stopping import STOP_SYNC_EVERY, StopRules
 
 if TYPE_CHECKING:
@@ -51,12 +47,12 @@ def fit_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_path: 
         FitLoop(trainer, run, model, FitLoaders(trainer, run, model, data), resume_from).fit()
         if trainer.fast_dev_run and trainer.is_global_zero:
             n = trainer.fast_dev_run
-            log.info("fast_dev_run=%d: trained on %d batch(es) (%d optimizer step(s)) and validated on up to %d batch(es) "
-                     "of each validation loader; wrote no logs and no checkpoints.", n, trainer.num_training_batches,
-                     trainer.global_step, n if trainer.enable_validation else 0)
+            log.info("fast_dev_run=%d: trained on %d batch(es) (%d optimizer step(s)) and validated on up to %d "
+                     "batch(es) of each validation loader; wrote no logs and no checkpoints.", n,
+                     trainer.num_training_batches, trainer.global_step, n if trainer.enable_validation else 0)
 
 
-class FitLoop(StopRules, Publishing):
+class FitLoop:
     """One ``fit`` in one process. The order of events, Lightning's, which is the contract callbacks
     rely on. At every hook the callbacks run first, in the order given, then the model's own hook,
     then the loggers' writer (trainer/loops/hooks.py); on_train_epoch_end is the one exception::
@@ -80,7 +76,7 @@ class FitLoop(StopRules, Publishing):
                 loss = strategy's training_step runner   # split, compute, combine
                 at a group's first batch: on_before_zero_grad, zero_grad (or optimizer_zero_grad)
                 on_before_backward                       # to the step: StepSequence (optimization/step.py)
-                backward(loss / group size)              # the model's backward if it overrides it
+                backward of loss / group size            # the model's backward if it overrides it
                 on_after_backward
                 if the group is complete:
                     unscale, on_before_optimizer_step, clip (or the model's configure_gradient_clipping),
@@ -88,7 +84,7 @@ class FitLoop(StopRules, Publishing):
                     scheduler step (interval="step")
                     at step 1 and every log_every_n_steps steps: NaN/Inf loss check
                 (manual optimization: training_step runs its own backward passes and steps,
-                and the loop none of the above from zero_grad; each optimizer.step() counts
+                and the loop none of the above from zero_grad; each optimizer step counts
                 a step, and each batch a logging step: the log cadence as above)
                 on_train_batch_end(outputs)       # {"loss": loss detached, ...}; step checkpoints
                 every log_every_n_steps-th step: on_train_log (the loggers' row, at the step before)
@@ -107,7 +103,10 @@ class FitLoop(StopRules, Publishing):
         on_fit_end
         teardown("fit")                           (fit_stage, through run.stage_hooks)
 
-    The state that checkpoints record lives on the run (``trainer/loops/run.py``).
+    The state that checkpoints record lives on the run (``trainer/loops/run.py``). The loop holds
+    three collaborators, each built once per fit: ``steps`` (optimization/step.py: zero_grad,
+    backward and the optimizer step, in order), ``stops`` (stopping.py: when fit stops) and
+    ``publisher`` (publishing.py: when logged values reach ``callback_metrics`` and the loggers).
     """
 
     def __init__(
@@ -115,29 +114,22 @@ class FitLoop(StopRules, Publishing):
         resume_from: tuple[str, dict[str, Any]] | None,
     ) -> None:
         self.trainer, self.run, self.model = trainer, run, model
-        self._loaders, self._told_min = loaders, False  # the min_epochs/min_steps message is said once
-        # Loaded after the sanity check, as Lightning's; configure_optimizers reading trainer.estimated_stepping_batches loads it first.
+        self._loaders = loaders
+        # Loaded after the sanity check, as Lightning's; configure_optimizers reading
+        # trainer.estimated_stepping_batches loads it first.
         run.load_train = loaders.train_now
         run.opt = opt = resolve_optimizers(model, trainer._optimizer_factory)
         check_manual(trainer, model, len(opt.optimizers))
         run.optimizer, run.lr_scheduler = opt.optimizer, opt.scheduler
         run.optimizers, run.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
-        strategy = trainer.strategy
-        own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
-        backward = strategy.backward if own_backward else torch.Tensor.backward
-        if overridden(model, "backward"):  # the module's own, as Lightning's strategy calls it
-            backward = model.backward
-        if run.profiling is not None:
-            backward = run.profiling.strategy_call(strategy, "backward", backward)
-        self.steps = steps = StepSequence(trainer, run, model, backward)  # the events around a step, in order
-        run.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers, steps)
+        self.steps = StepSequence(trainer, run, model)  # the events around a step, in order; the fast ones picked
+        run.manual = self.steps.manual
         self.resume = Resume.load(trainer, run, resume_from)
-        self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
         state = trainer.state
         if run.manual is None or state.batches_stepped is None:  # Lightning's _batches_that_stepped (core/state.py)
             state.batches_stepped = None if run.manual is None else state.global_step
-        step = state.log_step
-        self._next_log = 1 if step == 0 else step - step % trainer.log_every_n_steps + trainer.log_every_n_steps
+        self.stops = StopRules(trainer, run, model)
+        self.publisher = Publisher(trainer, run, model)  # after the counters: it starts at the next log step
 
     def _load_train(self) -> None:
         trainer = self.trainer
@@ -153,7 +145,7 @@ class FitLoop(StopRules, Publishing):
         if run.profiling is not None:  # optimizer_step until the stage ends, and run_training_epoch
             run.profiling.time_optimizers(run.opt.optimizers)
             self._train_epoch = run.profiling.epoch(self._train_epoch)  # type: ignore[method-assign]
-        run.publish_step_metrics = self._publish_step_metrics
+        run.publish_step_metrics = self.publisher.publish_step_metrics
         try:
             self._fit()
         finally:
@@ -161,6 +153,7 @@ class FitLoop(StopRules, Publishing):
 
     def _fit(self) -> None:
         trainer, run, model, hooks, state = self.trainer, self.run, self.model, self.run.hooks, self.trainer.state
+        stops, publisher = self.stops, self.publisher
         with run.signals:
             if not model.training:  # a model handed over in eval mode trains; submodules the
                 model.train()  # user froze (e.g. BatchNorm) stay frozen, as evaluation restores modes
@@ -168,13 +161,13 @@ class FitLoop(StopRules, Publishing):
             sanity_check(trainer, run, self._val_loaders if self._loaders.validates else None)
             if trainer.limit_train_batches != 0:  # 0: no training at all, its loader never asked for (Lightning's)
                 self._load_train()
-            if self._done() or trainer.limit_train_batches == 0:  # or a second fit of a finished run: nothing to train
+            if stops.done() or trainer.limit_train_batches == 0:  # or a second fit of a finished run: nothing to train
                 hooks.call("on_fit_end", trainer, model)
                 return
-            self._train_start()  # on_train_start
-            while not self._done():
+            publisher.train_start()  # on_train_start
+            while not stops.done():
                 self.train_loader = self._loaders.train_now()  # again every reload_dataloaders_every_n_epochs
-                run.train_sink = sink = self._epoch_sink()
+                run.train_sink = sink = publisher.epoch_sink()
                 previous_sink = set_sink(sink)
                 try:
                     hooks.call("on_train_epoch_start", trainer, model)
@@ -204,7 +197,7 @@ class FitLoop(StopRules, Publishing):
         trainer, run, hooks = self.trainer, self.run, self.run.hooks
         sink = run.train_sink
         run.epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
-        self._publish_epoch_means(sink)
+        self.publisher.publish_epoch_means(sink)
         if self._epoch_val_due() and trainer.num_training_batches == math.inf:  # unsized: its last batch is known now
             self._validate()
         self._batches_before += trainer.state.batch_in_epoch
@@ -227,7 +220,7 @@ class FitLoop(StopRules, Publishing):
         before = sink.version()
         fn(self.trainer, self.model)
         if self.trainer.strategy.any_rank(sink.version() != before):
-            self._publish_epoch_means(sink)
+            self.publisher.publish_epoch_means(sink)
 
     def _stop_mid_epoch(self) -> None:
         """An epoch cut short. Its end is left to the run that resumes it (so stopped and resumed
@@ -242,26 +235,28 @@ class FitLoop(StopRules, Publishing):
         The body runs once per batch, between a data load and a model step that push it out of
         the CPU's caches: there, each Python function it calls can cost up to a microsecond, not
         the tens of nanoseconds a micro-benchmark shows (benchmarks/overhead.py). So the
-        common path calls none of its own: what is fixed for the epoch is read into locals
-        first, and what a run does not use (accumulation, hooks, clipping, a gradient scaler,
-        a strategy's own backward, a stop request) costs a comparison. With hooks or a scaler,
-        ``steps`` (optimization/step.py) runs the events around backward and the step.
+        common path calls only the two step events (``steps.backward_batch`` and
+        ``steps.step_batch``, picked once per fit in optimization/step.py, plain when nothing
+        surrounds them): what is fixed for the epoch is read into locals first, and what a run
+        does not use (accumulation, hooks, a transfer hook, a stop request) costs a comparison.
         """
-        trainer, run, model, state, strategy = self.trainer, self.run, self.model, self.trainer.state, self.trainer.strategy
+        trainer, run, model = self.trainer, self.run, self.model
+        state, strategy = trainer.state, trainer.strategy
         loader, limit = self.train_loader, trainer.num_training_batches
         val_every = val_check_batch(trainer, self._loaders.validates)  # Lightning's (0: none in this epoch's batches)
         val_before = self._batches_before if trainer.check_val_every_n_epoch is None else 0  # counted across epochs
         batch_start, batch_end, signals = run.hooks.on_train_batch_start, run.hooks.on_train_batch_end, run.signals
-        steps, backward, optimizer = self.steps, self.steps.backward_fn, run.opt.optimizer
-        accumulate = trainer.accumulate_grad_batches
-        stepper, plain_backward, plain_step = self._stepper()
+        steps, optimizer, accumulate = self.steps, run.opt.optimizer, trainer.accumulate_grad_batches
+        stepper, zero_grad = steps.stepper, steps.zero_grad
+        backward_batch, step_batch = steps.backward_batch, steps.step_batch  # picked once per fit (step.py)
         transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
         max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
-        sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0  # steps at which the ranks agree on stop requests
+        sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0  # steps where the ranks agree on stop requests
         sizes = uniform_batches(loader)  # a DataLoader's batch sizes are known in advance; others are measured
         full_size, last_size, last_idx = sizes if sizes is not None else (0, 0, -1)
-        samples, next_log, sized = run.samples_seen, self._next_log, loader_length(loader) is not None
-        training_step, tensor, group, first, completes = None, torch.Tensor, 1, True, True  # without accumulation a batch is a group
+        samples, next_log, sized = run.samples_seen, self.publisher.next_log, loader_length(loader) is not None
+        training_step, tensor = None, torch.Tensor
+        group, first, completes = 1, True, True  # without accumulation a batch is a group
         batch_idx, run.step_skipped = state.batch_in_epoch - 1, False
         try:
             with contextlib.ExitStack() as no_sync:  # the no-sync context over a group's micro-batches but the last
@@ -293,34 +288,23 @@ class FitLoop(StopRules, Publishing):
                         if batch is None:
                             raise none_batch("The training loader", batch_idx, "training_step", err) from err
                         raise
-                    if stepper is not None:  # it stepped by hand (or LBFGS's closure did); a batch that stepped counts one
+                    if stepper is not None:  # stepped by hand (or LBFGS's closure did); a batch that stepped counts one
                         loss, completes = stepper.end_batch(output)
                     else:
                         loss = output if type(output) is tensor else loss_of(output, none_skips=True)
                         try:
-                            if loss is None:  # Lightning's skipped step: its group's gradients zeroed all the same, no backward
-                                if group == 1 or first:
-                                    steps.zero_grad(optimizer)
-                            elif plain_backward and group == 1:  # a group's first batch: zero_grad, as Lightning's closure
-                                if plain_step:
-                                    optimizer.zero_grad()
-                                else:
-                                    steps.zero_grad(optimizer)
-                                backward(loss)
-                            else:  # zero_grad at a group's first batch; on_before_backward, backward(loss / group), on_after_backward
-                                steps.backward(loss, group, optimizer if first else None)
+                            if loss is not None:  # zero_grad at a group's first batch; the hooks around backward
+                                backward_batch(loss, group, optimizer if first else None)
+                            elif group == 1 or first:  # Lightning's skipped step: its group's gradients zeroed anyway
+                                zero_grad(optimizer)
                         except RuntimeError as err:  # torch refuses a non-scalar or detached loss: say which
                             problem = bad_loss(loss)
                             if problem is None:
                                 raise
                             raise problem from err
                     state.batch_in_epoch = batch_idx + 1
-                    if completes:
-                        if plain_step:
-                            optimizer.step()
-                            state.global_step += 1
-                        elif stepper is None:  # unscale, hooks, clip, step, count
-                            steps.step(optimizer, loss)
+                    if completes and stepper is None:  # unscale, hooks, clip, step, count
+                        step_batch(optimizer, loss)
                     due = val_every and (val_before + batch_idx + 1) % val_every == 0
                     if batch_end:  # Lightning's outputs: {"loss": the loss, detached, ...}
                         outputs = {"loss": output.detach()} if type(output) is tensor and accumulate == 1 else (
@@ -330,40 +314,33 @@ class FitLoop(StopRules, Publishing):
                             fn(trainer, model, outputs, batch, batch_idx)
                     if completes and (state.global_step if stepper is None else state.log_step) >= next_log:
                         run.samples_seen = samples  # after on_train_batch_end: what it logs is in this step's row
-                        self._at_log_step(loss)
-                        next_log = self._next_log
-                    if due or val_every and state.should_stop and self._can_stop_early():
+                        next_log = self._at_log_step(loss)
+                    if due or val_every and state.should_stop and self.stops.can_stop_early():
                         run.val_pending = False  # Lightning's _should_check_val_fx: after on_train_batch_end
                         self._validate(keep_rng=not due)
                     if completes and (
                         state.global_step >= max_steps
-                        or (state.global_step % sync_every == 0 if sync_every else state.should_stop or signals.received)
-                    ) and self._stopping_now():
+                        or (state.global_step % sync_every == 0 if sync_every
+                            else state.should_stop or signals.received)
+                    ) and self.stops.stopping_now():
                         return batch_idx + 1 < limit
             if not completes and accumulate > 1:  # an unsized loader ran out inside a group: step what it accumulated
-                steps.step(optimizer, loss)
+                step_batch(optimizer, loss)
                 if state.global_step >= next_log:
                     run.samples_seen = samples
                     self._at_log_step(loss)
         finally:  # however the epoch ends
             run.samples_seen = samples
-        if batch_idx < 0 and state.batch_in_epoch == 0:  # skipped, as Lightning does; with no epoch limit, an error (never ends)
+        if batch_idx < 0 and state.batch_in_epoch == 0:  # skipped, as Lightning's; endless (no epoch limit): an error
             no_batches(loader, state.current_epoch, endless=trainer.max_epochs in (None, -1))
         return False
 
-    def _stepper(self) -> tuple[Any, bool, bool]:
-        """(what takes the step instead of the loop: manual optimization's or LBFGS's, else None;
-        nothing around backward; nothing around the optimizer step). With both, the loop calls
-        backward, ``optimizer.step()`` and ``zero_grad()`` itself, in the StepSequence's order."""
-        trainer, run, hooks, opt = self.trainer, self.run, self.run.hooks, self.run.opt
-        stepper = run.manual or closure_step(trainer, run, self.steps)  # LBFGS: the step runs the batch
-        scaler = run.precision.scaler
-        plain_backward = not hooks.on_before_backward and not hooks.on_after_backward and scaler is None
-        plain_step = (
-            trainer.gradient_clip_val is None and not hooks.on_before_optimizer_step and scaler is None
-            and not opt.steps_at("step") and stepper is None and not opt.own and not hooks.on_before_zero_grad
-        )
-        return stepper, plain_backward, plain_step
+    def _at_log_step(self, loss: torch.Tensor | None) -> int:
+        """At step 1 and every ``log_every_n_steps`` steps: the loss checked (stop on NaN/Inf),
+        then the step's values published; returns the step of the next one."""
+        self.stops.check_loss(loss)
+        self.publisher.at_log_step()
+        return self.publisher.next_log
 
     def _epoch_batches(self, loader: Any, sized: bool) -> Iterator[Any]:
         """The epoch's batches: ``iter(loader)`` once (resumed: at the checkpoint's batch), in
@@ -386,10 +363,11 @@ class FitLoop(StopRules, Publishing):
             training_step = stepper.wrap(training_step)
         return training_step
 
-    def _validate(self, keep_rng: bool = False) -> None:  # keep_rng: one off the schedule leaves training's RNG as it was
+    def _validate(self, keep_rng: bool = False) -> None:  # keep_rng: one off the schedule leaves training's RNG as is
         loaders = self._val_loaders()
         if loaders is not None:
-            evaluation_loop(self.trainer, self.run, "validation", loaders, self.trainer.limit_val_batches, keep_rng=keep_rng)
+            limit = self.trainer.limit_val_batches
+            evaluation_loop(self.trainer, self.run, "validation", loaders, limit, keep_rng=keep_rng)
 
     def _val_loaders(self) -> Any:  # loaded when first needed, again every reload_dataloaders_every_n_epochs
         every = self.trainer.check_val_every_n_epoch

@@ -1,12 +1,11 @@
 """What fit publishes of the logged values, and when: into ``callback_metrics`` and to the
 ``on_train_log`` hooks (the loggers) every ``log_every_n_steps`` steps, after
-``on_train_batch_end`` (Lightning's rows); the epoch values at each epoch's end."""
+``on_train_batch_end`` (Lightning's rows); the epoch values at each epoch's end.
+:class:`Publisher` is held by :class:`~trainer.loops.fit.FitLoop` (``loop.publisher``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-
-import torch
 
 from trainer.core.metrics import MetricSink, mean_over_processes, set_sink
 
@@ -16,17 +15,17 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
-class Publishing:
-    """FitLoop's publishing half (the loop itself is in fit.py)."""
+class Publisher:
+    """One fit's publishing of logged values; ``next_log`` is the step of the next log step."""
 
-    trainer: Trainer
-    run: Run
-    model: TrainModule
-    _published: tuple[int, dict[str, float]]
-    _next_log: int
-    _first_sink: MetricSink | None = None
+    def __init__(self, trainer: Trainer, run: Run, model: TrainModule) -> None:
+        self.trainer, self.run, self.model = trainer, run, model
+        self._published: tuple[int, dict[str, float]] = (-1, {})  # (step, values) last put in callback_metrics
+        self._first_sink: MetricSink | None = None
+        step, every = trainer.state.log_step, trainer.log_every_n_steps
+        self.next_log = 1 if step == 0 else step - step % every + every
 
-    def _train_start(self) -> None:
+    def train_start(self) -> None:
         """``on_train_start``, whose ``self.log`` values are the first epoch's epoch values
         (Lightning's: logged at its end, then gone)."""
         sink = self._first_sink = MetricSink(training=True)
@@ -37,28 +36,27 @@ class Publishing:
             set_sink(previous)
             sink.epoch_end = False
 
-    def _epoch_sink(self) -> MetricSink:
+    def epoch_sink(self) -> MetricSink:
         """The sink of an epoch's values: the first epoch's holds what on_train_start logged."""
         sink, self._first_sink = self._first_sink or MetricSink(training=True), None
         return sink
 
-    def _at_log_step(self, loss: torch.Tensor | None) -> None:
-        """At step 1 and every ``log_every_n_steps`` steps: check the loss; every
+    def at_log_step(self) -> None:
+        """At step 1 and every ``log_every_n_steps`` steps (the loop checked the loss first); every
         ``log_every_n_steps``-th step (Lightning's cadence, none at step 1), publish the step's
         logged values, those logged in ``on_train_batch_end`` included, to the ``on_train_log`` hooks."""
         trainer, run = self.trainer, self.run
-        if not run.step_skipped and loss is not None:  # a skipped step's loss was judged already
-            self._check_finite(loss)
-        step, every = trainer.state.log_step, 1 if trainer.fast_dev_run else trainer.log_every_n_steps  # Lightning's: each step
-        self._next_log = step - step % every + every
+        every = 1 if trainer.fast_dev_run else trainer.log_every_n_steps  # fast_dev_run: each step, as Lightning's
+        step = trainer.state.log_step
+        self.next_log = step - step % every + every
         if step % every:  # step 1: checked only
             return
         run.step_cache, self._published = (-1, {}), (-1, {})  # read again: on_train_batch_end may have logged
-        metrics = self._publish_step_metrics()
+        metrics = self.publish_step_metrics()
         for fn in self.run.hooks.on_train_log:
             fn(trainer, self.model, metrics)
 
-    def _publish_step_metrics(self) -> dict[str, float]:
+    def publish_step_metrics(self) -> dict[str, float]:
         """This step's logged values, into ``callback_metrics`` (once per step)."""
         trainer, run = self.trainer, self.run
         step = trainer.state.log_step
@@ -75,11 +73,11 @@ class Publishing:
             self._published = (step, metrics)
         return self._published[1]
 
-    def _publish_epoch_means(self, sink: MetricSink) -> None:
+    def publish_epoch_means(self, sink: MetricSink) -> None:
         """The epoch's values (Lightning's: those logged with on_epoch, and in on_train_epoch_end)
         into ``callback_metrics``, after the last step's (a value with no epoch value keeps it)."""
         strategy, run = self.trainer.strategy, self.run
-        self._publish_step_metrics()
+        self.publish_step_metrics()
         means = sink.epoch_means(strategy.reduce_metrics)  # none of training_step's defaults: on_epoch=False
         run.callback_metrics.update(sink.for_callbacks(means))
         run.train_epoch_metrics = sink.for_logger(means)  # logger=False: callback_metrics only

@@ -1,7 +1,9 @@
-"""When fit stops: max_epochs, max_steps, stop requests (should_stop, signals) and min_epochs/min_steps.
+"""When fit stops: max_epochs, max_steps, stop requests (should_stop, signals), min_epochs/min_steps
+and a NaN/Inf loss.
 
-A mixin of :class:`~trainer.loops.fit.FitLoop`: these run at step boundaries that already
-checked for a reason to stop, and at each epoch's end; never on every step.
+:class:`StopRules` is held by :class:`~trainer.loops.fit.FitLoop` (``loop.stops``): its rules
+run at step boundaries that already checked for a reason to stop, at the logging cadence and at
+each epoch's end; never on every step.
 """
 
 from __future__ import annotations
@@ -26,17 +28,21 @@ STOP_SYNC_EVERY = 8  # optimizer steps between cross-rank checks of stop request
 
 
 class StopRules:
-    trainer: Trainer
-    run: Run
-    model: TrainModule
-    _told_min: bool
+    """One fit's rules for stopping, asked by the fit loop."""
 
-    def _check_finite(self, loss: torch.Tensor) -> None:
-        """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every rank."""
+    def __init__(self, trainer: Trainer, run: Run, model: TrainModule) -> None:
+        self.trainer, self.run, self.model = trainer, run, model
+        self._told_min = False  # the min_epochs/min_steps message is said once
+
+    def check_loss(self, loss: torch.Tensor | None) -> None:
+        """At the logging cadence (the loss is read then anyway): stop on a NaN/Inf loss, on every
+        rank. A skipped step's loss was judged already (NaNGuard); a step with no loss has none."""
+        if loss is None or self.run.step_skipped:
+            return
         if self.trainer.strategy.any_rank(not math.isfinite(loss.item())):  # item(): one read, no tensor op
             raise non_finite_loss(self.trainer.state.global_step, self.trainer.state.current_epoch)
 
-    def _stopping_now(self) -> bool:
+    def stopping_now(self) -> bool:
         """True at a step boundary where fit must end. On several processes, stop requests
         (should_stop, SIGTERM/SIGINT) are agreed every few steps, so all ranks stop together."""
         trainer = self.trainer
@@ -51,7 +57,7 @@ class StopRules:
             signalled = signals.received is not None
         if signalled:
             self._interrupt()
-        return (state.should_stop and self._can_stop_early()) or self._reached_max_steps()
+        return (state.should_stop and self.can_stop_early()) or self._reached_max_steps()
 
     def _reached_max_steps(self) -> bool:
         trainer = self.trainer
@@ -73,14 +79,14 @@ class StopRules:
             signum,
         )
 
-    def _done(self) -> bool:
+    def done(self) -> bool:
         t, s = self.trainer, self.trainer.state  # max_epochs and max_steps are None or >= 1
         return (
-            (s.should_stop and self._can_stop_early())
+            (s.should_stop and self.can_stop_early())
             or s.current_epoch >= (t.max_epochs or math.inf) or s.global_step >= (t.max_steps or math.inf)
         )
 
-    def _can_stop_early(self) -> bool:
+    def can_stop_early(self) -> bool:
         """A stop request (should_stop: EarlyStopping, Timer, a callback) waits for min_epochs
         completed epochs and min_steps steps, as in Lightning; max_epochs and max_steps do not."""
         t, s = self.trainer, self.trainer.state
@@ -91,6 +97,7 @@ class StopRules:
             if t.is_global_zero:
                 log.info(  # Lightning's sentence, then where the run is
                     "Trainer was signaled to stop but the required `min_epochs=%r` or `min_steps=%r` has not been met. "
-                    "Training will continue... (epoch %d, step %d)", t.min_epochs, t.min_steps, s.current_epoch, s.global_step,
+                    "Training will continue... (epoch %d, step %d)",
+                    t.min_epochs, t.min_steps, s.current_epoch, s.global_step,
                 )
         return False

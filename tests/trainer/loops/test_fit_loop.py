@@ -8,7 +8,8 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 from callbacks import Callback
-from tests._models import Classifier, dataset, loader, quiet
+from strategies.precision import Precision
+from tests._models import Classifier, TinyGAN, dataset, gan_loader, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import Trainer
 
@@ -249,3 +250,65 @@ def test_an_unusable_configure_optimizers_is_lightnings_misconfiguration_with_it
     with pytest.raises(MisconfigurationException) as raised:
         Trainer(**quiet(max_epochs=1)).fit(Bad(), loader())
     assert isinstance(raised.value, error) and str(raised.value).startswith(lightning)
+
+
+class CpuScaling(Precision):
+    """float16's gradient scaler on the CPU ("16-mixed" needs CUDA): full-precision steps whose
+    losses are scaled, so that the loops' scaled path (through the precision) runs here."""
+
+    def setup(self, device: torch.device) -> None:
+        super().setup(device)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+
+
+class OverflowsInFloat32AtBatch1(Classifier):
+    """Batch 1's loss is finite, but scaled by 65536 its float32 gradients overflow to inf."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        return loss * 1e35 if batch_idx == 1 else loss
+
+
+def test_a_scaled_fit_skips_the_step_whose_gradients_overflow_and_halves_the_scale():
+    record = WeightsAfterEachStep()
+    trainer = Trainer(max_epochs=1, limit_train_batches=3, callbacks=[record], **quiet())
+    trainer.strategy.precision = CpuScaling()
+    trainer.fit(OverflowsInFloat32AtBatch1(), loader())
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a, b))
+
+    before, after0, after1, after2 = record.weights
+    assert not same(before, after0)
+    assert same(after0, after1)  # the overflowing step changed nothing
+    assert not same(after1, after2)  # and training went on
+    assert record.scales == [65536.0, 32768.0, 32768.0]
+    assert trainer.global_step == 3  # a skipped step still counts, as in Lightning
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_scaled_fit_ends_with_the_weights_of_an_unscaled_one(accumulate):
+    # Scaling by a power of two and unscaling are exact in float32: the steps must be the same.
+    torch.manual_seed(0)
+    scaled, plain = Classifier(), Classifier()
+    plain.load_state_dict(scaled.state_dict())
+    trainer = Trainer(max_epochs=2, accumulate_grad_batches=accumulate, gradient_clip_val=0.5, **quiet())
+    trainer.strategy.precision = CpuScaling()
+    trainer.fit(scaled, loader())
+    Trainer(max_epochs=2, accumulate_grad_batches=accumulate, gradient_clip_val=0.5, **quiet()).fit(plain, loader())
+    assert trainer.grad_norm is not None  # clipped, after the unscale
+    for a, b in zip(scaled.state_dict().values(), plain.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_a_scaled_manual_optimization_ends_with_the_weights_of_an_unscaled_one():
+    torch.manual_seed(0)
+    scaled, plain = TinyGAN(clip=0.05), TinyGAN(clip=0.05)
+    plain.load_state_dict(scaled.state_dict())
+    trainer = Trainer(max_epochs=2, **quiet())
+    trainer.strategy.precision = CpuScaling()
+    trainer.fit(scaled, gan_loader())
+    Trainer(max_epochs=2, **quiet()).fit(plain, gan_loader())
+    assert trainer._precision.scaler.get_scale() == 2.0**16  # no overflow, and growth waits 2000 steps
+    for a, b in zip(scaled.state_dict().values(), plain.state_dict().values()):
+        assert torch.equal(a, b)

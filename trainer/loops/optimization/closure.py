@@ -40,7 +40,7 @@ class ClosureStep:
 
     def __init__(self, trainer: Trainer, run: Run, steps: StepSequence) -> None:
         name = type(run.optimizer).__name__
-        if run.precision.scaler is not None:
+        if run.precision.scaling:
             raise ValueError(
                 f"{name} steps with a closure, which precision='16-mixed''s gradient scaler cannot do. "
                 "Use precision='bf16-mixed' or '32'."
@@ -78,6 +78,6 @@ class ClosureStep:
 
 def closure_step(trainer: Trainer, run: Run, steps: StepSequence) -> ClosureStep | None:
     """A :class:`ClosureStep` if fit's one optimizer (automatic optimization) needs a closure, else None."""
-    if run.manual is not None or run.optimizer is None or not needs_closure(run.optimizer):
+    if not run.opt.automatic or run.optimizer is None or not needs_closure(run.optimizer):
         return None
     return ClosureStep(trainer, run, steps)

@@ -64,7 +64,7 @@ class ManualOptimizer:
         manual = self._manual
         manual.trainer.strategy.sync_gradients(self.params())
         manual.before_unscale(self.optimizer)
-        manual.run.precision.unscale(self.optimizer)
+        manual.run.precision.unscale_gradients(self.optimizer)
         self._prepared = True
 
     def params(self) -> list[torch.nn.Parameter]:
@@ -74,7 +74,7 @@ class ManualOptimizer:
         """Lightning's ``LightningOptimizer.step``: ``kwargs`` go to the optimizer's ``step``."""
         manual = self._manual
         if closure is not None:  # e.g. LBFGS: the closure recomputes the loss, and its backward needs the sync
-            if manual.run.precision.scaler is not None:
+            if manual.run.precision.scaling:
                 raise ValueError(
                     "optimizer.step(closure) with precision='16-mixed': the gradient scaler cannot step with "
                     "a closure. Use precision='bf16-mixed' or '32', or step without a closure."

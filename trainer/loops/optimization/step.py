@@ -3,7 +3,8 @@
 Every path runs them from here: the fit loop's automatic optimization (fit.py), an optimizer
 that evaluates a closure such as LBFGS (closure.py), and manual optimization's
 ``manual_backward`` and ``opt.step()`` (manual.py). Changing their order is an edit of
-:class:`StepSequence` alone.
+:class:`StepSequence` alone. The gradient scaler is the precision's (strategies/precision.py):
+this module asks it to scale, unscale and step, and never calls the scaler itself.
 """
 
 from __future__ import annotations
@@ -14,12 +15,30 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.optim import Optimizer
 
+from strategies.base import Strategy
+
+from trainer.core.module import overridden
+from trainer.loops.optimization.closure import ClosureStep, closure_step
+from trainer.loops.optimization.manual import ManualOptimization
 from trainer.loops.optimization.optim import clip
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
     from trainer.loops.run import Run
     from trainer.trainer import Trainer
+
+
+def _backward_of(trainer: Trainer, run: Run, model: TrainModule) -> Callable[[torch.Tensor], Any]:
+    """The backward that fit calls: the model's own if it overrides ``backward`` (as Lightning's
+    strategy calls it), else the strategy's own, else ``Tensor.backward``; timed with a profiler."""
+    strategy = trainer.strategy
+    own_backward = type(strategy).backward is not Strategy.backward or "backward" in vars(strategy)
+    backward = strategy.backward if own_backward else torch.Tensor.backward
+    if overridden(model, "backward"):
+        backward = model.backward
+    if run.profiling is not None:
+        backward = run.profiling.strategy_call(strategy, "backward", backward)
+    return backward
 
 
 class StepSequence:
@@ -30,35 +49,57 @@ class StepSequence:
             zero_grad, at an accumulation group's first batch (Lightning's closure):
                 on_before_zero_grad(optimizer), zero_grad (or the model's optimizer_zero_grad)
             on_before_backward(loss)
-            backward(loss / accumulation group size), scaled under "16-mixed"
+            backward(loss / accumulation group size), scaled by the precision under "16-mixed"
             on_after_backward
         step(optimizer), when the accumulation group is complete:
             before_step: unscale, on_before_optimizer_step(optimizer), clip (or the model's
                          configure_gradient_clipping)
-            optimizer step (or the model's optimizer_step, with a closure that returns the
-            loss), or none after skip_optimizer_step()
+            optimizer step through the precision (or the model's optimizer_step, with a
+            closure that returns the loss), or none after skip_optimizer_step()
             count_step: global_step += 1, the per-step schedulers
 
     What each path takes of it:
 
-    - automatic optimization: all of it. When nothing surrounds backward and the step (no
-      hooks, scaler, clipping, skip or per-step scheduler), the loop calls backward and the
-      optimizer itself, in this order: fit.py's per-batch body calls no function of its own.
+    - automatic optimization: all of it, through :attr:`backward_batch` and
+      :attr:`step_batch`, which the loop calls once per batch. They are picked once per fit:
+      when nothing surrounds backward (no hooks, scaler or own ``optimizer_zero_grad``) or the
+      step (no hooks, scaler, clipping or per-step scheduler, no own ``optimizer_step``), the
+      plain implementations run the same events with nothing to skip over, so the loop pays
+      for no hook lists it does not have.
     - an optimizer that evaluates a closure (LBFGS, :meth:`step_with_closure`): each
       evaluation is the training step, zero_grad, ``backward`` and ``before_step`` (the
       Trainer's clipping only); the step, with no hooks around the step and no skip.
     - manual optimization: ``manual_backward`` is ``backward`` (its backward outside
       autocast); ``opt.step()`` is :meth:`manual_step`: ``before_step`` without clipping (the
       module clips) and the step or skip; zero_grad is the module's.
+
+    The two last take the batch's step themselves: :attr:`stepper` is the object that does
+    (:attr:`manual`, or a :class:`ClosureStep`), None when the loop calls the two above.
     """
 
-    def __init__(self, trainer: Trainer, run: Run, model: TrainModule, backward: Callable[[torch.Tensor], Any]) -> None:
+    def __init__(self, trainer: Trainer, run: Run, model: TrainModule) -> None:
         self.trainer, self.run, self.model = trainer, run, model
-        self.backward_fn = backward  # the strategy's backward, or Tensor.backward (timed with a profiler)
+        self.backward_fn = _backward_of(trainer, run, model)
+        opt = run.opt
+        self.manual = None if opt.automatic else ManualOptimization(trainer, run, model, opt.optimizers, self)
+        self.stepper: ManualOptimization | ClosureStep | None = self.manual or closure_step(trainer, run, self)
+        hooks, own, precision = run.hooks, opt.own, run.precision
+        plain_backward = not (
+            hooks.on_before_backward or hooks.on_after_backward or hooks.on_before_zero_grad
+            or precision.scaling or "optimizer_zero_grad" in own
+        )
+        plain_step = not (
+            hooks.on_before_optimizer_step or precision.scaling or trainer.gradient_clip_val is not None
+            or opt.steps_at("step") or "optimizer_step" in own or "configure_gradient_clipping" in own
+        )
+        #: what the loop calls for a batch's loss, and when its group is complete: chosen here, once
+        self.backward_batch = self._plain_backward if plain_backward else self.backward
+        self.step_batch = self._plain_step if plain_step else self.step
 
     # --- around backward ------------------------------------------------------------------
     def backward(
-        self, loss: torch.Tensor, group: int = 1, zero: Optimizer | None = None, backward: Callable[[torch.Tensor], Any] | None = None,
+        self, loss: torch.Tensor, group: int = 1, zero: Optimizer | None = None,
+        backward: Callable[[torch.Tensor], Any] | None = None,
     ) -> None:
         """zero_grad(``zero``) when given (an accumulation group's first batch), on_before_backward(loss),
         backward of ``loss / group`` (scaled), on_after_backward."""
@@ -67,11 +108,15 @@ class StepSequence:
             self.zero_grad(zero)
         for fn in run.hooks.on_before_backward:
             fn(trainer, model, loss)
-        scaler = run.precision.scaler
-        scaled = loss / group if group > 1 else loss
-        (backward or self.backward_fn)(scaled if scaler is None else scaler.scale(scaled))
+        (backward or self.backward_fn)(run.precision.pre_backward(loss / group if group > 1 else loss))
         for fn in run.hooks.on_after_backward:
             fn(trainer, model)
+
+    def _plain_backward(self, loss: torch.Tensor, group: int = 1, zero: Optimizer | None = None) -> None:
+        """:meth:`backward` with no hooks, no scaler and the optimizer's own zero_grad: nothing around it."""
+        if zero is not None:
+            zero.zero_grad()
+        self.backward_fn(loss / group if group > 1 else loss)
 
     # --- around the optimizer step --------------------------------------------------------
     def step(self, optimizer: Optimizer, loss: torch.Tensor | None) -> None:
@@ -80,6 +125,11 @@ class StepSequence:
         self.before_step(optimizer)
         self._step_or_skip(optimizer)
         self.count_step()
+
+    def _plain_step(self, optimizer: Optimizer, loss: torch.Tensor | None) -> None:
+        """:meth:`step` with nothing around it: no scaler, hooks, clipping, own step or per-step scheduler."""
+        optimizer.step()
+        self.trainer.state.global_step += 1
 
     def count_step(self) -> None:
         """One more optimizer step: ``global_step``, then the schedulers stepped per step (under
@@ -97,7 +147,7 @@ class StepSequence:
         applies ``gradient_clip_val`` only, None clips nothing."""
         trainer, model, run = self.trainer, self.model, self.run
         if unscale:
-            run.precision.unscale(optimizer)  # a no-op without a scaler
+            run.precision.unscale_gradients(optimizer)  # a no-op without a scaler
         for fn in run.hooks.on_before_optimizer_step:
             fn(trainer, model, optimizer)
         own = run.opt.own
@@ -117,7 +167,7 @@ class StepSequence:
             stepping = _Stepping(optimizer, run.precision)
             run.opt.own["optimizer_step"](state.current_epoch, state.batch_in_epoch - 1, stepping, _closure(run))
         else:
-            run.precision.step(optimizer)
+            run.precision.optimizer_step(optimizer)
 
     def zero_grad(self, optimizer: Optimizer) -> None:
         """on_before_zero_grad(optimizer), then zero_grad (the model's optimizer_zero_grad if it has one)."""
@@ -176,7 +226,7 @@ class _Stepping:
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = closure() if closure is not None else None
-        self._precision.step(self.optimizer)
+        self._precision.optimizer_step(self.optimizer)
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
