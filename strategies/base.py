@@ -153,9 +153,15 @@ class Strategy:
         ``args`` is ``(dataloader_idx,)`` for an evaluation step that takes it, else empty."""
         step = getattr(self.module, step_name)
         if self.precision.dtype is None:  # full precision: no autocast region to enter on every step
-            return step(self.batch_to_device(batch), batch_idx, *args)
+            return self.step_on_device(step, batch, batch_idx, *args)
         with self.precision.autocast():
-            return step(self.batch_to_device(batch), batch_idx, *args)
+            return self.step_on_device(step, batch, batch_idx, *args)
+
+    def step_on_device(self, step: Callable[..., Any], batch: Any, batch_idx: int, *args: Any) -> Any:
+        """``step(batch, batch_idx, *args)`` with ``batch`` on this strategy's device (``batch_to_device``):
+        the one place where every strategy's ``run_step`` moves a batch (the loop's pipeline,
+        trainer/data/pipeline.py, has usually copied it there already, and then nothing moves)."""
+        return step(self.batch_to_device(batch), batch_idx, *args)
 
     def step_runner(self, step_name: str, first_batch: Any) -> Callable[[Any, int], Any]:
         """What the loop calls for each batch of an epoch: ``run_step`` with ``step_name`` bound.

@@ -253,7 +253,7 @@ class DDPStrategy(ParallelStrategy):
                 self.broadcast_buffers()
             return super().run_step(step_name, batch, batch_idx, *args)
         with self.precision.autocast():
-            return self._ddp(step_name, self.batch_to_device(batch), batch_idx, *args)
+            return self.step_on_device(lambda *a: self._ddp(step_name, *a), batch, batch_idx, *args)
 
     def no_backward_sync(self) -> contextlib.AbstractContextManager:
         return self._ddp.no_sync()

@@ -188,8 +188,8 @@ class FSDPStrategy(DDPStrategy):
         # Every step goes through the sharded root, whose forward gathers the parameters. The
         # mixed-precision policy casts them, so no autocast region is needed.
         if self._root is None:  # manual optimization: the step itself calls the sharded submodules
-            return getattr(self.module, step_name)(self.batch_to_device(batch), batch_idx, *args)
-        return self._root(step_name, self.batch_to_device(batch), batch_idx, *args)
+            return self.step_on_device(getattr(self.module, step_name), batch, batch_idx, *args)
+        return self.step_on_device(lambda *a: self._root(step_name, *a), batch, batch_idx, *args)
 
     @contextlib.contextmanager
     def no_backward_sync(self) -> Iterator[None]:

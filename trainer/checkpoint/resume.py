@@ -4,9 +4,11 @@ An epoch's data order is fixed when ``iter(loader)`` runs: the DataLoader draws 
 from the global torch RNG (or the loader's generator) and RandomSampler draws its seed at
 the first ``next``. So a checkpoint keeps, per rank, the RNG as it was just before that
 ``iter`` (to re-create the order) and the RNG at the save (to continue dropout and the like
-exactly). A mid-epoch resume re-creates the order, skips the consumed batches at the
-sampler level (their data is never loaded), then restores the save-time RNG, and puts back
-the values logged so far in the epoch (its means feed schedulers and checkpoint monitors).
+exactly). A mid-epoch resume hands the batch pipeline (``trainer/data/pipeline.py``) a
+:class:`~trainer.data.pipeline.StartPoint` with both, which re-creates the order, skips the
+consumed batches at the sampler level (their data is never loaded), then restores the
+save-time RNG; and it puts back the values logged so far in the epoch (their means feed
+schedulers and checkpoint monitors).
 """
 
 from __future__ import annotations
@@ -14,21 +16,16 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
 
 from trainer._version import __version__
 from trainer.checkpoint import files as ckpt_io
-from trainer.data.rng import (
-    check_resumable, epoch_start_state, generator_states, rng_state, seeded_sampler, set_epoch, set_epoch_start_state,
-    set_generator_states, set_rng_state,
-)
+from trainer.data.rng import generator_states, rng_state
 from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import load_good
-from trainer.data.batches import SkipBatches, rebuild_loader
-from trainer.data.fetch import Fetching, batches
+from trainer.data.pipeline import StartPoint
 from trainer.core.exceptions import misconfigured
 from trainer.core.hparams import checkpoint_hparams
 from trainer.core.module import TrainModule
@@ -96,55 +93,21 @@ class Resume:
                 )
         return cls(ckpt, strategy.global_rank, strategy.world_size)
 
-    def batches(self, trainer: Trainer, run: Run, loader: Any, validate: Callable[[], Any] | None = None) -> Iterator[Any]:
-        """The iterator for the current epoch; the only place that calls ``iter(loader)``. A
-        checkpoint saved before the validation that came next (``val_pending``) resumes with that
-        validation (``validate``), once its RNG is back and before the next batch: as it ran."""
-        epoch = trainer.state.current_epoch
-        if self.pending:
-            self._restore_sampler_seed(loader)
-        set_epoch(loader, epoch)
-        run.epoch_loader = loader  # checkpoints record its generators
+    def start_point(self, trainer: Trainer, run: Run, validate: Callable[[], Any] | None = None) -> StartPoint | None:
+        """Where the current epoch's batches start: None unless this is the epoch the checkpoint
+        was saved in (then only once). Its logged values so far come back here. A checkpoint saved
+        before the validation that came next (``val_pending``) resumes with that validation
+        (``validate``), once its RNG is back and before the next batch: as it ran."""
         if not self.pending:
-            run.epoch_start = epoch_start_state(loader)
-            return batches(loader, run.fetching)
+            return None
         self.pending = False
-        check_resumable(loader, self.batch, epoch)
+        seed = (self.sampler_state or {}).get("seed")
         if self.rng is None:  # another world size: no exact RNG to put back
-            run.epoch_start = epoch_start_state(loader)
-            return _skip(loader, self.batch, fetch=run.fetching)
-        rng = self.rng
-
-        def put_back_rng() -> None:
-            set_rng_state(rng)
-            set_generator_states(loader, rng.get("loader", []))
-            if self.val_pending and validate is not None:
-                self.val_pending = False
-                validate()
-
-        if self.batch == 0:
-            put_back_rng()
-            run.epoch_start = epoch_start_state(loader)
-            return batches(loader, run.fetching)
-        if self.train_metrics is not None and run.train_sink is not None:
+            return StartPoint(self.batch, sampler_seed=seed)
+        if self.batch > 0 and self.train_metrics is not None and run.train_sink is not None:
             run.train_sink.load_state_dict(self.train_metrics, trainer.strategy.root_device)
-        # Re-create the interrupted epoch's order, skip what it consumed, then continue its RNG.
-        set_epoch_start_state(loader, self.epoch_start)
-        run.epoch_start = self.epoch_start
-        return _skip(loader, self.batch, after=put_back_rng, fetch=run.fetching)
-
-    def _restore_sampler_seed(self, loader: Any) -> None:
-        """A DistributedSampler shuffles by seed + epoch: use the checkpoint's seed, whatever this run set."""
-        sampler = seeded_sampler(loader)
-        if sampler is None or not self.sampler_state:
-            return
-        seed = self.sampler_state["seed"]
-        if sampler.seed != seed and self.rank == 0:
-            log.warning(
-                "The DistributedSampler's seed is %d in this run but %d in the checkpoint; using %d so "
-                "that the resumed run sees the same data order.", sampler.seed, seed, seed,
-            )
-        sampler.seed = seed
+        then = validate if self.val_pending else None
+        return StartPoint(self.batch, self.epoch_start, self.rng, seed, then)
 
 
 def nothing_left(trainer: Trainer, path: str) -> str | None:
@@ -167,36 +130,6 @@ def _batch_position(loop: dict[str, Any], world_size: int) -> int:
     """Batches consumed in the epoch, in this run's batches (each rank's share scales with 1/world)."""
     saved_world = loop.get("world_size", world_size)
     return loop["batch_in_epoch"] * saved_world // world_size
-
-
-def _skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: bool | Fetching = True) -> Iterator[Any]:
-    """``iter(loader)`` without its first ``n`` batches, skipped at the batch sampler so that
-    their data is never loaded. ``after`` runs once the sampler has drawn its order."""
-    if n == 0:
-        it = batches(loader, fetch)
-        if after is not None:
-            after()
-        return it
-    stream = isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset)
-    if getattr(loader, "batch_sampler", None) is not None and not stream:
-        try:
-            return batches(rebuild_loader(loader, batch_sampler=SkipBatches(loader.batch_sampler, n, after_skip=after)), fetch)
-        except TypeError:  # a DataLoader subclass we cannot re-create
-            pass
-    if stream:  # its order is the dataset's own: the same batches come again, and are dropped
-        log.info("Resuming mid-epoch: drawing the %d consumed batches of the IterableDataset again, and dropping them.", n)
-    else:
-        warnings.warn(
-            f"Resuming mid-epoch: cannot skip the {n} consumed batches at the sampler of this "
-            f"{type(loader).__name__}, so they are loaded and dropped. Use a plain torch DataLoader to avoid that.",
-            stacklevel=3,
-        )
-    it = iter(loader)
-    for _ in range(n):
-        next(it, None)
-    if after is not None:
-        after()
-    return it
 
 
 def read_for_fit(trainer: Trainer, path: str | None) -> tuple[str, dict[str, Any]] | None:

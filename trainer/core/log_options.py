@@ -167,6 +167,14 @@ def not_scalar(name: str, tensor: torch.Tensor) -> ValueError:
     )
 
 
+def no_batch_size(name: str) -> MisconfigurationException:
+    """``self.log`` without ``batch_size`` while a ``training_step(self, dataloader_iter)`` trains."""
+    return misconfigured(
+        f"Pass the size of the batch the value stands for: self.log({name!r}, value, batch_size=len(batch)).",
+        "With `def training_step(self, dataloader_iter)`, `self.log(..., batch_size=...)` should be provided.",
+    )
+
+
 class UnloggableValue(TypeError, ValueError):
     """A value ``self.log`` cannot record: Lightning raises ValueError, and this project raised
     TypeError; it is both, so either ``except`` keeps working."""

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.core.log_options import (
-    LogOptions, Reduced, is_metric, not_a_number, not_scalar, options_for, outside, reduce_name,
+    LogOptions, Reduced, is_metric, no_batch_size, not_a_number, not_scalar, options_for, outside, reduce_name,
 )
 
 _local = threading.local()  # the active sink; DataParallel replica threads set their own
@@ -75,7 +75,7 @@ class MetricSink:
         self.latest: dict[str, float | torch.Tensor] = {}
         self.prog_bar: set[str] = set()
         self._series: dict[str, _Series] = {}
-        self.batch_size: int = 1  # set by the loop for each batch
+        self.batch_size: int | None = 1  # set by the loop for each batch (None: unknown, a dataloader_iter step's)
         self.on_device = False  # whether a value was logged on an accelerator (kept as a tensor)
         self.training = training  # Lightning's defaults: training_step's (step values) or evaluation's
         self.epoch_end = False  # on_train_epoch_end runs: Lightning's defaults there are evaluation's (epoch values)
@@ -336,6 +336,8 @@ def log_metric(
         if series is None:  # taken there (reduce_fx sum/max/min, a Metric)
             return
     weight = sink.batch_size if batch_size is None else batch_size
+    if weight is None:  # training with a dataloader_iter step: the loop never sees its batches
+        raise no_batch_size(name)
     if type(value) is _TENSOR and value.is_cpu:  # the usual case first, with the fewest checks
         number = value.tolist()  # a number, like item(), at a quarter of detach().item()'s cost
         if type(number) is not float:

@@ -3,19 +3,17 @@ evaluation loop: validation (also inside fit), test and predict."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from trainer.data.rng import generator_states, rng_state, set_epoch, set_generator_states, set_rng_state
+from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
 from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.checkpoint.resume import evaluate_checkpoint
 from trainer.core.seed import seeded_workers
-from trainer.loops.hooks import batch_transfer
 from trainer.data.batches import batch_size
-from trainer.data.fetch import batches
+from trainer.data.pipeline import BatchPipeline, batch_transfer, takes_dataloader_iter
 from trainer.data.loaders import (
     LOADER_METHOD, Loaders, check_dataloader_idx, check_predict_mode, stage_loader, warn_spawned_workers,
 )
@@ -194,7 +192,11 @@ def run_evaluation(
     aliases: dict[str, str] = {}
     # Lightning's rule: the step and the batch hooks get dataloader_idx only with several loaders.
     prefix = "val" if phase == "validation" else phase
-    check_dataloader_idx(model, prefix, (step_name, f"on_{phase}_batch_start", f"on_{phase}_batch_end"), loaders.several)
+    pipeline = BatchPipeline(strategy, run.precision, run.fetching, timer=run.profiling and run.profiling.timed_iter)
+    iter_step = takes_dataloader_iter(model, step_name)  # the step draws its batches: it gets an iterator
+    feed = pipeline.feed(loaders, counts, trainer.current_epoch, _NEXT[phase]) if iter_step else None
+    batch_hooks = (f"on_{phase}_batch_start", f"on_{phase}_batch_end")  # a dataloader_iter step takes no dataloader_idx
+    check_dataloader_idx(model, prefix, batch_hooks if feed is not None else (step_name, *batch_hooks), loaders.several)
     transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
     run_step, profiling = strategy.run_step, run.profiling
     if profiling is not None:  # [Strategy]<class>.validation_step and each next batch, timed (profiling.py)
@@ -217,14 +219,15 @@ def run_evaluation(
             with strategy.evaluating():  # e.g. fsdp gathers its shards once per loader (no_grad is on already)
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
                 # as a hand-written loop does (a RandomSampler draws once more at its end).
-                set_epoch(loader, trainer.current_epoch)  # Lightning's: a sampler that shuffles per epoch does here too
+                # set_epoch as Lightning's: a sampler that shuffles per epoch does here too
                 record = run.predict_loop if phase == "predict" else None
-                it = batches(loader, run.fetching, None if record is None else record.start_loader(loader))
-                it = run.precision.convert_batches(it)
-                it = strategy.device_batches(it if n == math.inf or n == length else itertools.islice(it, int(n)))
-                if profiling is not None:
-                    it = profiling.timed_iter(_NEXT[phase], it)
-                for batch_idx, batch in enumerate(it):
+                drawn = None if record is None else record.start_loader(loader)
+                if feed is None:
+                    it = pipeline.open(loader, trainer.current_epoch, limit=math.inf if n == length else n,
+                                       timed_as=_NEXT[phase], drawn=drawn)
+                for batch_idx, batch in enumerate(it) if feed is None else feed.steps(i):
+                    if feed is not None:  # the hooks get the last batch the step fetched, and its indices
+                        hook_args = (feed.dataloader_idx,) if loaders.several else ()
                     sink.batch_size = batch_size(batch)
                     if record is not None:
                         record.on_batch(i)
@@ -233,7 +236,13 @@ def run_evaluation(
                     for fn in batch_start:
                         fn(trainer, model, batch, batch_idx, *hook_args)
                     try:
-                        out = run_step(step_name, batch, batch_idx, *hook_args)
+                        out = run_step(step_name, batch, batch_idx, *hook_args) if feed is None else (
+                            run_step(step_name, feed, batch_idx))  # the iterator alone reaches the step
+                    except StopIteration:
+                        if feed is None:
+                            raise
+                        feed.done = True  # the step says the stage is over (Lightning's)
+                        break
                     except Exception as err:  # costs nothing until a step fails
                         if batch is None:
                             which = f"The {phase} loader" + (f" {i} (dataloader_idx={i})" if loaders.several else "")
@@ -241,6 +250,9 @@ def run_evaluation(
                         raise
                     if record is not None:
                         record.keep(i, out)
+                    if feed is not None:
+                        batch, batch_idx = feed.batch, feed.batch_idx
+                        hook_args = (feed.dataloader_idx,) if loaders.several else ()
                     for fn in batch_end:
                         fn(trainer, model, out, batch, batch_idx, *hook_args)
                     if sink.options and publish:  # self.log(on_step=True): a row per batch, as Lightning's

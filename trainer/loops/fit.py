@@ -15,13 +15,14 @@ from trainer.core.checks import bad_loss, loss_of, none_batch
 from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.checkpoint.resume import Resume, read_for_fit
 from trainer.core.signals import Interrupted
-from trainer.data.batches import batch_size, describe_fit, in_lockstep, loader_length, uniform_batches
+from trainer.data.batches import batch_size, describe_fit, loader_length, uniform_batches
+from trainer.data.pipeline import BatchPipeline, batch_transfer
+from trainer.loops import dataloader_iter
 from trainer.loops.evaluation import evaluation_loop, sanity_check, val_check_batch
 from trainer.loops.fit_loaders import FitLoaders, no_batches
 from trainer.loops.run import start, stage_hooks, use_run_folder
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.loops.optimization.manual import check_manual
-from trainer.loops.hooks import batch_transfer
 from trainer.loops.optimization.optim import resolve_optimizers
 from trainer.loops.optimization.step import StepSequence, step_outputs
 from trainer.loops.publishing import Publisher
@@ -125,6 +126,8 @@ class FitLoop:
         self.steps = StepSequence(trainer, run, model)  # the events around a step, in order; the fast ones picked
         run.manual = self.steps.manual
         self.resume = Resume.load(trainer, run, resume_from)
+        self.pipeline = BatchPipeline(
+            trainer.strategy, run.precision, run.fetching, timer=run.profiling and run.profiling.timed_iter)
         state = trainer.state
         if run.manual is None or state.batches_stepped is None:  # Lightning's _batches_that_stepped (core/state.py)
             state.batches_stepped = None if run.manual is None else state.global_step
@@ -142,6 +145,7 @@ class FitLoop:
 
     def fit(self) -> None:
         trainer, run = self.trainer, self.run
+        self._train_epoch = dataloader_iter.epoch_runner(self)  # type: ignore[method-assign]  # a dataloader_iter step's
         if run.profiling is not None:  # optimizer_step until the stage ends, and run_training_epoch
             run.profiling.time_optimizers(run.opt.optimizers)
             self._train_epoch = run.profiling.epoch(self._train_epoch)  # type: ignore[method-assign]
@@ -342,17 +346,14 @@ class FitLoop:
         self.publisher.at_log_step()
         return self.publisher.next_log
 
-    def _epoch_batches(self, loader: Any, sized: bool) -> Iterator[Any]:
-        """The epoch's batches: ``iter(loader)`` once (resumed: at the checkpoint's batch), in
-        lockstep across ranks when unsized, in a true precision's dtype, copied ahead to a GPU."""
-        trainer, run, strategy = self.trainer, self.run, self.trainer.strategy
-        epoch_batches = self.resume.batches(trainer, run, loader, self._validate)
-        if strategy.world_size > 1 and not sized:
-            epoch_batches = in_lockstep(epoch_batches, strategy)
-        epoch_batches = strategy.device_batches(run.precision.convert_batches(epoch_batches))
-        if run.profiling is not None:  # timed; without a profiler, nothing changes
-            epoch_batches = run.profiling.timed_iter("[_TrainingEpochLoop].train_dataloader_next", epoch_batches)
-        return epoch_batches
+    def _epoch_batches(self, loader: Any, sized: bool, as_given: bool = False) -> Iterator[Any]:
+        """The epoch's batches, from the pipeline (trainer/data/pipeline.py); ``as_given`` for a dataloader_iter step."""
+        run, start = self.run, self.resume.start_point(self.trainer, self.run, self._validate)  # None but once resumed
+        run.epoch_loader = loader  # checkpoints record its generators
+        batches = self.pipeline.open(loader, self.trainer.state.current_epoch, start=start, lockstep=not sized,
+                                     timed_as="[_TrainingEpochLoop].train_dataloader_next", as_given=as_given)
+        run.epoch_start = self.pipeline.epoch_start
+        return batches
 
     def _training_step(self, first_batch: Any, stepper: Any) -> Callable[[Any, int], Any]:
         """The epoch's training step: the strategy's runner, timed with a profiler, inside LBFGS's closure."""

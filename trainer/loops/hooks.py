@@ -227,37 +227,6 @@ def restore_steps(model: Any, names: list[str]) -> None:
         vars(model).pop(name, None)
 
 
-def batch_transfer(model: Any, strategy: Any, datamodule: Any = None) -> Callable[[Any, int], Any] | None:
-    """``on_before_batch_transfer``, ``transfer_batch_to_device`` and ``on_after_batch_transfer``
-    as one function ``(batch, dataloader_idx) -> batch``, or None when neither the model nor the
-    DataModule overrides any of them (the strategy moves the batch, as always). Each hook is the
-    DataModule's where it overrides it (Lightning's rule, with its warning when both do), else
-    the model's."""
-    names = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
-    dm_own = {n for n in names if datamodule is not None and _dm_overrides(datamodule, n)}
-    if not dm_own and not any(overridden(model, name) for name in names):
-        return None
-    for name in dm_own:
-        if overridden(model, name):
-            warnings.warn(
-                f"You have overridden `{name}` in both `LightningModule` and `LightningDataModule`. It will use the "
-                f"implementation from `LightningDataModule` instance ({type(datamodule).__name__}.{name}).",
-                UserWarning, stacklevel=2,
-            )
-    before, move, after = (getattr(datamodule if name in dm_own else model, name) for name in names)
-    device = strategy.root_device
-
-    def transfer(batch: Any, dataloader_idx: int) -> Any:
-        return after(move(before(batch, dataloader_idx), device, dataloader_idx), dataloader_idx)
-
-    return transfer
-
-
-def _dm_overrides(datamodule: Any, name: str) -> bool:
-    base = getattr(DataModule, name)
-    return getattr(type(datamodule), name, base) is not base
-
-
 def overrides_state(callback: Callback) -> bool:
     return getattr(type(callback), "state_dict", None) is not Callback.state_dict
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorData
 from tests._models import Classifier, quiet
 from tests.conftest import requires_cuda
 from trainer import Trainer
-from trainer.checkpoint.resume import _skip
+from trainer.data.pipeline import skip as _skip
 from trainer.data.fetch import Fetching, batch_fetcher, batches
 
 DATA = TensorDataset(torch.randn(50, 3, dtype=torch.float64), torch.randint(0, 5, (50,)))
