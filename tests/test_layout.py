@@ -18,7 +18,7 @@ RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.utilities": 1, "trainer.checkpoint": 2,
     "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.profilers": 3, "trainer.loops": 4, "trainer.trainer": 5,
     "trainer.options": 5,
-    "trainer.properties": 5, "trainer.fitted_model": 5, "trainer.lightning_arguments": 5, "trainer.tuner": 5, "trainer.cli": 5,
+    "trainer.trainer_properties": 5, "trainer.calls_without_model": 5, "trainer.init_arguments": 5, "trainer.tuner": 5, "trainer.cli": 5,
     "trainer.migrate": 5,
 }
 

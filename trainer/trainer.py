@@ -2,7 +2,7 @@
 
 ``Trainer`` keeps the options (checked when it is built, ``options.py``), the counters, and a
 reference to the current call's run (``loops/run.py``), which its properties read
-(``properties.py``). The work happens in ``trainer/loops/``: ``stage.py`` runs a stage in each
+(``trainer_properties.py``). The work happens in ``trainer/loops/``: ``stage.py`` runs a stage in each
 process and hands a spawned run's results back, and each entry point has its file:
 ``fit.py`` (its loop's docstring is the order of events), ``evaluation.py`` (validate, test)
 and ``prediction.py``.
@@ -25,7 +25,7 @@ from loggers import Logger
 from strategies import Strategy
 from strategies.precision import check_precision_available
 
-from trainer.properties import LoggerAccess, TrainerProperties, forward
+from trainer.trainer_properties import LoggerAccess, TrainerProperties, forward
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint import layout
 from trainer.checkpoint.background_save import snapshot, take_hand_off
@@ -36,12 +36,12 @@ from trainer.core.checks import check_eval_model, check_model
 from trainer.core.module import TrainModule
 from trainer.core.state import TrainerState, TrainerStatus
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
-from trainer.fitted_model import fitted_sources
+from trainer.calls_without_model import fitted_sources
 from trainer.profilers import Profiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
-from trainer.lightning_arguments import check_names, defaults_from_env_vars
+from trainer.init_arguments import check_names, defaults_from_env_vars
 from trainer.options import WORKING_DIR, Options, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 from trainer.utilities.compile import unwrap_compiled
