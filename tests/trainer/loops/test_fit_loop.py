@@ -141,7 +141,7 @@ class WeightsAfterEachStep(Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         self.weights.append([p.detach().clone() for p in module.parameters()])
-        self.scales.append(trainer._precision.scaler.get_scale())
+        self.scales.append(trainer.scaler.get_scale())
 
 
 @requires_cuda(1)
@@ -175,7 +175,7 @@ def test_bf16_mixed_on_cuda_runs_the_step_in_bfloat16_and_keeps_float32_weights(
     trainer.fit(model, loader())
     assert model.dtypes == [torch.bfloat16, torch.bfloat16]
     assert all(p.dtype == torch.float32 for p in model.parameters())
-    assert trainer._precision.scaler is None  # bfloat16 has float32's range: no scaling
+    assert trainer.scaler is None  # bfloat16 has float32's range: no scaling
 
 
 @pytest.mark.parametrize(
