@@ -289,22 +289,22 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
     def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
 
-    # Lightning's mode hooks: eval() before an evaluation; after it, each submodule's mode as it
-    # was (the loop puts them back) unless the model overrides the *_model_train hook.
+    # Lightning's mode hooks: eval() of trainer.model (the strategy's wrapper too) before an evaluation; after it,
+    # each submodule's mode as it was (the loop puts them back) unless the model overrides the *_model_train hook.
     def on_validation_model_eval(self) -> None:
-        self.eval()
+        self.trainer.model.eval()
 
     def on_validation_model_train(self) -> None:
-        self.train()
+        self.trainer.model.train()
 
     def on_test_model_eval(self) -> None:
-        self.eval()
+        self.trainer.model.eval()
 
     def on_test_model_train(self) -> None:
-        self.train()
+        self.trainer.model.train()
 
     def on_predict_model_eval(self) -> None:
-        self.eval()
+        self.trainer.model.eval()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add to (or change) the checkpoint about to be written; rank 0 only."""

@@ -185,7 +185,8 @@ def run_evaluation(
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
         return [[] for _ in counts] if phase == "predict" else [set() for _ in counts]
     strategy.broadcast_buffers()
-    modes = [m.training for m in model.modules()]
+    wrapped = trainer.model  # the strategy's wrapper (DDP's) when there is one: its mode is put back too
+    modes = [m.training for m in wrapped.modules()]
     restore = True  # the modes, unless the model's on_{phase}_model_train sets them
     means: dict[str, float] = {}
     logged: list[set[str]] = []  # the names each loader logged
@@ -281,7 +282,7 @@ def run_evaluation(
         set_sink(previous_sink)
         for sink in sinks:  # after on_{phase}_end, as Lightning resets its results
             sink.reset_metrics()
-        for m, mode in zip(model.modules(), modes) if restore else ():
+        for m, mode in zip(wrapped.modules(), modes) if restore else ():
             m.training = mode
     return run.predict_loop._predictions if phase == "predict" else logged
 
