@@ -18,7 +18,8 @@ RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.utilities": 1, "trainer.checkpoint": 2,
     "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.profilers": 3, "trainer.loops": 4, "trainer.trainer": 5,
     "trainer.options": 5,
-    "trainer.trainer_properties": 5, "trainer.calls_without_model": 5, "trainer.init_arguments": 5, "trainer.tuner": 5, "trainer.cli": 5,
+    "trainer.trainer_properties": 5, "trainer.calls_without_model": 5, "trainer.init_arguments": 5, "trainer.tuner": 5,
+    "trainer.cli": 5,
     "trainer.migrate": 5,
 }
 
@@ -112,7 +113,8 @@ def _function_level_imports(path: str) -> list[tuple[int, str]]:
 
 def _imports_above(path: str, imports: list[tuple[int, str]]) -> list[str]:
     own = _room(path[:-3].replace("/", ".").removesuffix(".__init__"))
-    return [f"line {line}: {module}" for line, module in imports if (room := _room(module)) is not None and RANK[room] > RANK[own]]
+    above = [(line, m) for line, m in imports if (room := _room(m)) is not None and RANK[room] > RANK[own]]
+    return [f"line {line}: {module}" for line, module in above]
 
 
 def test_the_check_of_function_level_imports_finds_one_that_points_up():

@@ -300,7 +300,7 @@ class TrainerProperties:
 
     @property
     def scaler(self) -> Any:
-        """The float16 gradient scaler (``torch.amp.GradScaler``) under ``precision="16-mixed"``, else None (Lightning's)."""
+        """The float16 gradient scaler (``torch.amp.GradScaler``) under ``"16-mixed"``, else None (Lightning's)."""
         return self._strategy.precision.scaler
 
     @property
@@ -359,7 +359,8 @@ RUN_SETTABLE = ("optimizers",)  # Lightning's trainer.optimizers setter
 
 def metrics_view(owner: str, name: str) -> property:
     """``trainer.callback_metrics`` and ``logged_metrics``: a read-only view of ``trainer.<owner>.<name>``."""
-    return property(lambda trainer: MetricsView(operator.attrgetter(f"{owner}.{name}")(trainer)), doc=f"Lightning's ``trainer.{name}``.")
+    read = operator.attrgetter(f"{owner}.{name}")
+    return property(lambda trainer: MetricsView(read(trainer)), doc=f"Lightning's ``trainer.{name}``.")
 
 
 def forward(owner: str, name: str, settable: bool = True) -> property:

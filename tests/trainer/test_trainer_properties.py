@@ -15,8 +15,13 @@ from trainer import DataModule, Trainer
 from trainer.core.signals import Interrupted
 
 
-@pytest.mark.parametrize("name", ["datamodule", "train_dataloader", "num_training_batches", "grad_norm", "callback_metrics",
-                                  "logged_metrics", "lr_scheduler_configs", "is_last_batch"])
+READ_ONLY = [
+    "datamodule", "train_dataloader", "num_training_batches", "grad_norm", "callback_metrics", "logged_metrics",
+    "lr_scheduler_configs", "is_last_batch",
+]
+
+
+@pytest.mark.parametrize("name", READ_ONLY)
 def test_the_runs_values_are_read_only_as_lightning_documents_them(name):
     trainer = Trainer(max_steps=1, **quiet())
     trainer.fit(Classifier(), loader(32))

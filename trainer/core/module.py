@@ -49,7 +49,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     def _calls(self) -> ModuleOptimization:
         if self._optimization is None:
-            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit(model, ...) first.")
+            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit first.")
         return self._optimization
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:

@@ -197,7 +197,7 @@ class ModelSummary:
             example = model.on_after_batch_transfer(example, 0)
         modes = {m: m.training for m in model.modules()}
         model.eval()
-        trainer = getattr(model, "_trainer", None)  # summarize(model) of a model in a Trainer: its precision, as Lightning's
+        trainer = getattr(model, "_trainer", None)  # summarize(model) in a Trainer: its precision, as Lightning's
         precision = self._precision if self._precision is not None or trainer is None else trainer.strategy.precision
         autocast = precision.autocast() if precision is not None and hasattr(precision, "autocast") else contextlib.nullcontext()
         try:

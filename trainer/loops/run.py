@@ -285,7 +285,7 @@ def attach_model_callbacks(trainer: Trainer, model: Any) -> None:
 
 
 def report(trainer: Trainer, output: Any, weights: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """In a spawned worker of global rank 0, after its stage: what the caller's model and Trainer need (:func:`absorb`)."""
+    """In a spawned worker of global rank 0, after its stage: what the caller's model and Trainer need (``absorb``)."""
     run = trainer._run
     return {
         "output": output,

@@ -254,7 +254,7 @@ class _Stages(Classifier):
 
     def on_validation_start(self):
         if self.trainer.model.training or self.training:
-            raise AssertionError(f"trainer.model ({type(self.trainer.model).__name__}) should be in eval mode in validation")
+            raise AssertionError(f"{type(self.trainer.model).__name__} should be in eval mode in validation")
 
 
 def test_the_evaluation_mode_hooks_put_the_strategys_wrapper_in_eval_mode_too():

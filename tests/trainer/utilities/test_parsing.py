@@ -79,7 +79,7 @@ class _Data(DataModule):
 
 def test_getattr_and_setattr_search_the_model_its_hparams_and_the_datamodule():
     model, trainer = _Net(), Trainer(logger=False, enable_checkpointing=False)
-    record_data(trainer, _Data(batch_size=16))  # as a call records it (trainer.datamodule is read-only, as Lightning documents it)
+    record_data(trainer, _Data(batch_size=16))  # as a call records it: trainer.datamodule is read-only, as in Lightning
     model.trainer = trainer
     assert lightning_hasattr(model, "lr") and lightning_getattr(model, "lr") == 0.1
     assert lightning_getattr(model, "batch_size") == 16  # from the DataModule's hparams
