@@ -146,17 +146,13 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
         raise TypeError(f"callbacks={callbacks!r:.80} must be a list of callbacks.Callback instances (or None).")
     callbacks = list(callbacks)
     instances_of("callbacks", callbacks, Callback, "callbacks.Callback", hint=_callback_fix(callbacks))
-    seen: set[str] = set()
-    for cb in (cb for cb in callbacks if overrides_state(cb)):
-        if cb.state_key in seen:  # Lightning's error: a checkpoint would hold one of them, and resume both from it
-            raise RuntimeError(
-                f"Found more than one stateful callback of type `{type(cb).__name__}`. In the current configuration, "
-                "this callback does not support being saved alongside other instances of the same type. Two callbacks "
-                f"keep state under state_key {cb.state_key!r}: give them different arguments (e.g. another monitor), "
-                "or a state_key of their own. HINT: The `callback.state_key` must be unique among all callbacks in the "
-                "Trainer."
-            )
-        seen.add(cb.state_key)
+    keys = [cb.state_key for cb in callbacks if overrides_state(cb)]
+    for key in sorted({k for k in keys if keys.count(k) > 1}):
+        warnings.warn(
+            f"Two callbacks keep state under state_key {key!r}: a checkpoint holds only one of them, and a resumed "
+            "run gives it to both. Give them different arguments (e.g. another monitor), or a state_key of their own.",
+            stacklevel=3,
+        )
     return callbacks
 
 
