@@ -43,7 +43,9 @@ class ModelSummary(Callback):
         if not trainer.is_global_zero:
             return
         # No example forward pass when parameters are sharded (fsdp): rank 0 alone would wait for the other ranks.
-        summary = Summary(pl_module, self._max_depth, forward=not trainer.strategy.shards_parameters)
+        strategy = trainer.strategy
+        forward = not strategy.shards_parameters
+        summary = Summary(pl_module, self._max_depth, forward=forward, precision=strategy.precision)
         self.summarize(
             summary._get_summary_data(), summary.total_parameters, summary.trainable_parameters, summary.model_size,
             summary.total_training_modes, total_flops=summary.total_flops, **self._summarize_kwargs,

@@ -18,7 +18,8 @@ RANK = {
     "trainer._version": 0, "trainer.core": 0, "trainer.data": 1, "trainer.utilities": 1, "trainer.checkpoint": 2,
     "strategies": 3, "callbacks": 3, "loggers": 3, "trainer.profilers": 3, "trainer.loops": 4, "trainer.trainer": 5,
     "trainer.options": 5,
-    "trainer.properties": 5, "trainer.fitted_model": 5, "trainer.lightning_arguments": 5, "trainer.tuner": 5, "trainer.cli": 5,
+    "trainer.trainer_properties": 5, "trainer.calls_without_model": 5, "trainer.init_arguments": 5, "trainer.tuner": 5,
+    "trainer.cli": 5,
     "trainer.migrate": 5,
 }
 
@@ -97,6 +98,41 @@ def test_imports_run_one_way(path):
             assert RANK[room] < RANK[own] or (own == "trainer.trainer"), f"{path} ({own}) imports {module} ({room}), a room above it"
 
 
+def _function_level_imports(path: str) -> list[tuple[int, str]]:
+    """(line, module) of each absolute import inside a function body (not under TYPE_CHECKING)."""
+    found: list[tuple[int, str]] = []
+    for fn in ast.walk(ast.parse(open(os.path.join(ROOT, path)).read())):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    found += [(node.lineno, a.name) for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    found.append((node.lineno, node.module))
+    return sorted(set(found))
+
+
+def _imports_above(path: str, imports: list[tuple[int, str]]) -> list[str]:
+    own = _room(path[:-3].replace("/", ".").removesuffix(".__init__"))
+    above = [(line, m) for line, m in imports if (room := _room(m)) is not None and RANK[room] > RANK[own]]
+    return [f"line {line}: {module}" for line, module in above]
+
+
+def test_the_check_of_function_level_imports_finds_one_that_points_up():
+    code = "def f():\n    from trainer.loops.run import Run\n    import torch\n"
+    tree = ast.parse(code)
+    imports = [(n.lineno, n.module) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert _imports_above("trainer/core/module.py", imports) == ["line 2: trainer.loops.run"]
+    assert _imports_above("trainer/trainer.py", imports) == []
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if not p.endswith("trainer/__init__.py")])
+def test_imports_inside_functions_point_no_room_up_either(path):
+    """A deferred import is still a dependency: one inside a function (to keep ``import trainer``
+    cheap, or to break a circle) may reach its own rank or below, never a room above."""
+    bad = _imports_above(path, _function_level_imports(path))
+    assert not bad, f"{path} imports a room above its own inside a function ({', '.join(bad)}): pass the value down"
+
+
 # A run's state is one object, handed down (docs/layout.md): the Trainer holds its options, the
 # counters and a reference to the current run, and only the Trainer and the run's own module
 # write its attributes. Everywhere else a Trainer is only given values through its public
@@ -131,10 +167,11 @@ def _trainer_attribute_writes(path: str) -> list[tuple[int, str]]:
     return found
 
 
-def _public_setters() -> set[str]:
-    from trainer import Trainer
+def _public_setters(cls: type | None = None) -> set[str]:
+    if cls is None:
+        from trainer import Trainer as cls
 
-    return {n for n, v in inspect.getmembers(Trainer) if isinstance(v, property) and v.fset and not n.startswith("_")}
+    return {n for n, v in inspect.getmembers(cls) if isinstance(v, property) and v.fset and not n.startswith("_")}
 
 
 def test_the_checks_of_trainer_writes_find_them():
@@ -146,6 +183,46 @@ def test_the_checks_of_trainer_writes_find_them():
     ]
     assert {"should_stop", "accumulate_grad_batches", "max_epochs", "callbacks", "logger"} <= _public_setters()
     assert not {"_run", "_options", "state", "_strategy"} & _public_setters()
+
+
+# The Trainer's public setters that write the current call's run: those Lightning documents as settable.
+RUN_SETTERS = {"ckpt_path", "optimizers"}
+
+
+def _setters_that_write_the_run(cls: type) -> set[str]:
+    """The public setters of ``cls`` (a Trainer) after which some field of the run holds another
+    object: each is set on a fresh Trainer to the first of a few values it takes."""
+    writers = set()
+    for name in sorted(_public_setters(cls)):
+        trainer = cls(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+        run = trainer._current_run()
+        before = dict(vars(run))
+        for value in (object(), "value.ckpt", [], True, 1):
+            try:
+                setattr(trainer, name, value)
+                break
+            except (TypeError, ValueError, AttributeError):
+                continue
+        if trainer._current_run() is not run or any(before[k] is not v for k, v in vars(run).items()):
+            writers.add(name)
+    return writers
+
+
+def test_no_public_setter_writes_the_run_but_lightnings_settable_ones():
+    """``trainer.<name> = ...`` writes the run only where Lightning documents the name as settable
+    (``ckpt_path``, ``optimizers``); the run's other values are read-only properties."""
+    from trainer import Trainer
+
+    assert _setters_that_write_the_run(Trainer) == RUN_SETTERS
+
+
+def test_the_check_of_the_run_setters_finds_a_new_one():
+    from trainer import Trainer
+
+    class Leaky(Trainer):
+        grad_norm = property(lambda t: None, lambda t, value: setattr(t._current_run(), "grad_norm", value))
+
+    assert _setters_that_write_the_run(Leaky) == RUN_SETTERS | {"grad_norm"}
 
 
 @pytest.mark.parametrize("path", [p for p in ALL if p not in TRAINER_WRITERS])

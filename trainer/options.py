@@ -2,7 +2,7 @@
 
 ``configure`` turns ``Trainer(...)``'s arguments into :class:`TrainerOptions`, which the loops read
 through the Trainer's attributes of the same names. The arguments of Lightning's Trainer that
-this one does not take are answered in ``lightning_arguments.py``.
+this one does not take are answered in ``init_arguments.py``.
 """
 
 from __future__ import annotations

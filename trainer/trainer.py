@@ -2,7 +2,7 @@
 
 ``Trainer`` keeps the options (checked when it is built, ``options.py``), the counters, and a
 reference to the current call's run (``loops/run.py``), which its properties read
-(``properties.py``). The work happens in ``trainer/loops/``: ``stage.py`` runs a stage in each
+(``trainer_properties.py``). The work happens in ``trainer/loops/``: ``stage.py`` runs a stage in each
 process and hands a spawned run's results back, and each entry point has its file:
 ``fit.py`` (its loop's docstring is the order of events), ``evaluation.py`` (validate, test)
 and ``prediction.py``.
@@ -25,7 +25,7 @@ from loggers import Logger
 from strategies import Strategy
 from strategies.precision import check_precision_available
 
-from trainer.properties import LoggerAccess, TrainerProperties, forward
+from trainer.trainer_properties import RUN_SETTABLE, RUN_VALUES, LoggerAccess, TrainerProperties, forward, metrics_view
 from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint import layout
 from trainer.checkpoint.background_save import snapshot, take_hand_off
@@ -36,12 +36,12 @@ from trainer.core.checks import check_eval_model, check_model
 from trainer.core.module import TrainModule
 from trainer.core.state import TrainerState, TrainerStatus
 from trainer.data.loaders import DataModule, check_loaders, check_sources, check_train_loader
-from trainer.fitted_model import fitted_sources
+from trainer.calls_without_model import fitted_sources
 from trainer.profilers import Profiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
-from trainer.lightning_arguments import check_names, defaults_from_env_vars
+from trainer.init_arguments import check_names, defaults_from_env_vars
 from trainer.options import WORKING_DIR, TrainerOptions, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 from trainer.utilities.compile import unwrap_compiled
@@ -126,6 +126,10 @@ class Trainer(TrainerProperties, LoggerAccess):
         self.state = TrainerState()  # the counters users read
         self._run = Run()  # the current (or last) call's state: trainer/loops/run.py
         self._fitted: tuple[Any, Any, Any] | None = None  # fit's (model, datamodule, val_dataloaders)
+
+    def _current_run(self) -> Run:
+        """The current (or last) call's run: the one accessor through which the properties read it."""
+        return self._run
 
     def step_metrics(self, prog_bar_only: bool = False) -> dict[str, float]:
         """The latest values logged in training_step, as floats (reads them off the device once per step)."""
@@ -364,3 +368,7 @@ class Trainer(TrainerProperties, LoggerAccess):
 
 for _field in dataclasses.fields(TrainerOptions):  # trainer.max_epochs reads (and sets) trainer._options.max_epochs
     setattr(Trainer, _field.name, forward("_options", _field.name))
+for _name in RUN_VALUES:  # trainer.optimizers reads trainer._run.optimizers; only Lightning's settable ones set it
+    setattr(Trainer, _name, forward("_run", _name, settable=_name in RUN_SETTABLE))
+Trainer.callback_metrics = metrics_view("_run", "callback_metrics")
+Trainer.logged_metrics = metrics_view("_run", "logged_metrics")

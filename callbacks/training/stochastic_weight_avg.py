@@ -114,8 +114,10 @@ class StochasticWeightAveraging(Callback):
                 for group, lr in zip(optimizer.param_groups, before):
                     group["lr"] = lr
                 self._scheduler.load_state_dict(self._loaded["scheduler"])
-            # SWALR replaces the model's schedulers, which checkpoints then leave out.
-            trainer.lr_scheduler_configs, trainer.lr_schedulers = [], [self._scheduler]
+            # SWALR replaces the model's schedulers, which checkpoints then leave out: the lists the Trainer
+            # steps and hands to the module's lr_schedulers(), changed in place (Lightning's: the strategy's list).
+            trainer.lr_scheduler_configs.clear()
+            trainer.lr_schedulers[:] = [self._scheduler]
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if self.swa_start <= trainer.current_epoch <= self.swa_end and self._average_model is not None:

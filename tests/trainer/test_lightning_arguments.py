@@ -15,7 +15,7 @@ from callbacks import Callback, ModelCheckpoint, RichModelSummary, RichProgressB
 from strategies import DDPStrategy
 from tests._models import Classifier, dataset, loader, quiet
 from trainer import Trainer
-from trainer.lightning_arguments import UNSUPPORTED
+from trainer.init_arguments import UNSUPPORTED
 
 NO_CUDA = not torch.cuda.is_available()
 

@@ -256,7 +256,7 @@ def test_is_last_batch_is_true_for_the_epochs_last_batch_only():
     assert [flag for _, _, flag in seen] == [False, False, False, False, True, True] * 2
 
 
-# --- what callbacks and the Tuner use of ours (trainer/properties.py, trainer/loops/run.py) --------
+# --- what callbacks and the Tuner use of ours (trainer/trainer_properties.py, trainer/loops/run.py) --------
 def test_a_copy_of_the_trainer_has_its_own_options_and_no_run():
     trainer = Trainer(max_steps=2, **quiet())
     trainer.fit(Classifier(), loader(64))

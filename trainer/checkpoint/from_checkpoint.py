@@ -15,6 +15,7 @@ import torch
 from trainer.checkpoint import files, layout
 from trainer.checkpoint.paths import local_file
 from trainer.checkpoint.state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
+from trainer.core.hparams import CHECKPOINT_READER
 from trainer.core.module import overridden
 
 
@@ -133,3 +134,6 @@ def _build(cls: type, path: str, ckpt: dict[str, Any], saved: dict[str, Any], kw
             "self.save_hyperparameters() in __init__ so that checkpoints record them, or pass them "
             f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
         ) from None
+
+
+CHECKPOINT_READER.append(load_from_checkpoint)  # TrainModule's and DataModule's load_from_checkpoint call it

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from trainer.core.exceptions import MisconfigurationException
-from trainer.core.hparams import HyperparametersMixin
+from trainer.core.distributed import move_to_device
+from trainer.core.hparams import CHECKPOINT_READER, HyperparametersMixin
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -60,8 +61,6 @@ class DataModule(HyperparametersMixin):
         return batch
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
-        from trainer.data.batches import move_to_device  # the data room sits above this one
-
         return move_to_device(batch, device)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -107,9 +106,7 @@ class DataModule(HyperparametersMixin):
     ) -> "DataModule":
         """The DataModule a checkpoint was trained with: built from the hyperparameters it recorded
         (``kwargs`` replace or add some), then given its ``state_dict`` back."""
-        from trainer.checkpoint.from_checkpoint import load_from_checkpoint  # checkpoint I/O sits above
-
-        return load_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, **kwargs)
+        return CHECKPOINT_READER[0](cls, checkpoint_path, map_location, hparams_file, **kwargs)
 
     @classmethod
     def from_datasets(

@@ -16,9 +16,15 @@ import dataclasses
 import inspect
 import types
 import warnings
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from torch import nn
+
+
+# What ``load_from_checkpoint`` of the module and the DataModule call to read a file: the checkpoint
+# room's reader (trainer/checkpoint/from_checkpoint.py), which puts itself here when that room is
+# imported (``import trainer`` imports it), so that this bottom room imports nothing above it.
+CHECKPOINT_READER: list[Callable[..., Any]] = []
 
 
 class AttributeDict(dict):

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 from torch import nn
 
-from trainer.core.hparams import HyperparametersMixin
+from trainer.core.hparams import CHECKPOINT_READER, HyperparametersMixin
 from trainer.core.metrics import log_metric
-from trainer.core.distributed import all_gather
+from trainer.core.distributed import all_gather, move_to_device
 
 if TYPE_CHECKING:
+    from trainer.loops.optimization.manual import ModuleOptimization
     from trainer.trainer import Trainer
 
 
@@ -33,6 +34,8 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     #: False: training_step runs backward and the optimizer steps itself (trainer/loops/optimization/manual.py).
     automatic_optimization = True
+    #: The call's optimization (trainer/loops/optimization/manual.py), handed over with the Trainer when a call starts.
+    _optimization: ModuleOptimization | None = None
     #: What ``fit(torch.compile(model))`` compiled (trainer/utilities/compile.py); None when nothing was.
     _compiler_ctx: dict[str, Any] | None = None
     #: Where checkpoints keep the hyperparameters (Lightning's keys).
@@ -43,6 +46,11 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self._trainer: Trainer | None = None
+
+    def _calls(self) -> ModuleOptimization:
+        if self._optimization is None:
+            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit first.")
+        return self._optimization
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         raise NotImplementedError(
@@ -86,9 +94,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def optimizers(self) -> Any:
         """The optimizers from configure_optimizers, in its order: one, or a list of several. Under
         manual optimization their ``step()`` also syncs gradients (ddp) and runs the scaler."""
-        trainer = self.trainer
-        manual = trainer._run.manual
-        opts = trainer.optimizers if manual is None else manual.optimizers
+        opts = self.trainer.optimizers if self._optimization is None else self._optimization.optimizers()
         return opts[0] if len(opts) == 1 else list(opts)
 
     def lr_schedulers(self) -> Any:
@@ -106,18 +112,14 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward()`` for manual optimization: scaled under ``16-mixed``, outside
         autocast, between the ``on_before_backward``/``on_after_backward`` hooks."""
-        from trainer.loops.optimization.manual import manual_backward  # the loops sit above the module
-
-        manual_backward(self, loss, *args, **kwargs)
+        self._calls().backward(self, loss, *args, **kwargs)
 
     def clip_gradients(
         self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
     ) -> torch.Tensor | None:
         """Clip ``optimizer``'s gradients by global norm (default) or by value, after they were
         synced and unscaled; returns the norm before clipping (also ``trainer.grad_norm``)."""
-        from trainer.loops.optimization.manual import clip_gradients  # the loops sit above the module
-
-        return clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+        return self._calls().clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Until ``untoggle_optimizer``, the other optimizers' parameters require no grad, so a backward leaves
@@ -168,8 +170,6 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """Move ``batch`` to ``device``; override it for a batch type the Trainer cannot move."""
-        from trainer.data.batches import move_to_device  # the data room sits above the module
-
         return move_to_device(batch, device)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -289,22 +289,22 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
     def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
 
-    # Lightning's mode hooks: eval() before an evaluation; after it, each submodule's mode as it
-    # was (the loop puts them back) unless the model overrides the *_model_train hook.
+    # Lightning's mode hooks: eval() of trainer.model (the strategy's wrapper too) before an evaluation; after it,
+    # each submodule's mode as it was (the loop puts them back) unless the model overrides the *_model_train hook.
     def on_validation_model_eval(self) -> None:
-        self.eval()
+        self.trainer.model.eval()
 
     def on_validation_model_train(self) -> None:
-        self.train()
+        self.trainer.model.train()
 
     def on_test_model_eval(self) -> None:
-        self.eval()
+        self.trainer.model.eval()
 
     def on_test_model_train(self) -> None:
-        self.train()
+        self.trainer.model.train()
 
     def on_predict_model_eval(self) -> None:
-        self.eval()
+        self.trainer.model.eval()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add to (or change) the checkpoint about to be written; rank 0 only."""
@@ -323,9 +323,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
         then its weights, loaded with ``weights_only=True`` (no code in the file runs;
         ``weights_only=False`` is accepted for a file you trust). ``strict`` (None: the model's
         ``strict_loading``) and ``map_location`` as in Lightning; a Lightning checkpoint loads too."""
-        from trainer.checkpoint.from_checkpoint import load_from_checkpoint  # checkpoint I/O sits above the module
-
-        return load_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
+        return CHECKPOINT_READER[0](cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
 
     @property
     def strict_loading(self) -> bool:
@@ -376,7 +374,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         # The Trainer holds this module; don't drag it (and its open files) into pickles.
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
-        return {**state, "_trainer": None}
+        return {**state, "_trainer": None, "_optimization": None}
 
 
 _TRACING = [False]  # torch.jit tracing a module (it reads every attribute): trainer reads None, as Lightning's

@@ -84,16 +84,18 @@ class ModelSummary:
     input and output shapes and its FLOPs; a layer the pass never reaches shows ``?``.
     Parameters that belong to no submodule get an ``other params`` row. ``forward=False`` (ours)
     skips that pass: the callback does so when the strategy shards the parameters, since a
-    forward on rank 0 alone would wait for the other ranks.
+    forward on rank 0 alone would wait for the other ranks. ``precision`` (ours): the strategy's
+    precision, whose autocast that pass runs under (by default the model's Trainer's).
     """
 
-    def __init__(self, model: nn.Module, max_depth: int = 1, *, forward: bool = True) -> None:
+    def __init__(self, model: nn.Module, max_depth: int = 1, *, forward: bool = True, precision: Any = None) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < -1:
             raise ValueError(f"`max_depth` can be -1, 0 or > 0, got {max_depth}.")
         from torch.utils.flop_counter import FlopCounterMode  # only when a summary is made
 
         self._model = model
         self._max_depth = max_depth
+        self._precision = precision  # the example's forward runs under its autocast (the ModelSummary callback's)
         self._forward = forward and getattr(model, "example_input_array", None) is not None
         self._flop_counter = FlopCounterMode(display=False, depth=max_depth + 1)
         self._layer_summary = self.summarize()
@@ -195,7 +197,8 @@ class ModelSummary:
             example = model.on_after_batch_transfer(example, 0)
         modes = {m: m.training for m in model.modules()}
         model.eval()
-        precision = getattr(getattr(model, "_trainer", None), "_precision", None)
+        trainer = getattr(model, "_trainer", None)  # summarize(model) in a Trainer: its precision, as Lightning's
+        precision = self._precision if self._precision is not None or trainer is None else trainer.strategy.precision
         autocast = precision.autocast() if precision is not None and hasattr(precision, "autocast") else contextlib.nullcontext()
         try:
             with torch.no_grad(), autocast, self._flop_counter:

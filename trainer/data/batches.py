@@ -10,53 +10,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler, default_collate
 
+from trainer.core.distributed import apply_to_tensors, move_to_device, on_cpu  # noqa: F401 - the data room's names too
 from trainer.data.combined_loader import CombinedLoader
 
 if TYPE_CHECKING:
     from strategies import Strategy
 
 _log = logging.getLogger("trainer")
-
-
-def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """Apply ``fn`` to every tensor in nested tuples, lists, dicts and dataclasses."""
-    if isinstance(data, torch.Tensor):
-        return fn(data)
-    if isinstance(data, (list, tuple)):
-        out = [apply_to_tensors(x, fn) for x in data]
-        if hasattr(data, "_fields"):  # namedtuple
-            return type(data)(*out)
-        return type(data)(out) if isinstance(data, list) else tuple(out)
-    if isinstance(data, dict):
-        return type(data)((k, apply_to_tensors(v, fn)) for k, v in data.items())
-    if dataclasses.is_dataclass(data) and not isinstance(data, type):
-        changes = {f.name: apply_to_tensors(getattr(data, f.name), fn) for f in dataclasses.fields(data) if f.init}
-        return dataclasses.replace(data, **changes)
-    return data
-
-
-def move_to_device(batch: Any, device: torch.device) -> Any:
-    """``batch`` with every tensor on ``device``; a CPU batch bound for the CPU comes back as is."""
-    if device.type == "cpu" and on_cpu(batch):
-        return batch  # each .to() would return its input: skip rebuilding the containers every step
-    # non_blocking only helps from pinned memory; harmless otherwise.
-    non_blocking = device.type == "cuda"
-    return apply_to_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
-
-
-def on_cpu(data: Any) -> bool:
-    """True if no tensor in ``data`` (plain lists, tuples and dicts of them) is off the CPU.
-    False for anything else, which then takes the general path."""
-    if type(data) is list or type(data) is tuple:  # the usual batch first: this runs every step
-        for x in data:
-            if not (x.is_cpu if isinstance(x, torch.Tensor) else on_cpu(x)):
-                return False
-        return True
-    if isinstance(data, torch.Tensor):
-        return data.is_cpu
-    if type(data) is dict:
-        return all(on_cpu(x) for x in data.values())
-    return isinstance(data, (int, float, str, bytes)) or data is None
 
 
 def batch_size(batch: Any) -> int:

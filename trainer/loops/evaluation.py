@@ -183,8 +183,8 @@ def run_evaluation(
     if not any(counts) and (limit == 0 or strategy.world_size == 1):
         return [[] for _ in counts] if phase == "predict" else [set() for _ in counts]
     strategy.broadcast_buffers()
-    modes = [m.training for m in model.modules()]
-    restore = True  # the modes, unless the model's on_{phase}_model_train sets them
+    wrapped = trainer.model  # the strategy's wrapper (DDP's) when there is one: its mode is put back too
+    modes, restore = [m.training for m in wrapped.modules()], True  # restored unless on_{phase}_model_train sets them
     means: dict[str, float] = {}
     logged: list[set[str]] = []  # the names each loader logged
     prog_bar: set[str] = set()
@@ -293,7 +293,7 @@ def run_evaluation(
         set_sink(previous_sink)
         for sink in sinks:  # after on_{phase}_end, as Lightning resets its results
             sink.reset_metrics()
-        for m, mode in zip(model.modules(), modes) if restore else ():
+        for m, mode in zip(wrapped.modules(), modes) if restore else ():
             m.training = mode
     return run.predict_loop.per_dataloader if phase == "predict" else logged
 

@@ -15,6 +15,7 @@ from trainer.core.hparams import is_plain
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
+    from trainer.loops.run import Run
     from trainer.trainer import Trainer
 
 log = logging.getLogger("trainer")
@@ -34,8 +35,8 @@ class LogWriter(Callback):
     neither each wake a writer's thread nor each pay for a file write.
     """
 
-    def __init__(self, loggers: list[Logger]) -> None:
-        self.loggers = loggers
+    def __init__(self, loggers: list[Logger], run: Run) -> None:
+        self.loggers, self.run = loggers, run  # the call's run: its logged_metrics and eval_metrics
         self._clock: tuple[float, int, int] | None = None  # (time, step, samples) at the last log step
         self._paused_at: float | None = None
         self._saved = 0.0
@@ -83,7 +84,7 @@ class LogWriter(Callback):
         if not metrics:  # nothing logged in the step: no row, as in Lightning (throughput waits for one)
             return
         step, samples, now = trainer.state.log_step, trainer.samples_seen, perf_counter()
-        trainer._run.logged_metrics.update(metrics)  # the user's values (Lightning's: not epoch, throughput)
+        self.run.logged_metrics.update(metrics)  # the user's values (Lightning's: not epoch, throughput)
         values = dict(metrics)
         if trainer.grad_norm is not None:
             values["grad_norm"] = float(trainer.grad_norm)
@@ -101,7 +102,7 @@ class LogWriter(Callback):
         # Lightning's names: "<name>_epoch" for a name logged with on_step and on_epoch, else "<name>"
         means = trainer.train_epoch_metrics
         if means:
-            trainer._run.logged_metrics.update(means)
+            self.run.logged_metrics.update(means)
             self._send(trainer, dict(means))
         self._save_if_due()
 
@@ -129,7 +130,7 @@ class LogWriter(Callback):
     def _write_eval(self, trainer: Trainer) -> None:
         # After fit, at the step count where training ended: a later validate/test lands at the
         # end of the curves, where the weights it evaluated belong.
-        values = trainer._run.eval_metrics
+        values = self.run.eval_metrics
         if values:
             self._send(trainer, dict(values))
         self._save_if_due()

@@ -30,8 +30,9 @@ from trainer.core.distributed import rank_zero_only
 from trainer.data.fetch import Fetching
 from trainer.data.loaders import prepare
 from trainer.loops.hooks import Hooks, adapt_steps, check_callbacks, lightning_order, restore_steps
-from trainer.checkpoint.run_dir import resolve_run_dir, set_logger_versions
+from trainer.checkpoint.run_dir import logger_versions, resolve_run_dir, set_logger_versions
 from trainer.loops.log_writer import LogWriter
+from trainer.loops.optimization.manual import ModuleOptimization
 from trainer.loops.profiling import Profiling
 
 if TYPE_CHECKING:
@@ -154,13 +155,13 @@ def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> 
         seed_everything((trainer.seed + strategy.global_rank) % 2**32)
     strategy.precision.setup(strategy.root_device)  # the device is known now (ddp picks each rank's)
     run = _new_run(trainer, stage, model, datamodule)
-    model._trainer = trainer
+    _attach(model, trainer, run)
     rank_zero_only.rank = strategy.global_rank
     attach_model_callbacks(trainer, model)
     # The loggers are written from the LogWriter, after every callback, on global rank 0 only. The
     # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
     logs = trainer.loggers if strategy.is_global_zero else []
-    writer = [LogWriter(logs)] if trainer.loggers and stage != "predict" else []  # predict logs nothing
+    writer = [LogWriter(logs, run)] if trainer.loggers and stage != "predict" else []  # predict logs nothing
     run.profiling = Profiling.of(trainer.profiler)
     run.hooks = Hooks(trainer.callbacks, model, tail=writer, profiling=run.profiling)
     return run
@@ -191,6 +192,21 @@ def _new_run(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) 
     run.precision = trainer.strategy.precision
     trainer._run = run
     return run
+
+
+def _attach(model: TrainModule, trainer: Trainer, run: Run) -> None:
+    """The module's links for this call: its Trainer, and the run's optimization, which its
+    ``optimizers()``, ``manual_backward`` and ``clip_gradients`` call (manual.py)."""
+    model._trainer, model._optimization = trainer, ModuleOptimization(trainer, run)
+
+
+def record_data(trainer: Trainer, datamodule: Any, **loaders: Any) -> None:
+    """After a batch-size search (tuner/batch_size.py): the Trainer's run records the DataModule and
+    the loaders (``train_dataloader=``, ``val_dataloaders=``, ...) the method would now run with, as Lightning's."""
+    run = trainer._run
+    run.datamodule = datamodule
+    for name, loader in loaders.items():
+        setattr(run, name, loader)
 
 
 def use_run_folder(trainer: Trainer, run: Run, resume: str | None = None, fit: bool = False) -> None:
@@ -268,6 +284,23 @@ def attach_model_callbacks(trainer: Trainer, model: Any) -> None:
     trainer.callbacks = lightning_order([cb for cb in trainer.callbacks if type(cb) not in types] + extra)
 
 
+def report(trainer: Trainer, output: Any, weights: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """In a spawned worker of global rank 0, after its stage: what the caller's model and Trainer need (``absorb``)."""
+    run = trainer._run
+    return {
+        "output": output,
+        "model": {k: v.detach().cpu() for k, v in weights.items()},
+        "state": vars(trainer.state),
+        "callback_metrics": run.callback_metrics,
+        "logged_metrics": run.logged_metrics,
+        "run_dir": (run.run_dir, run.log_dir, logger_versions(trainer)),
+        "callbacks": [cb.state_dict() for cb in trainer.callbacks],
+        "ckpt_path": run.ckpt_path,
+        "profiler": trainer.profiler,  # what rank 0 recorded
+        "batches": (run.num_training_batches, run.num_val_batches, run.num_test_batches),
+    }
+
+
 def absorb(trainer: Trainer, model: TrainModule, datamodule: Any, result: Any) -> Any:
     """In the caller, after a spawned run: copy rank 0's results into ``model`` and ``trainer``."""
     if not trainer.strategy.spawned:
@@ -282,6 +315,7 @@ def absorb(trainer: Trainer, model: TrainModule, datamodule: Any, result: Any) -
     run.num_training_batches, run.num_val_batches, run.num_test_batches = result["batches"]
     run.ckpt_path = result["ckpt_path"]
     trainer._run = run
+    _attach(model, trainer, run)
     set_logger_versions(trainer, versions)  # the folders rank 0 picked
     attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match
     for cb, state in zip(trainer.callbacks, result["callbacks"]):

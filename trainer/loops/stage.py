@@ -17,9 +17,8 @@ import torch
 from trainer.core.seed import deterministic_algorithms
 from trainer.loops.evaluation import test_stage, validate_stage
 from trainer.loops.fit import fit_stage
-from trainer.checkpoint.run_dir import logger_versions
 from trainer.loops.prediction import predict_stage
-from trainer.loops.run import StageData
+from trainer.loops.run import StageData, report
 from trainer.checkpoint.folder_lock import unlock_checkpoint_folders
 from trainer.core.state import TrainerStatus
 
@@ -54,18 +53,7 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
     # A spawned worker: rank 0 sends back what the caller's model and trainer need.
     if not strategy.is_global_zero:
         return None
-    return {
-        "output": output,
-        "model": {k: v.detach().cpu() for k, v in weights.items()},
-        "state": vars(trainer.state),
-        "callback_metrics": trainer._run.callback_metrics,
-        "logged_metrics": trainer._run.logged_metrics,
-        "run_dir": (trainer.run_dir, trainer._run.log_dir, logger_versions(trainer)),
-        "callbacks": [cb.state_dict() for cb in trainer.callbacks],
-        "ckpt_path": trainer.ckpt_path,
-        "profiler": trainer.profiler,  # what rank 0 recorded
-        "batches": (trainer.num_training_batches, trainer.num_val_batches, trainer.num_test_batches),
-    }
+    return report(trainer, output, weights)
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from trainer.core.exceptions import MisconfigurationException
 from trainer.data.loaders import defines
+from trainer.loops.run import record_data
 from trainer.tuner._search import get_value, holders, is_out_of_memory, leaves_no_trace, quiet_fit, search_trainer, set_value
 
 if TYPE_CHECKING:
@@ -182,21 +183,17 @@ class Search:
         """After the search, as Lightning leaves it: the size on the attribute, and the Trainer's
         loaders and DataModule those the method would now run with."""
         set_value(self.places, self.name, size)
-        trainer, owner = self.trainer, self.datamodule if self.datamodule is not None else self.model
-        trainer.datamodule = self.datamodule
+        owner = self.datamodule if self.datamodule is not None else self.model
         if self.loaders[0] is None:
+            record_data(self.trainer, self.datamodule)
             return
         loader = getattr(owner, METHODS[self.method])()
         if self.method == "fit":
-            trainer.train_dataloader = loader
             own_val = self.val_dataloaders is None and defines(owner, "val_dataloader")
-            trainer.val_dataloaders = owner.val_dataloader() if own_val else self.val_dataloaders
-        elif self.method == "validate":
-            trainer.val_dataloaders = loader
-        elif self.method == "test":
-            trainer.test_dataloaders = loader
+            val = owner.val_dataloader() if own_val else self.val_dataloaders
+            record_data(self.trainer, self.datamodule, train_dataloader=loader, val_dataloaders=val)
         else:
-            trainer.predict_dataloaders = loader
+            record_data(self.trainer, self.datamodule, **{LOADERS[self.method]: loader})
 
 
 def _power(search: Search, size: int, max_trials: int, max_val: int) -> int:

@@ -107,7 +107,7 @@ class _RangeTest(Callback):
                 f"`model.configure_optimizers()` returned {count}, but learning rate finder only works with single "
                 "optimizer. Search with one optimizer, or set each one's learning rate yourself."
             )
-        trainer.lr_scheduler_configs = []  # the search sets each step's lr itself (Lightning's): the model's schedulers wait
+        trainer.lr_scheduler_configs.clear()  # the search sets each step's lr (Lightning's); the schedulers wait
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         self._lr = self.lr_at(trainer.global_step)

@@ -160,7 +160,7 @@ class WaitForSignal(Callback):
             with open("paused", "w") as f:
                 f.write(str(os.getpid()))
         deadline = time.monotonic() + 60
-        while trainer._signals.received is None and time.monotonic() < deadline:  # test-only peek
+        while trainer._current_run().signals.received is None and time.monotonic() < deadline:  # test-only peek
             time.sleep(0.01)
 
     def on_exception(self, trainer, module, exception):

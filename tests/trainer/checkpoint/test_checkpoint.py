@@ -372,7 +372,7 @@ def test_a_ddp_checkpoint_loads_into_the_bare_model_and_resumes_on_one_device():
 def test_16_mixed_saves_the_grad_scaler_and_cuda_rng_and_resume_restores_them():
     class ScalerAtStart(Callback):
         def on_train_start(self, trainer, module):
-            self.state = trainer._precision.scaler.state_dict()
+            self.state = trainer.scaler.state_dict()
 
     fit(epochs=1, strategy="single", precision="16-mixed")
     ckpt = torch.load("checkpoints/epoch=0-step=2.ckpt", weights_only=True)

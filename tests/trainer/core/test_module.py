@@ -243,3 +243,21 @@ def test_freeze_and_unfreeze_return_the_module_as_lightnings_do():
     model = Classifier()
     assert model.freeze() is model and not model.training and not any(p.requires_grad for p in model.parameters())
     assert model.unfreeze() is model and model.training and all(p.requires_grad for p in model.parameters())
+
+
+class _Stages(Classifier):
+    """Lightning's TrainerStagesModel: the strategy's wrapper (``trainer.model``) is in the stage's mode too."""
+
+    def on_train_start(self):
+        if not (self.trainer.model.training and self.training):
+            raise AssertionError("trainer.model should train in fit")
+
+    def on_validation_start(self):
+        if self.trainer.model.training or self.training:
+            raise AssertionError(f"{type(self.trainer.model).__name__} should be in eval mode in validation")
+
+
+def test_the_evaluation_mode_hooks_put_the_strategys_wrapper_in_eval_mode_too():
+    trainer = Trainer(strategy="ddp", devices=1, accelerator="cpu", max_steps=2, val_check_interval=1, **quiet())
+    trainer.fit(_Stages(), loader(32), loader(32))  # a worker's AssertionError would fail the fit
+    assert trainer.global_step == 2

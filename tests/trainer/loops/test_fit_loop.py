@@ -142,7 +142,7 @@ class WeightsAfterEachStep(Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         self.weights.append([p.detach().clone() for p in module.parameters()])
-        self.scales.append(trainer._precision.scaler.get_scale())
+        self.scales.append(trainer.scaler.get_scale())
 
 
 @requires_cuda(1)
@@ -176,7 +176,7 @@ def test_bf16_mixed_on_cuda_runs_the_step_in_bfloat16_and_keeps_float32_weights(
     trainer.fit(model, loader())
     assert model.dtypes == [torch.bfloat16, torch.bfloat16]
     assert all(p.dtype == torch.float32 for p in model.parameters())
-    assert trainer._precision.scaler is None  # bfloat16 has float32's range: no scaling
+    assert trainer.scaler is None  # bfloat16 has float32's range: no scaling
 
 
 @pytest.mark.parametrize(
@@ -309,6 +309,6 @@ def test_a_scaled_manual_optimization_ends_with_the_weights_of_an_unscaled_one()
     trainer.strategy.precision = CpuScaling()
     trainer.fit(scaled, gan_loader())
     Trainer(max_epochs=2, **quiet()).fit(plain, gan_loader())
-    assert trainer._precision.scaler.get_scale() == 2.0**16  # no overflow, and growth waits 2000 steps
+    assert trainer.scaler.get_scale() == 2.0**16  # no overflow, and growth waits 2000 steps
     for a, b in zip(scaled.state_dict().values(), plain.state_dict().values()):
         assert torch.equal(a, b)

@@ -113,7 +113,7 @@ def test_the_default_profiler_records_nothing_and_the_loop_is_untouched():
 
     class Peek(Callback):
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            seen["hooks"] = trainer._hooks.on_train_batch_start
+            seen["hooks"] = trainer._current_run().hooks.on_train_batch_start
 
     peek = Peek()
     trainer = Trainer(max_steps=1, callbacks=[peek], **quiet())

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from trainer import DataModule, Trainer, TrainModule
+from trainer.loops.run import record_data
 from trainer.utilities.parsing import (
     clean_namespace, collect_init_args, get_init_args, is_picklable, lightning_getattr, lightning_hasattr,
     lightning_setattr, parse_class_init_keys,
@@ -78,7 +79,7 @@ class _Data(DataModule):
 
 def test_getattr_and_setattr_search_the_model_its_hparams_and_the_datamodule():
     model, trainer = _Net(), Trainer(logger=False, enable_checkpointing=False)
-    trainer.datamodule = _Data(batch_size=16)
+    record_data(trainer, _Data(batch_size=16))  # as a call records it: trainer.datamodule is read-only, as in Lightning
     model.trainer = trainer
     assert lightning_hasattr(model, "lr") and lightning_getattr(model, "lr") == 0.1
     assert lightning_getattr(model, "batch_size") == 16  # from the DataModule's hparams

@@ -137,11 +137,29 @@ class ManualOptimization:
         return None, True
 
 
-def manual_backward(module: TrainModule, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+class ModuleOptimization:
+    """What a module's ``optimizers()``, ``manual_backward`` and ``clip_gradients`` call: the
+    call's run, handed to the module when the call starts (run.py), so that none reaches for it."""
+
+    def __init__(self, trainer: Trainer, run: Run) -> None:
+        self.trainer, self.run = trainer, run
+
+    def optimizers(self) -> list[Any]:
+        """Under manual optimization the wrapped optimizers (their ``step()`` syncs and scales), else the Trainer's."""
+        manual = self.run.manual
+        return self.trainer.optimizers if manual is None else manual.optimizers
+
+    def backward(self, module: TrainModule, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        manual_backward(module, self.run, loss, *args, **kwargs)
+
+    def clip_gradients(self, module: TrainModule, optimizer: Any, value: float | None, algorithm: str | None) -> Any:
+        return clip_gradients(module, self.run, optimizer, value, algorithm)
+
+
+def manual_backward(module: TrainModule, run: Run, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
     """``loss.backward()`` with the float16 scaler applied, outside autocast (torch runs backward
     ops in the precision their forward used), between the backward hooks."""
     trainer = module.trainer
-    run = trainer._run
     if run.manual is None:
         raise RuntimeError(
             f"{type(module).__name__}.manual_backward() is for manual optimization, inside training_step: "
@@ -167,7 +185,7 @@ def manual_backward(module: TrainModule, loss: torch.Tensor, *args: Any, **kwarg
 
 
 def clip_gradients(
-    module: TrainModule, optimizer: Any, gradient_clip_val: float | None = None,
+    module: TrainModule, run: Run, optimizer: Any, gradient_clip_val: float | None = None,
     gradient_clip_algorithm: str | None = None,
 ) -> torch.Tensor | None:
     """Clip ``optimizer``'s gradients by their global norm (default) or by value; returns the
@@ -206,7 +224,7 @@ def clip_gradients(
         params = optimizer.params()
     else:  # automatic optimization: the loop unscaled them already, in on_before_optimizer_step
         params = [p for group in optimizer.param_groups for p in group["params"]]
-    trainer._run.grad_norm = norm = clip(params, gradient_clip_val, algorithm)
+    run.grad_norm = norm = clip(params, gradient_clip_val, algorithm)
     return norm
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import operator
 import os
+import signal
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks import EarlyStopping, GradientAccumulationScheduler, ModelCheckpoint, ProgressBar
 from loggers import Logger
@@ -30,13 +31,14 @@ if TYPE_CHECKING:
 
 
 class TrainerProperties:
-    """Lightning's Trainer properties. The Trainer sets ``_options``, ``_strategy``, ``_loggers``,
-    ``state`` and ``_run``; each value of :data:`RUN_VALUES` (and, from trainer.py, each option)
-    is a property of its own name (settable, as the plain attributes they were)."""
+    """Lightning's Trainer properties. The Trainer sets ``_options``, ``_strategy``, ``_loggers``
+    and ``state``, and hands the properties that read the current call's run that run through
+    ``_current_run()`` (trainer.py); trainer.py also makes each value of :data:`RUN_VALUES` and
+    each option a property of its own name. What Lightning documents as settable is settable."""
 
     _options: TrainerOptions
     _strategy: Strategy
-    _run: Run
+    _current_run: Callable[[], Run]
     state: TrainerState
     callbacks: list[Any]
 
@@ -168,13 +170,14 @@ class TrainerProperties:
         last short group counting as a step (a GradientAccumulationScheduler's groups per epoch);
         whichever is fewer. ``math.inf`` for an unsized
         loader without ``max_steps``. Known from ``configure_optimizers`` on."""
-        if self.state.fn is not TrainerFn.FITTING and self._run.opt is None:
+        run = self._current_run()
+        if self.state.fn is not TrainerFn.FITTING and run.opt is None:
             raise RuntimeError(
                 "trainer.estimated_stepping_batches is known once fit has its loaders: read it in "
                 "configure_optimizers (e.g. for OneCycleLR's total_steps) or later during fit."
             )
-        if self._run.load_train is not None:  # read in configure_optimizers: fit loads its training loader now
-            self._run.load_train()
+        if run.load_train is not None:  # read in configure_optimizers: fit loads its training loader now
+            run.load_train()
         batches, epochs = self.num_training_batches, range(self.max_epochs or 0)
         scheduler = next((cb for cb in self.callbacks if isinstance(cb, GradientAccumulationScheduler)), None)
         groups = [self.accumulate_grad_batches if scheduler is None else scheduler.get_accumulate_grad_batches(e) for e in epochs]
@@ -201,43 +204,39 @@ class TrainerProperties:
 
     @property
     def module(self) -> TrainModule | None:
-        return self._run.module
+        return self._current_run().module
 
     @property
     def lightning_module(self) -> TrainModule | None:
         """The module being run (Lightning's name)."""
-        return self._run.module
+        return self._current_run().module
 
     @property
     def model(self) -> Any:
         """The module as the strategy wraps it while a stage runs (DistributedDataParallel under ddp), else the module."""
         wrapped = getattr(self._strategy, "wrapped_module", None)
-        return wrapped if wrapped is not None else self._run.module
+        return wrapped if wrapped is not None else self._current_run().module
 
     @property
     def lr_scheduler_configs(self) -> list[Any]:
-        """One config per scheduler (``.scheduler``, ``.interval``, ``.monitor``), as configure_optimizers gave them."""
-        opt = self._run.opt
-        return [] if opt is None else list(opt.schedulers)
-
-    @lr_scheduler_configs.setter
-    def lr_scheduler_configs(self, configs: list[Any]) -> None:
-        """The schedulers the Trainer steps from now on (``StochasticWeightAveraging`` takes them over)."""
-        if self._run.opt is not None:
-            self._run.opt.schedulers = list(configs)
+        """One config per scheduler (``.scheduler``, ``.interval``, ``.monitor``), as configure_optimizers gave them:
+        the list the Trainer steps, as Lightning's (a callback that takes the schedulers over, such as
+        ``StochasticWeightAveraging``, empties it); a new empty list before fit."""
+        opt = self._current_run().opt
+        return [] if opt is None else opt.schedulers
 
     @property
     def at_epoch_end(self) -> bool:
         """True once a training epoch's batches are done (the validation after the last one, as
         in Lightning, runs before) until its ``on_train_epoch_end`` hooks return: a checkpoint
         taken then resumes at the next epoch."""
-        return self._run.epoch_complete
+        return self._current_run().epoch_complete
 
     def publish_step_metrics(self) -> dict[str, float]:
         """During fit: this step's values logged in ``training_step``, reduced over the
         processes, into ``callback_metrics`` now rather than at the next log step (once per
         step); returns them. Every rank must call it alike. Outside fit: ``{}``."""
-        publish = self._run.publish_step_metrics
+        publish = self._current_run().publish_step_metrics
         return {} if publish is None else publish()
 
     @property
@@ -246,16 +245,17 @@ class TrainerProperties:
         evaluated ("last" and "best" resolved to the file); None if none. Set it to have the next
         calls load that file without passing ``ckpt_path=`` (Lightning's stateful use; set it
         back to None when done): a ``ckpt_path`` passed to a call wins, with a warning."""
-        return self._run.ckpt_path
+        return self._current_run().ckpt_path
 
     @ckpt_path.setter
     def ckpt_path(self, path: str | os.PathLike | None) -> None:
-        self._run.ckpt_path = None if path is None else os.fspath(path)
-        self._run.ckpt_user_managed = bool(path)
+        run = self._current_run()
+        run.ckpt_path = None if path is None else os.fspath(path)
+        run.ckpt_user_managed = bool(path)
 
     def _select_ckpt_path(self, given: Any) -> Any:
         """The ``ckpt_path`` a call uses: the one given, else the one set on ``trainer.ckpt_path``."""
-        run = self._run
+        run = self._current_run()
         if not run.ckpt_user_managed:
             return given
         if given is None:
@@ -290,32 +290,30 @@ class TrainerProperties:
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The values logged with ``prog_bar=True``: the latest of each (a step's, or an epoch's mean)."""
-        shown = {k: v for k, v in self._run.callback_metrics.items() if k in self.prog_bar_names}
+        run = self._current_run()
+        shown = {k: v for k, v in run.callback_metrics.items() if k in self.prog_bar_names}
         step = self.step_metrics(prog_bar_only=True)
-        if self._run.epoch_values_step == self.state.global_step:  # an epoch's end came after the last step
+        if run.epoch_values_step == self.state.global_step:  # an epoch's end came after the last step
             return {**step, **shown}
         shown.update(step)
         return shown
 
-    # --- read by tests and benchmarks that peek inside a running fit -----------------------
     @property
-    def _precision(self) -> Any:
-        return self._run.precision
+    def scaler(self) -> Any:
+        """The float16 gradient scaler (``torch.amp.GradScaler``) under ``"16-mixed"``, else None (Lightning's)."""
+        return self._strategy.precision.scaler
 
     @property
-    def _hooks(self) -> Any:
-        return self._run.hooks
-
-    @property
-    def _signals(self) -> Any:
-        return self._run.signals
+    def received_sigterm(self) -> bool:
+        """Whether this process received SIGTERM during fit (Lightning's): fit then stops at the next step boundary."""
+        return self._current_run().signals.received == signal.SIGTERM
 
 
 class LoggerAccess:
     """The Trainer's ``logger``, ``loggers`` and ``log_dir``, as Lightning names them."""
 
     _loggers: list[Logger]
-    _run: Any  # trainer/loops/run.py: log_dir, once a stage resolved it
+    _current_run: Callable[[], Run]  # trainer.py: the run's log_dir, once a stage resolved it
     default_root_dir: str | None
 
     @property
@@ -339,40 +337,37 @@ class LoggerAccess:
     def log_dir(self) -> str | None:
         """The first logger's folder (TensorBoard's ``<log_dir>/<name>/version_<n>``); without
         a logger, the Trainer's ``log_dir`` option."""
-        if self._run.log_dir is not None:
-            return self._run.log_dir
+        resolved = self._current_run().log_dir
+        if resolved is not None:
+            return resolved
         if not self._loggers:
             return self.default_root_dir
         first = self._loggers[0]
         return getattr(first, "log_dir", None) or first.save_dir  # an object with a Logger's methods may have no log_dir
 
 
-# The run's values that Lightning code reads as the Trainer's (trainer/loops/run.py says what each is).
+# The run's values that Lightning code reads as the Trainer's (trainer/loops/run.py says what each is);
+# trainer.py makes each a read-only property, except those Lightning documents as settable (RUN_SETTABLE).
 RUN_VALUES = (
-    "datamodule", "train_dataloader", "val_dataloaders", "test_dataloaders", "predict_dataloaders", "predict_loop", "optimizer", "optimizers", "lr_scheduler",
-    "lr_schedulers", "num_training_batches", "num_val_batches", "num_test_batches", "num_predict_batches",
-    "train_epoch_metrics", "prog_bar_names", "samples_seen", "grad_norm",
+    "datamodule", "train_dataloader", "val_dataloaders", "test_dataloaders", "predict_dataloaders", "predict_loop",
+    "optimizer", "optimizers", "lr_scheduler", "lr_schedulers", "num_training_batches", "num_val_batches",
+    "num_test_batches", "num_predict_batches", "train_epoch_metrics", "prog_bar_names", "samples_seen", "grad_norm",
     "is_last_batch", "run_dir", "enable_validation",
 )
+RUN_SETTABLE = ("optimizers",)  # Lightning's trainer.optimizers setter
 
 
-def _metrics(name: str) -> property:
-    def set_value(trainer: Any, value: Any) -> None:
-        setattr(trainer._run, name, dict(value))
+def metrics_view(owner: str, name: str) -> property:
+    """``trainer.callback_metrics`` and ``logged_metrics``: a read-only view of ``trainer.<owner>.<name>``."""
+    read = operator.attrgetter(f"{owner}.{name}")
+    return property(lambda trainer: MetricsView(read(trainer)), doc=f"Lightning's ``trainer.{name}``.")
 
-    return property(lambda trainer: MetricsView(getattr(trainer._run, name)), set_value, doc=f"Lightning's ``trainer.{name}``.")
 
-
-def forward(owner: str, name: str) -> property:
-    """A property that reads and sets ``trainer.<owner>.<name>``: C-level reads, as fast as an attribute's."""
+def forward(owner: str, name: str, settable: bool = True) -> property:
+    """A property that reads (and, if ``settable``, sets) ``trainer.<owner>.<name>``: C-level reads, as fast as an
+    attribute's."""
 
     def set_value(trainer: Any, value: Any) -> None:
         setattr(getattr(trainer, owner), name, value)
 
-    return property(operator.attrgetter(f"{owner}.{name}"), set_value)
-
-
-for _name in RUN_VALUES:
-    setattr(TrainerProperties, _name, forward("_run", _name))
-TrainerProperties.callback_metrics = _metrics("callback_metrics")
-TrainerProperties.logged_metrics = _metrics("logged_metrics")
+    return property(operator.attrgetter(f"{owner}.{name}"), set_value if settable else None)
