@@ -168,7 +168,7 @@ def run_evaluation(
             on_{phase}_batch_end                        # hooks get dataloader_idx with several loaders
             (each loader's epoch means of self.log values: suffixed with several loaders)
         on_{phase}_epoch_end                       # the model's hook may self.log epoch values
-        the means -> logged_metrics, callback_metrics (not for the sanity check, publish=False)
+        the means -> logged_metrics, callback_metrics (the sanity check's: callback_metrics until its end)
         on_{phase}_end
         model.on_{phase}_model_train() if overridden, else every module's train/eval mode restored
 
@@ -259,7 +259,9 @@ def run_evaluation(
             means.update(mine)
             logged.append(set(mine))  # this loader's result holds them (add_dataloader_idx=False's too)
         set_sink(outer)
-        if publish:  # the epoch's values, for on_{phase}_epoch_end to read (Lightning's)
+        # The sanity check's values are readable (callback_metrics, the bars) until on_sanity_check_end, as in Lightning
+        shown = publish or trainer.sanity_checking
+        if shown:  # the epoch's values, for on_{phase}_epoch_end to read (Lightning's)
             run.callback_metrics.update(means)
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
         hooks.call(f"on_{phase}_epoch_end", trainer, model)
@@ -269,6 +271,7 @@ def run_evaluation(
         if publish:
             run.eval_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
             run.logged_metrics.update(run.eval_metrics)
+        if shown:
             run.callback_metrics.update(means)
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
             run.prog_bar_names |= prog_bar | outer.prog_bar
@@ -318,6 +321,8 @@ def sanity_check(trainer: Trainer, run: Run, get_loaders: Callable[[], Loaders |
     model, hooks, cap = run.module, run.hooks, trainer.limit_val_batches
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
     rng = rng_state()
+    # What it logs is shown until on_sanity_check_end, then gone (Lightning's): training starts from these
+    callback_metrics, prog_bar_names = dict(run.callback_metrics), set(run.prog_bar_names)
     stage, trainer.state.stage = trainer.state.stage, RunningStage.SANITY_CHECKING  # on_sanity_check_start to _end
     try:
         hooks.call("on_sanity_check_start", trainer, model)
@@ -333,6 +338,9 @@ def sanity_check(trainer: Trainer, run: Run, get_loaders: Callable[[], Loaders |
         hooks.call("on_sanity_check_end", trainer, model)
     finally:
         trainer.state.stage = stage
+        run.callback_metrics.clear()
+        run.callback_metrics.update(callback_metrics)
+        run.prog_bar_names = prog_bar_names
 
 
 def limited(n: int | None, limit: int | float | None, prefix: str = "") -> int | float:
