@@ -14,7 +14,9 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.core.log_options import Options, Reduced, is_metric, not_a_number, not_scalar, options_for, outside, reduce_name
+from trainer.core.log_options import (
+    Options, Reduced, check_name, is_metric, not_a_number, not_scalar, options_for, outside, reduce_name,
+)
 
 _local = threading.local()  # the active sink; DataParallel replica threads set their own
 
@@ -105,6 +107,7 @@ class MetricSink:
             return None
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log(name={name!r}): name must be a non-empty string.")
+        check_name(name, add_dataloader_idx)
         kind = "metric" if is_metric(value) else reduce_name(name, reduce_fx)
         steps = self.training and not self.epoch_end  # Lightning's defaults: a step value, else an epoch value
         opts = options_for(name, steps, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
