@@ -1,11 +1,12 @@
 """A log file that cannot be written (a full disk, a quota, a file-size limit): an ``OSError``
-that names the file and its folder, which the operating system's own message does not."""
+that names the file and its folder, which the operating system's own message does not; and the
+filesystem of a remote log folder (``s3://...``, ``memory://...``), through fsspec."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 
 _SAYS = "Could not write the log file"
@@ -36,3 +37,18 @@ def naming(path: str, tmp: str | None = None) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
         raise write_error(path, err) from err
+
+
+def remote_fs(path: str) -> Any:
+    """fsspec's filesystem for a path with a protocol (``s3://bucket/logs``), as Lightning's loggers
+    write there; None for a local path (written with ``os``: no fsspec needed)."""
+    if "://" not in str(path) or str(path).startswith("file://"):
+        return None
+    try:
+        import fsspec  # only for a remote folder
+    except ImportError:
+        raise ModuleNotFoundError(
+            f"The log folder {str(path)!r} is on a remote filesystem, which needs fsspec: pip install fsspec "
+            "(or pip install 'steadytrainer[remote]'), plus the filesystem's own package (s3fs, gcsfs, adlfs)."
+        ) from None
+    return fsspec.core.url_to_fs(str(path))[0]

@@ -9,8 +9,8 @@ from typing import Any
 
 from trainer.core.checks import positive_int
 
-from ._disk import naming
-from ._hparams import write_yaml
+from ._disk import naming, remote_fs
+from ._hparams import _yaml_lines, write_yaml
 from .logger import FolderLogger, add_prefix, params_dict, rank_zero_experiment, rank_zero_only
 
 
@@ -31,6 +31,10 @@ class ExperimentWriter:
         self._last: dict[str, Any] | None = None  # the last row on disk, and where it starts
         self._last_offset = 0
         self._reopened = False  # self._rows[0] replaces the last row on disk
+        self._fs = remote_fs(log_dir)  # None: a local folder
+        if self._fs is not None:
+            self._fs.makedirs(log_dir, exist_ok=True)
+            return
         os.makedirs(log_dir, exist_ok=True)
         if os.path.exists(self.metrics_file_path):  # a resumed run: carry on after the rows there
             with open(self.metrics_file_path, newline="", encoding="utf-8") as f:
@@ -57,14 +61,25 @@ class ExperimentWriter:
     def log_hparams(self, params: dict[str, Any]) -> None:
         """Record ``params`` and write ``hparams.yaml`` now, as Lightning's writer does."""
         self.hparams.update(params)
-        write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+        self._write_hparams()
+
+    def _write_hparams(self) -> None:
+        path = os.path.join(self.log_dir, "hparams.yaml")
+        if self._fs is None:
+            write_yaml(path, self.hparams)
+            return
+        with self._fs.open(path, "w", encoding="utf-8") as f:
+            f.write("".join(_yaml_lines(self.hparams, 0)) if self.hparams else "{}\n")
 
     def save(self) -> None:
         if self.hparams:
-            write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+            self._write_hparams()
         if not self._rows:
             return
         names = {k for row in self._rows for k in row} - {"step"}
+        if self._fs is not None:
+            self._save_remote(sorted(names | set(self._header) - {"step"}))
+            return
         if not self._header or not names <= set(self._header):
             self._rewrite(sorted(names | set(self._header) - {"step"}))
         else:
@@ -74,6 +89,23 @@ class ExperimentWriter:
                 f.seek(self._last_offset if self._reopened else 0, os.SEEK_SET if self._reopened else os.SEEK_END)
                 f.truncate()
                 self._append(f, self._header)
+        self._rows, self._reopened = [], False
+
+    def _save_remote(self, names: list[str]) -> None:
+        """A remote file is written whole (object stores neither append nor truncate)."""
+        old: list[dict[str, Any]] = []
+        if self._fs.exists(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="", encoding="utf-8") as f:
+                old = list(csv.DictReader(f))
+        if self._reopened:  # self._rows[0] is the last row there, updated
+            old = old[:-1]
+        self._header = ["step", *names]
+        with self._fs.open(self.metrics_file_path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=self._header, restval="")
+            writer.writeheader()
+            writer.writerows(old)
+            writer.writerows(self._rows)
+        self._last = self._rows[-1]
         self._rows, self._reopened = [], False
 
     def _append(self, f: Any, header: list[str]) -> None:

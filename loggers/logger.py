@@ -10,6 +10,8 @@ from typing import Any, Callable
 from trainer.checkpoint.run_dir import claim_version, resumed_version
 from trainer.core.distributed import rank_zero_only
 
+from ._disk import remote_fs
+
 
 class DummyExperiment:
     """What ``logger.experiment`` is on ranks other than 0: every call does nothing."""
@@ -262,6 +264,11 @@ class FolderLogger(Logger):
                 f"{self._kind}(save_dir=None) writes under the Trainer's log_dir: give it to a Trainer first, "
                 f"or pass {self._kind}(save_dir=...)."
             )
+        fs = remote_fs(root)
+        if fs is not None:  # s3://..., memory://...: the next free version there (its folder is made on first write)
+            listed = fs.ls(root, detail=False) if fs.exists(root) else []
+            names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in listed]
+            return max((int(d[8:]) for d in names if d.startswith("version_") and d[8:].isdigit()), default=-1) + 1
         resumed = resumed_version(root, resume_path)
         if resumed is not None:
             return int(resumed[8:]) if resumed[8:].isdigit() else resumed

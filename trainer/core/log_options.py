@@ -45,11 +45,26 @@ class LogOptions:
 def reduce_name(name: str, reduce_fx: Any) -> str:
     kind = _REDUCE.get(reduce_fx.lower()) if isinstance(reduce_fx, str) else _REDUCE_FN.get(reduce_fx)
     if kind is None:
-        raise ValueError(
+        raise misconfigured(
             f"self.log({name!r}, ..., reduce_fx={reduce_fx!r}): reduce_fx must be 'mean', 'sum', 'max' or 'min' "
-            "(or torch.mean, torch.sum, torch.max, torch.min, or Python's sum, max, min)."
+            "(or torch.mean, torch.sum, torch.max, torch.min, or Python's sum, max, min).",
+            "Only `self.log(..., reduce_fx={min,max,mean,sum})` are supported.",
         )
     return kind
+
+
+def check_name(name: str, add_dataloader_idx: bool) -> None:
+    """Not a non-empty string, or a name that already says its loader where the loop adds the
+    suffix itself (Lightning's error)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"self.log(name={name!r}): name must be a non-empty string.")
+    if add_dataloader_idx and "/dataloader_idx_" in name:
+        raise misconfigured(
+            f"self.log({name!r}, ...): with several loaders the loop appends '/dataloader_idx_<n>' itself; log "
+            f"{name.split('/dataloader_idx_')[0]!r}, or pass add_dataloader_idx=False to keep your own name.",
+            f"You called `self.log` with the key `{name}` but it should not contain information about "
+            "`dataloader_idx` when `add_dataloader_idx=True`.",
+        )
 
 
 def is_metric(value: Any) -> bool:

@@ -15,7 +15,8 @@ from typing import Any, Callable
 import torch
 
 from trainer.core.log_options import (
-    LogOptions, Reduced, is_metric, no_batch_size, not_a_number, not_scalar, options_for, outside, reduce_name,
+    LogOptions, Reduced, check_name, is_metric, no_batch_size, not_a_number, not_scalar, options_for, outside,
+    reduce_name,
 )
 
 _local = threading.local()  # the active sink; DataParallel replica threads set their own
@@ -105,8 +106,7 @@ class MetricSink:
         if reduced is not None:
             reduced.add(name, value)
             return None
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"self.log(name={name!r}): name must be a non-empty string.")
+        check_name(name, add_dataloader_idx)
         kind = "metric" if is_metric(value) else reduce_name(name, reduce_fx)
         steps = self.training and not self.epoch_end  # Lightning's defaults: a step value, else an epoch value
         opts = options_for(name, steps, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)

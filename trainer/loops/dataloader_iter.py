@@ -26,7 +26,7 @@ from trainer.core.checks import loss_of
 from trainer.core.metrics import MetricSink
 from trainer.data.batches import loader_length
 from trainer.data.pipeline import DataLoaderIter, takes_dataloader_iter
-from trainer.loops.evaluation import val_check_batch
+from trainer.loops.fit_loaders import val_check_batch
 from trainer.loops.optimization.step import step_outputs
 from trainer.loops.stopping import STOP_SYNC_EVERY
 

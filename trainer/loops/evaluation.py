@@ -166,7 +166,7 @@ def run_evaluation(
             on_{phase}_batch_end                        # hooks get dataloader_idx with several loaders
             (each loader's epoch means of self.log values: suffixed with several loaders)
         on_{phase}_epoch_end                       # the model's hook may self.log epoch values
-        the means -> logged_metrics, callback_metrics (not for the sanity check, publish=False)
+        the means -> logged_metrics, callback_metrics (the sanity check's: callback_metrics until its end)
         on_{phase}_end
         model.on_{phase}_model_train() if overridden, else every module's train/eval mode restored
 
@@ -271,7 +271,9 @@ def run_evaluation(
             means.update(mine)
             logged.append(set(mine))  # this loader's result holds them (add_dataloader_idx=False's too)
         set_sink(outer)
-        if publish:  # the epoch's values, for on_{phase}_epoch_end to read (Lightning's)
+        # The sanity check's values are readable (callback_metrics, the bars) until on_sanity_check_end, as in Lightning
+        shown = publish or trainer.sanity_checking
+        if shown:  # the epoch's values, for on_{phase}_epoch_end to read (Lightning's)
             run.callback_metrics.update(means)
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
         hooks.call(f"on_{phase}_epoch_end", trainer, model)
@@ -281,6 +283,7 @@ def run_evaluation(
         if publish:
             run.eval_metrics = {k: v for k, v in means.items() if k not in hidden} if hidden else means
             run.logged_metrics.update(run.eval_metrics)
+        if shown:
             run.callback_metrics.update(means)
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
             run.prog_bar_names |= prog_bar | outer.prog_bar
@@ -330,6 +333,8 @@ def sanity_check(trainer: Trainer, run: Run, get_loaders: Callable[[], Loaders |
     model, hooks, cap = run.module, run.hooks, trainer.limit_val_batches
     limit = cap if steps == -1 else min(steps, cap) if isinstance(cap, int) else steps  # an int cap is a count too
     rng = rng_state()
+    # What it logs is shown until on_sanity_check_end, then gone (Lightning's): training starts from these
+    callback_metrics, prog_bar_names = dict(run.callback_metrics), set(run.prog_bar_names)
     stage, trainer.state.stage = trainer.state.stage, RunningStage.SANITY_CHECKING  # on_sanity_check_start to _end
     try:
         hooks.call("on_sanity_check_start", trainer, model)
@@ -345,6 +350,9 @@ def sanity_check(trainer: Trainer, run: Run, get_loaders: Callable[[], Loaders |
         hooks.call("on_sanity_check_end", trainer, model)
     finally:
         trainer.state.stage = stage
+        run.callback_metrics.clear()
+        run.callback_metrics.update(callback_metrics)
+        run.prog_bar_names = prog_bar_names
 
 
 def limited(n: int | None, limit: int | float | None, prefix: str = "") -> int | float:
@@ -363,38 +371,3 @@ def limited(n: int | None, limit: int | float | None, prefix: str = "") -> int |
             )
         return total if total == math.inf else max(1, int(total * limit))
     return min(total, limit)
-
-
-def val_check_batch(trainer: Trainer, validates: bool) -> int:
-    """Lightning's ``val_check_batch`` for fit's current epoch: validate after every n-th training
-    batch (0: none in this epoch's batches; an unsized loader's epoch validates at its end)."""
-    every, interval, batches = trainer.check_val_every_n_epoch, trainer.val_check_interval, trainer.num_training_batches
-    if not validates or (every is not None and (trainer.state.current_epoch + 1) % every != 0):
-        return 0
-    if every is None and interval is None:  # no schedule at all (Lightning refuses this pair)
-        return 0
-    if isinstance(interval, int):
-        return interval
-    return 0 if batches == math.inf else max(1, int(batches * (1.0 if interval is None else interval)))
-
-
-def check_val_interval(trainer: Trainer) -> None:
-    """``val_check_interval`` against the epoch's length, once fit knows it (Lightning's checks)."""
-    interval, batches = trainer.val_check_interval, trainer.num_training_batches
-    if trainer.limit_val_batches == 0:
-        return
-    if isinstance(interval, float) and interval != 1.0 and batches == math.inf:
-        raise ValueError(
-            f"val_check_interval={interval!r} is a fraction of an epoch, and the training loader has no length "
-            "(an IterableDataset or a stream), so the fraction is unknown. Pass a number of batches instead, "
-            "e.g. val_check_interval=1000, with check_val_every_n_epoch=None for a stream that never ends."
-        )
-    if isinstance(interval, int) and interval > batches and trainer.check_val_every_n_epoch is not None:
-        raise ValueError(
-            f"`val_check_interval` ({interval}) must be less than or equal to the number of the training batches ({batches}). "
-            f"val_check_interval={interval!r} is more batches than an epoch has ({batches} training batches"
-            + (f", with limit_train_batches={trainer.limit_train_batches!r}" if trainer.limit_train_batches is not None else "")
-            + "), so validation would never run within an epoch. Pass at most "
-            f"{batches}, a fraction such as 0.5, or check_val_every_n_epoch=None to validate every "
-            f"{interval} batches of a run whose epochs never end."
-        )

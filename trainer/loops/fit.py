@@ -18,8 +18,8 @@ from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, describe_fit, loader_length, uniform_batches
 from trainer.data.pipeline import BatchPipeline, batch_transfer
 from trainer.loops import dataloader_iter
-from trainer.loops.evaluation import evaluation_loop, sanity_check, val_check_batch
-from trainer.loops.fit_loaders import FitLoaders, no_batches
+from trainer.loops.evaluation import evaluation_loop, sanity_check
+from trainer.loops.fit_loaders import FitLoaders, no_batches, val_check_batch
 from trainer.loops.run import start, stage_hooks, use_run_folder
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.loops.optimization.manual import check_manual

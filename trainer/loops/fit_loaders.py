@@ -14,7 +14,7 @@ from trainer.data.loaders import (
     LOADER_METHOD, Loaders, check_train_mode, defines, overfit_loader, overfit_loaders, stage_loader,
     train_combined, warn_spawned_workers,
 )
-from trainer.loops.evaluation import check_val_interval, limited
+from trainer.loops.evaluation import limited
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
@@ -131,3 +131,38 @@ def no_batches(loader: Any, epoch: int, endless: bool) -> None:
     if endless:
         raise ValueError(f"{message} With no max_epochs, fit would never end.")
     warnings.warn(f"{message} The epoch is skipped (Lightning's).", UserWarning, stacklevel=4)
+
+
+def val_check_batch(trainer: Trainer, validates: bool) -> int:
+    """Lightning's ``val_check_batch`` for fit's current epoch: validate after every n-th training
+    batch (0: none in this epoch's batches; an unsized loader's epoch validates at its end)."""
+    every, interval, batches = trainer.check_val_every_n_epoch, trainer.val_check_interval, trainer.num_training_batches
+    if not validates or (every is not None and (trainer.state.current_epoch + 1) % every != 0):
+        return 0
+    if every is None and interval is None:  # no schedule at all (Lightning refuses this pair)
+        return 0
+    if isinstance(interval, int):
+        return interval
+    return 0 if batches == math.inf else max(1, int(batches * (1.0 if interval is None else interval)))
+
+
+def check_val_interval(trainer: Trainer) -> None:
+    """``val_check_interval`` against the epoch's length, once fit knows it (Lightning's checks)."""
+    interval, batches = trainer.val_check_interval, trainer.num_training_batches
+    if trainer.limit_val_batches == 0:
+        return
+    if isinstance(interval, float) and interval != 1.0 and batches == math.inf:
+        raise ValueError(
+            f"val_check_interval={interval!r} is a fraction of an epoch, and the training loader has no length "
+            "(an IterableDataset or a stream), so the fraction is unknown. Pass a number of batches instead, "
+            "e.g. val_check_interval=1000, with check_val_every_n_epoch=None for a stream that never ends."
+        )
+    if isinstance(interval, int) and interval > batches and trainer.check_val_every_n_epoch is not None:
+        raise ValueError(
+            f"`val_check_interval` ({interval}) must be less than or equal to the number of the training batches ({batches}). "
+            f"val_check_interval={interval!r} is more batches than an epoch has ({batches} training batches"
+            + (f", with limit_train_batches={trainer.limit_train_batches!r}" if trainer.limit_train_batches is not None else "")
+            + "), so validation would never run within an epoch. Pass at most "
+            f"{batches}, a fraction such as 0.5, or check_val_every_n_epoch=None to validate every "
+            f"{interval} batches of a run whose epochs never end."
+        )

@@ -22,6 +22,7 @@ from callbacks.base import Callback
 from strategies.precision import Precision
 
 from trainer.checkpoint.state_dicts import load_plain_state_dict
+from trainer.core.metrics import log_metric
 from trainer.core.module import overridden
 from trainer.core.seed import seed_everything
 from trainer.core.signals import StopSignals
@@ -158,6 +159,7 @@ def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> 
     _attach(model, trainer, run)
     rank_zero_only.rank = strategy.global_rank
     attach_model_callbacks(trainer, model)
+    _attach_logging(trainer.callbacks)
     # The loggers are written from the LogWriter, after every callback, on global rank 0 only. The
     # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
     logs = trainer.loggers if strategy.is_global_zero else []
@@ -299,6 +301,25 @@ def report(trainer: Trainer, output: Any, weights: dict[str, torch.Tensor]) -> d
         "profiler": trainer.profiler,  # what rank 0 recorded
         "batches": (run.num_training_batches, run.num_val_batches, run.num_test_batches),
     }
+
+
+def _attach_logging(callbacks: list[Callback]) -> None:
+    """``self.log``/``self.log_dict`` in a callback's hooks log as the module's do (Lightning gives
+    each callback the module's). Plain functions, not the module's bound methods: a callback
+    copied or pickled does not take the model along. A callback's own ``log`` (a method, or an
+    attribute such as a list it records into) is kept."""
+    for cb in callbacks:
+        if not hasattr(cb, "log"):
+            cb.log = log_metric
+        if not hasattr(cb, "log_dict"):
+            cb.log_dict = _log_dict
+
+
+def _log_dict(dictionary: Any, **options: Any) -> None:
+    if not hasattr(dictionary, "items"):
+        raise TypeError(f"self.log_dict({dictionary!r:.80}) takes a dict of name -> value (or a MetricCollection).")
+    for name, value in dictionary.items():
+        log_metric(name, value, **options)
 
 
 def absorb(trainer: Trainer, model: TrainModule, datamodule: Any, result: Any) -> Any:

@@ -181,3 +181,25 @@ def test_logging_with_neither_on_step_nor_on_epoch_is_lightnings_error_with_the_
 
     with pytest.raises(MisconfigurationException, match=r"^`self.log\(on_step=False, on_epoch=False\)` is not useful\. .*on_epoch=True"):
         Trainer(**quiet(max_steps=1)).fit(Useless(), loader(32))
+
+
+class _NamedLoader(Classifier):
+    def __init__(self, add_dataloader_idx: bool) -> None:
+        super().__init__()
+        self.add_idx = add_dataloader_idx
+
+    def training_step(self, batch, batch_idx):
+        self.log("foo/dataloader_idx_0", 1.0, add_dataloader_idx=self.add_idx)
+        return super().training_step(batch, batch_idx)
+
+
+def test_lightnings_misconfiguration_for_a_bad_reduce_fx_and_a_name_with_its_loader():
+    from trainer.core.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match=re.escape("Only `self.log(..., reduce_fx={min,max,mean,sum})` are supported.")):
+        Trainer(max_steps=1, **quiet()).fit(_Reduce(), loader(16))
+    with pytest.raises(MisconfigurationException, match="`self.log` with the key `foo/dataloader_idx_0`.*add_dataloader_idx=False"):
+        Trainer(max_steps=1, **quiet()).fit(_NamedLoader(True), loader(16))
+    trainer = Trainer(max_steps=1, **quiet())
+    trainer.fit(_NamedLoader(False), loader(16))  # the user's own name, kept as given
+    assert float(trainer.callback_metrics["foo/dataloader_idx_0"]) == 1.0
