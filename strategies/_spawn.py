@@ -25,7 +25,6 @@ from typing import Any, Callable
 
 import torch
 import torch.multiprocessing as mp
-from torch.multiprocessing.spawn import ProcessRaisedException
 
 from trainer.core.signals import Interrupted
 from trainer.core.seed import SEED_ENV
@@ -49,17 +48,12 @@ def note_failure() -> None:
             f.write(repr(time.time()))
 
 
-class WorkerError(ProcessRaisedException, RuntimeError):
-    """A DDP worker process failed; the message carries its rank and traceback (or signal). It is
-    torch's ``ProcessRaisedException`` (what ``torch.multiprocessing.spawn`` and so Lightning's
-    ``ddp_spawn`` raise), so that code catching that catches it: ``error_index`` is the rank."""
+class WorkerError(mp.ProcessRaisedException, RuntimeError):
+    """A DDP worker failed: its rank (``error_index``) and traceback. torch's exception, as Lightning's ddp_spawn's."""
 
-    def __init__(self, message: str, rank: int) -> None:
-        super().__init__(message, rank, -1)  # the pid: the worker is gone, and the rank names it
+    def __init__(self, message: str, rank: int, pid: int = -1) -> None:  # no pid: the worker is gone, the rank names it
+        super().__init__(message, rank, pid)
         self.rank = rank
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.msg, self.rank)
 
 
 def free_port() -> int:
