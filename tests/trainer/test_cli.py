@@ -313,3 +313,14 @@ def test_a_checkpoint_naming_another_instantiator_is_refused(tmp_path):
 def test_load_from_checkpoint_support_false_records_the_arguments_init_received():
     cli = TrainerCLI(Classifier, args=["--model.hidden=3", "--trainer.log_dir=null"], run=False, load_from_checkpoint_support=False)
     assert dict(cli.model.hparams) == {"features": 8, "hidden": 3, "classes": 2, "dropout": 0.0, "lr": 0.1, "optimizer": "sgd"}
+
+
+def test_the_tensorboard_loggers_summary_writer_arguments_are_options(tmp_path):
+    cli = TrainerCLI(Classifier, run=False, args=[
+        "--trainer.logger=TensorBoardLogger", f"--trainer.logger.save_dir={tmp_path}", "--trainer.logger.max_queue=3",
+        "--trainer.logger.filename_suffix=.cli",
+    ])
+    writer = cli.trainer.logger.experiment  # SummaryWriter's own arguments, as with Lightning's CLI
+    assert writer.max_queue == 3 and writer.filename_suffix == ".cli"
+    cli.trainer.logger.finalize("success")
+    assert any(name.endswith(".cli") for name in os.listdir(cli.trainer.logger.log_dir))
