@@ -108,8 +108,8 @@ class TensorBoardLogger(FolderLogger):
         if self._experiment is None:
             with _without_boto3():  # a local import, written out: jsonargparse follows **kwargs into SummaryWriter
                 from torch.utils.tensorboard import SummaryWriter
-            writer = summary_writer_class(SummaryWriter)  # torch's, with no writer thread (loggers/_event_file.py)
-            self._experiment = writer(log_dir=self.log_dir, purge_step=self._purge_step, **self._kwargs)
+            SummaryWriter = summary_writer_class(SummaryWriter)  # torch's, with no writer thread (_event_file.py)
+            self._experiment = SummaryWriter(log_dir=self.log_dir, purge_step=self._purge_step, **self._kwargs)
             self._purge_step = None
         return self._experiment
 

@@ -48,11 +48,11 @@ def note_failure() -> None:
             f.write(repr(time.time()))
 
 
-class WorkerError(RuntimeError):
-    """A DDP worker process failed; the message carries its rank and traceback (or signal)."""
+class WorkerError(mp.ProcessRaisedException, RuntimeError):
+    """A DDP worker failed: its rank (``error_index``) and traceback. torch's exception, as Lightning's ddp_spawn's."""
 
-    def __init__(self, message: str, rank: int) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, rank: int, pid: int = -1) -> None:  # no pid: the worker is gone, the rank names it
+        super().__init__(message, rank, pid)
         self.rank = rank
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import os
+import pickle
 import subprocess
 import sys
 import time
 
 import pytest
 import torch
+from torch.multiprocessing.spawn import ProcessRaisedException
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import (
     BatchSampler, DataLoader, Dataset, DistributedSampler, RandomSampler, SequentialSampler, WeightedRandomSampler,
@@ -266,8 +268,11 @@ def test_a_batch_sampler_that_cannot_be_sharded_is_refused_with_the_fix(batch_sa
 
 def test_a_rank_that_raises_stops_everything_quickly_with_its_rank_and_traceback():
     trainer = Trainer(strategy="ddp", devices=2, max_epochs=50, **quiet())
-    with pytest.raises(WorkerError) as info:
+    # torch's ProcessRaisedException, which Lightning's ddp_spawn raises and its users catch
+    with pytest.raises(ProcessRaisedException, match="the disk ate my batch") as info:
         trainer.fit(FailsAtStep3(), loader(n=64, batch_size=4))
+    assert isinstance(info.value, WorkerError) and info.value.error_index == 1
+    assert pickle.loads(pickle.dumps(info.value)).rank == 1
     raised_at = time.time()
     with open("failed_at") as f:
         failed_at = float(f.read())

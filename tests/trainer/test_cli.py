@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from tests._models import Classifier
+from trainer import TrainModule
 from trainer.cli import LightningCLI, TrainerCLI
 
 @pytest.fixture(autouse=True)
@@ -267,3 +268,59 @@ def test_a_good_ckpt_path_gives_the_model_its_hyperparameters(tmp_path):
     with pytest.raises(Stop):
         CLI(Classifier, args=["test", f"--ckpt_path={tmp_path / 'good.ckpt'}", "--trainer.log_dir=null"])
     assert built[0].hparams.hidden == 12 and built[0].net[0].out_features == 12
+
+
+class Injected(WithLoaders):
+    """A module given objects by the command line: an activation module and an optimizer factory."""
+
+    def __init__(self, activation: torch.nn.Module | None = None, optimizer: Callable[..., torch.optim.Optimizer] = torch.optim.SGD,
+                 hidden: int = 16) -> None:
+        super().__init__(hidden=hidden)
+        self.save_hyperparameters()
+        self.activation, self.make_optimizer = activation or torch.nn.ReLU(), optimizer
+
+    def configure_optimizers(self):
+        return self.make_optimizer(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("subclass_mode", [False, True])
+def test_a_module_the_cli_built_loads_from_its_checkpoint_with_the_objects_it_was_given(subclass_mode):
+    model_args = ["--model=tests.trainer.test_cli.Injected"] if subclass_mode else []
+    cli = TrainerCLI(Injected, subclass_mode_model=subclass_mode, auto_configure_optimizers=False, args=[
+        "fit", *model_args, "--model.activation=torch.nn.LeakyReLU", "--model.activation.negative_slope=0.2",
+        "--model.optimizer=torch.optim.Adam", "--model.hidden=5", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
+    ])
+    path = cli.trainer.checkpoint_callback.best_model_path
+    saved = torch.load(path, weights_only=True)["hyper_parameters"]  # plain data: the config, with class paths
+    assert saved["_instantiator"] == "trainer.cli.instantiate_module" and saved["hidden"] == 5
+    assert saved["activation"] == {"class_path": "torch.nn.LeakyReLU", "init_args": {"negative_slope": 0.2, "inplace": False}}
+    assert ("_class_path" in saved) is subclass_mode
+    loaded = (TrainModule if subclass_mode else Injected).load_from_checkpoint(path)
+    assert type(loaded) is Injected and loaded.net[0].out_features == 5
+    assert isinstance(loaded.activation, torch.nn.LeakyReLU) and loaded.activation.negative_slope == 0.2
+    assert isinstance(loaded.configure_optimizers(), torch.optim.Adam)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), cli.model.state_dict().values()))
+
+
+def test_a_checkpoint_naming_another_instantiator_is_refused(tmp_path):
+    model = Classifier()
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": model.state_dict(), "hyper_parameters": {"_instantiator": "os.system"}}, path)
+    with pytest.raises(ValueError, match=r"The instantiator 'os.system' from the checkpoint is not in the allowlist"):
+        Classifier.load_from_checkpoint(path)
+
+
+def test_load_from_checkpoint_support_false_records_the_arguments_init_received():
+    cli = TrainerCLI(Classifier, args=["--model.hidden=3", "--trainer.log_dir=null"], run=False, load_from_checkpoint_support=False)
+    assert dict(cli.model.hparams) == {"features": 8, "hidden": 3, "classes": 2, "dropout": 0.0, "lr": 0.1, "optimizer": "sgd"}
+
+
+def test_the_tensorboard_loggers_summary_writer_arguments_are_options(tmp_path):
+    cli = TrainerCLI(Classifier, run=False, args=[
+        "--trainer.logger=TensorBoardLogger", f"--trainer.logger.save_dir={tmp_path}", "--trainer.logger.max_queue=3",
+        "--trainer.logger.filename_suffix=.cli",
+    ])
+    writer = cli.trainer.logger.experiment  # SummaryWriter's own arguments, as with Lightning's CLI
+    assert writer.max_queue == 3 and writer.filename_suffix == ".cli"
+    cli.trainer.logger.finalize("success")
+    assert any(name.endswith(".cli") for name in os.listdir(cli.trainer.logger.log_dir))

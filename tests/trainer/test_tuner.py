@@ -92,9 +92,13 @@ def test_a_search_leaves_no_trace(tmp_path):
     before, rng = weights(model), torch.get_rng_state()
     tuner = Tuner(trainer)
     tuner.lr_find(model, num_training=20)
+    assert model.trainer is trainer
+    model.trainer = None
     tuner.scale_batch_size(model, max_trials=4)
     assert same(weights(model), before) and torch.equal(torch.get_rng_state(), rng)
-    assert model.training and model._trainer is None  # attached to no Trainer, as before
+    # As after Lightning's tuner: attached to the user's Trainer (not the search's copy), so that
+    # model.logger is the Trainer's logger; the copy's run left nothing on it.
+    assert model.training and model.trainer is trainer and model.logger is trainer.logger is not None
     assert (trainer.global_step, trainer.current_epoch, trainer.optimizer, trainer.callback_metrics) == (0, 0, None, {})
     assert trainer.callbacks == callbacks_before and [cb.state_dict() for cb in trainer.callbacks] == states_before
     assert os.listdir(tmp_path) == []  # no TensorBoard run, no checkpoint

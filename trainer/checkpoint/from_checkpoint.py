@@ -106,17 +106,26 @@ def _literal(text: str) -> Any:
 
 def _build(cls: type, path: str, ckpt: dict[str, Any], saved: dict[str, Any], kwargs: dict[str, Any], recorded: bool) -> Any:
     """``cls(**hyperparameters)``: the ones ``__init__`` takes (all of them if it takes
-    ``**kwargs``); a dict given to ``save_hyperparameters`` goes back to its argument."""
+    ``**kwargs``); a dict given to ``save_hyperparameters`` goes back to its argument. A module
+    the command line built (``_instantiator``) is rebuilt from its config by :func:`instantiate_module`."""
     params = inspect.signature(cls.__init__).parameters
     names = [n for i, (n, p) in enumerate(params.items()) if i and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     name = ckpt.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)
     loaded = {name: saved} if name and name in names else dict(saved)
     arguments = {**loaded, **kwargs}
-    if not takes_any:
+    instantiator = arguments.pop("_instantiator", None)
+    if instantiator is not None and instantiator not in INSTANTIATORS:
+        raise ValueError(
+            f"The instantiator {instantiator!r} from the checkpoint is not in the allowlist of trusted instantiators "
+            "and was blocked to prevent arbitrary code execution. Only the command line's is taken "
+            f"({', '.join(sorted(INSTANTIATORS))}): build the model yourself and load its weights with "
+            "model.load_state_dict(trainer.checkpoint.load(path)['state_dict'])."
+        )
+    if not takes_any and not (instantiator and "_class_path" in arguments):  # else the subclass named takes them
         arguments = {k: v for k, v in arguments.items() if k in names}
     try:
-        return cls(**arguments)
+        return instantiate_module(cls, arguments) if instantiator else cls(**arguments)
     except TypeError as err:
         missing = [k for k in layout.ours(ckpt).get("hparams_left_out", []) if k not in kwargs]
         if missing:
@@ -134,6 +143,48 @@ def _build(cls: type, path: str, ckpt: dict[str, Any], saved: dict[str, Any], kw
             "self.save_hyperparameters() in __init__ so that checkpoints record them, or pass them "
             f"here: {cls.__name__}.load_from_checkpoint(path, <argument>=...)."
         ) from None
+
+
+# What the command line writes as ``_instantiator`` into the hyperparameters of a module it built, and the
+# names a checkpoint may give (Lightning's CLI's too): each means instantiate_module below. Any other name
+# is refused: a checkpoint never names code that runs.
+INSTANTIATOR = "trainer.cli.instantiate_module"
+INSTANTIATORS = frozenset({INSTANTIATOR, "lightning.pytorch.cli.instantiate_module", "pytorch_lightning.cli.instantiate_module"})
+JSONARGPARSE_INSTALL = 'pip install "jsonargparse[signatures]>=4.27" (or the extra: pip install ".[cli]")'
+
+
+def safe_jsonargparse() -> Any:
+    """jsonargparse, set up as the command line uses it: a class path naming os.system,
+    subprocess.*, pickle.loads... (its import block list) is an error, not a warning
+    (enforcement is off by default until jsonargparse 5, and giving a list turns it on)."""
+    import jsonargparse
+
+    jsonargparse.register_unresolvable_import_paths(torch)  # torch's classes report import paths that do not import
+    if "import_path_denylist" in inspect.signature(jsonargparse.set_parsing_settings).parameters:
+        jsonargparse.set_parsing_settings(import_path_denylist=[])
+    return jsonargparse
+
+
+def instantiate_module(class_type: type, config: dict[str, Any]) -> Any:
+    """``class_type`` (or the subclass of it that ``config["_class_path"]`` names) built from the
+    command line's config that a checkpoint recorded, as the command line built it: the objects it
+    injected rebuilt from their class paths, under jsonargparse's import block list."""
+    try:
+        jsonargparse = safe_jsonargparse()
+    except ImportError:
+        raise ModuleNotFoundError(
+            f"{class_type.__name__} was configured by the command line, and rebuilding it from its checkpoint "
+            f"needs jsonargparse, which is not installed: {JSONARGPARSE_INSTALL}."
+        ) from None
+    parser = jsonargparse.ArgumentParser(exit_on_error=False)
+    if "_class_path" in config:
+        parser.add_subclass_arguments(class_type, "module", fail_untyped=False)
+        config = {"class_path": config["_class_path"], "dict_kwargs": {k: v for k, v in config.items() if k != "_class_path"}}
+    else:
+        parser.add_class_arguments(class_type, "module", fail_untyped=False)
+    parsed = parser.parse_object({"module": config})
+    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in 4.49
+    return instantiate(parsed).module
 
 
 CHECKPOINT_READER.append(load_from_checkpoint)  # TrainModule's and DataModule's load_from_checkpoint call it

@@ -18,6 +18,7 @@ is built. The parts: ``parser.py`` (LightningArgumentParser), ``save_config.py``
 """
 
 from trainer.cli.command import LightningCLI, TrainerCLI
+from trainer.cli.instantiator import instantiate_module
 from trainer.cli.parser import (
     ArgsType, LightningArgumentParser, LRSchedulerCallable, LRSchedulerTypeTuple, OptimizerCallable, ReduceLROnPlateau,
     instantiate_class,
@@ -26,5 +27,5 @@ from trainer.cli.save_config import SaveConfigCallback
 
 __all__ = [
     "ArgsType", "LRSchedulerCallable", "LRSchedulerTypeTuple", "LightningArgumentParser", "LightningCLI", "OptimizerCallable",
-    "ReduceLROnPlateau", "SaveConfigCallback", "TrainerCLI", "instantiate_class",
+    "ReduceLROnPlateau", "SaveConfigCallback", "TrainerCLI", "instantiate_class", "instantiate_module",
 ]

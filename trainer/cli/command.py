@@ -27,6 +27,7 @@ from trainer.checkpoint.files import CheckpointError, load
 from trainer.cli.parser import (
     LightningArgumentParser, LRSchedulerTypeTuple, ReduceLROnPlateau, instantiate_class, need_jsonargparse, with_class_path,
 )
+from trainer.cli.instantiator import RecordsConfig, module_type
 from trainer.cli.save_config import SaveConfigCallback
 from trainer.core.datamodule import DataModule
 from trainer.core.exceptions import MisconfigurationException
@@ -83,6 +84,11 @@ class TrainerCLI:
         self._parse_ckpt_path()
         self.subcommand = self.config["subcommand"] if run else None
         self._set_seed()
+        self.config_dump: dict[str, Any] | None = None
+        self._instantiators = [  # save_hyperparameters() records the config: load_from_checkpoint rebuilds from it
+            (RecordsConfig(self, "model"), module_type(self._model_class), self.subclass_mode_model),
+            (RecordsConfig(self, "data"), module_type(self._datamodule_class), self.subclass_mode_data),
+        ] if load_from_checkpoint_support else []
         self.before_instantiate_classes()
         self.instantiate_classes()
         self.after_instantiate_classes()
@@ -223,8 +229,12 @@ class TrainerCLI:
         """Builds the DataModule, the model (with ``configure_optimizers`` from ``--optimizer``) and the Trainer."""
         parser = self._parser(self.subcommand)
         try:
-            instantiate = getattr(self.parser, "instantiate", None) or self.parser.instantiate_classes  # renamed in 4.49
-            self.config_init = instantiate(self.config)
+            if hasattr(self.parser, "instantiate"):  # 4.49 on
+                self.config_init = self.parser.instantiate(self.config, instantiators=self._instantiators)
+            else:
+                for instantiator in self._instantiators:
+                    self.parser.add_instantiator(*instantiator)
+                self.config_init = self.parser.instantiate_classes(self.config)
         except (ValueError, TypeError) as err:  # the classes' own checks: a bad value still exits 2, with its sentence
             parser.error(str(err))
         self.datamodule = self._get(self.config_init, "data")

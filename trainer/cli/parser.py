@@ -4,7 +4,6 @@ DataModule's, an optimizer's and a scheduler's arguments, as Lightning's ``Light
 from __future__ import annotations
 
 import importlib
-import inspect
 from typing import Any, Callable, Iterable, Union
 
 import torch
@@ -12,23 +11,21 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from callbacks.base import Callback
+from trainer.checkpoint.from_checkpoint import JSONARGPARSE_INSTALL, safe_jsonargparse
 from trainer.core.datamodule import DataModule
 from trainer.core.exceptions import MisconfigurationException
 from trainer.core.module import TrainModule
 
-INSTALL = 'pip install "jsonargparse[signatures]>=4.27" (or the extra: pip install ".[cli]")'
+INSTALL = JSONARGPARSE_INSTALL
 
 try:  # an optional extra: without it, this module imports and building a parser says what to install
-    import jsonargparse
     from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, class_from_function
 
     import yaml  # jsonargparse's own dependency
 
-    jsonargparse.register_unresolvable_import_paths(torch)  # torch's classes report import paths that do not import
     # A config naming os.system, subprocess.*, pickle.loads... (jsonargparse's import block list) is an
-    # error, not a warning: enforcement is off by default until jsonargparse 5, and giving a list turns it on.
-    if "import_path_denylist" in inspect.signature(jsonargparse.set_parsing_settings).parameters:
-        jsonargparse.set_parsing_settings(import_path_denylist=[])
+    # error, not a warning; the same settings rebuild a module from a checkpoint (trainer.checkpoint.from_checkpoint).
+    safe_jsonargparse()
     JSONARGPARSE = True
 except ImportError:
     ArgumentParser = Namespace = object  # type: ignore[assignment,misc]

@@ -11,12 +11,14 @@ says which arguments to pass.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import inspect
 import types
 import warnings
-from typing import Any, Callable, Iterable
+from contextvars import ContextVar
+from typing import Any, Callable, Iterable, Iterator
 
 from torch import nn
 
@@ -60,6 +62,24 @@ def _keep_shared(value: Any) -> bool:
     return not is_plain(value)
 
 
+# (class being built, the hyperparameters its save_hyperparameters records): set by given_hyperparameters
+_GIVEN: ContextVar[tuple[type, dict[str, Any]] | None] = ContextVar("given_hyperparameters", default=None)
+
+
+@contextlib.contextmanager
+def given_hyperparameters(cls: type, hparams: dict[str, Any], instantiator: str) -> Iterator[None]:
+    """While ``cls`` is built in this block, its ``save_hyperparameters()`` records ``hparams``
+    and ``_instantiator`` (the name of the function ``load_from_checkpoint`` rebuilds it with)
+    instead of the arguments ``__init__`` received: the command line's config, plain data with
+    class paths where it injected objects, so that a checkpoint keeps all of it. Other classes
+    built meanwhile (its submodules) record their own arguments."""
+    token = _GIVEN.set((cls, {**hparams, "_instantiator": instantiator}))
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
 class HyperparametersMixin:
     """``save_hyperparameters``, ``hparams`` and ``hparams_initial`` (the module and the DataModule)."""
 
@@ -79,7 +99,10 @@ class HyperparametersMixin:
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
         ignored = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        if dataclasses.is_dataclass(self):  # called from __post_init__: the fields __init__ takes
+        given_by = _GIVEN.get()
+        if given_by is not None and type(self) is given_by[0]:  # built by the command line: its config
+            init_args = dict(given_by[1])
+        elif dataclasses.is_dataclass(self):  # called from __post_init__: the fields __init__ takes
             init_args = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         else:
             init_args = _init_args(self, frame)

@@ -82,6 +82,7 @@ NAMES: dict[str, str] = {
     "lightning.pytorch.cli.LRSchedulerCallable": "trainer.cli.LRSchedulerCallable",
     "lightning.pytorch.cli.LRSchedulerTypeTuple": "trainer.cli.LRSchedulerTypeTuple",
     "lightning.pytorch.cli.instantiate_class": "trainer.cli.instantiate_class",
+    "lightning.pytorch.cli.instantiate_module": "trainer.cli.instantiate_module",
     "lightning.pytorch.utilities.rank_zero_only": "trainer.rank_zero_only",
     "lightning.pytorch.utilities.rank_zero_info": "trainer.rank_zero_info",
     "lightning.pytorch.utilities.rank_zero_warn": "trainer.rank_zero_warn",

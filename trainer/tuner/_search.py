@@ -58,10 +58,12 @@ def quiet_fit() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def leaves_no_trace(model: torch.nn.Module, *loaders: Any) -> Iterator[None]:
+def leaves_no_trace(model: torch.nn.Module, *loaders: Any, attach: Trainer | None = None) -> Iterator[None]:
     """Everything a search changes is put back on the way out, error or not: the model's
     weights and buffers (copied on their device), each module's train/eval mode, the model's
-    trainer, every RNG, and the generators of the loaders given."""
+    trainer, every RNG, and the generators of the loaders given. ``attach``: the model leaves
+    attached to that Trainer (the user's), as after Lightning's tuner, whose search runs on it:
+    ``model.logger`` is then the Trainer's logger."""
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     modes = [m.training for m in model.modules()]
     owner = getattr(model, "_trainer", None)
@@ -74,7 +76,10 @@ def leaves_no_trace(model: torch.nn.Module, *loaders: Any) -> Iterator[None]:
             model.load_state_dict(weights)
         for m, mode in zip(model.modules(), modes):
             m.training = mode
-        model._trainer = owner
+        if attach is not None and hasattr(type(model), "trainer"):
+            model.trainer = attach  # the module's public setter: its TrainModule children too
+        else:
+            model._trainer = owner
         set_rng_state(rng)
         for loader, states in zip(loaders, generators):
             set_generator_states(loader, states)

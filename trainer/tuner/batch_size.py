@@ -94,7 +94,7 @@ def scale_batch_size(
     if not callable(getattr(owner, METHODS[method], None)):
         raise MisconfigurationException(f"scale_batch_size(method={method!r}) needs {type(owner).__name__}.{METHODS[method]}() to build the loader.")
     search = Search(trainer, model, datamodule, method, places, batch_arg_name, steps_per_trial, val_dataloaders)
-    with leaves_no_trace(model):
+    with leaves_no_trace(model, attach=trainer):
         size, _ = search.adjust(value=init_val)
         size = _power(search, size, max_trials, max_val) if mode == "power" else _binsearch(search, size, max_trials, margin, max_val)
     log.info("Finished batch size finder, will continue with full run using batch size %d", size)

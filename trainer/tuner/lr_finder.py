@@ -189,7 +189,7 @@ def lr_find(
     finder = LRFinder(mode, float(min_lr), float(max_lr), num_training)
     probe = _RangeTest(finder, early_stop_threshold)
     search = search_trainer(trainer, [probe], num_training)
-    with leaves_no_trace(model, train_dataloaders, val_dataloaders), quiet_fit():
+    with leaves_no_trace(model, train_dataloaders, val_dataloaders, attach=trainer), quiet_fit():
         search.fit(model, train_dataloaders, val_dataloaders, datamodule)
     steps = len(finder.results["lr"])
     if steps < num_training:
