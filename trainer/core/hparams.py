@@ -16,6 +16,7 @@ import dataclasses
 import inspect
 import types
 import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any, Iterable
 
 from torch import nn
@@ -80,8 +81,8 @@ class HyperparametersMixin:
         # Lightning's hparams_name, which load_from_checkpoint reads: "kwargs" for arguments by name,
         # else the name of the argument that held the dict given.
         self._hparams_name = "kwargs"
-        if len(args) == 1 and isinstance(args[0], (dict, argparse.Namespace)):
-            given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else dict(args[0])
+        if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):  # an OmegaConf DictConfig too
+            given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else _plain_mapping(args[0])
             self._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
         elif args:
             others = [a for a in args if not isinstance(a, str)]
@@ -143,14 +144,17 @@ class HyperparametersMixin:
 
 
 def _init_args(obj: Any, frame: types.FrameType | None) -> dict[str, Any]:
-    """The arguments of the ``__init__`` calls of ``obj`` on the stack from ``frame`` up (the
-    base class's first, so that the subclass's values win)."""
+    """The arguments of the ``__init__`` calls of ``obj`` on the stack from ``frame`` up, the outer
+    ones winning (a subclass's value over what it passed its base), as Lightning collects them. Like
+    Lightning's, the walk goes on through the ``__init__`` of another module or DataModule that is
+    building this one (``self.child = Child(...)`` in a parent's ``__init__``, which calls ``super()``):
+    the parent's arguments join the child's."""
     chain = []
-    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
+    while frame is not None and frame.f_code.co_name == "__init__" and _builds(frame.f_locals.get("self"), obj, frame):
         chain.append(frame)
         frame = frame.f_back
     out: dict[str, Any] = {}
-    for f in reversed(chain):
+    for f in chain:
         info = inspect.getargvalues(f)
         for name in info.args[1:]:
             out[name] = info.locals[name]
@@ -161,6 +165,23 @@ def _init_args(obj: Any, frame: types.FrameType | None) -> dict[str, Any]:
     for k in ("__class__", "frame"):
         out.pop(k, None)
     return out
+
+
+def _plain_mapping(mapping: Mapping) -> dict[str, Any]:
+    """A mapping's items as a dict, nested mappings and sequences too (an OmegaConf config as its plain items)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping) and type(value) is not dict:
+            return _plain_mapping(value)
+        if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return {k: plain(v) for k, v in mapping.items()}
+
+
+def _builds(owner: Any, obj: Any, frame: types.FrameType) -> bool:
+    return owner is obj or (isinstance(owner, HyperparametersMixin) and "__class__" in frame.f_locals)
 
 
 def is_plain(value: Any) -> bool:
