@@ -162,13 +162,13 @@ class Precision:
         self.scaler.step(optimizer)
         self.scaler.update()
 
-    def step_only(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> None:
+    def step_only(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> Any:
         """Step without updating the scale: several optimizers step, then one ``update()``.
-        ``kwargs`` go to the optimizer's ``step`` (``opt.step(optim="sgd")`` under manual optimization)."""
+        ``kwargs`` go to the optimizer's ``step`` (``opt.step(optim="sgd")`` under manual optimization);
+        returns what that ``step`` returned (None where the scaler skipped it)."""
         if self.scaler is None:
-            optimizer.step(**kwargs)
-        else:
-            self.scaler.step(optimizer, **kwargs)
+            return optimizer.step(**kwargs)
+        return self.scaler.step(optimizer, **kwargs)
 
     def update(self) -> None:
         if self.scaler is not None:
