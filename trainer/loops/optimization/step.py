@@ -103,7 +103,7 @@ class StepSequence:
         own = run.opt.own
         if clipping == "model" and "configure_gradient_clipping" in own:  # the model clips (self.clip_gradients) or not
             own["configure_gradient_clipping"](optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        elif clipping is not None and trainer.gradient_clip_val is not None:
+        elif clipping is not None and trainer.gradient_clip_val:  # None or 0: no clipping
             params = [p for g in optimizer.param_groups for p in g["params"]]
             run.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm or "norm")
 
