@@ -4,8 +4,9 @@ DataModule, as Lightning has them; and what of them a checkpoint can keep.
 A checkpoint is loaded with ``weights_only=True`` (no code in the file runs), so it keeps only
 plain data: numbers, strings, None, and lists, tuples and dicts of them. Anything else (an
 ``nn.Module``, a ``functools.partial`` of an optimizer, a class) stays in ``self.hparams`` in
-memory and is left out of the file, named once in a warning; ``load_from_checkpoint`` then
-says which arguments to pass.
+memory and is left out of the file's hyperparameters, named once in a warning; ``load_from_checkpoint``
+then says which arguments to pass. Those that pickle are also kept as bytes (inert to such a load), which
+``load_from_checkpoint(path, weights_only=False)`` unpickles, as Lightning rebuilds them.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import argparse
 import copy
 import dataclasses
 import inspect
+import io
+import pickle
 import types
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Iterable
 
+import torch
 from torch import nn
 
 
@@ -221,6 +225,23 @@ def checkpoint_hparams(owner: Any) -> tuple[dict[str, Any], list[str]]:
             UserWarning, stacklevel=2,
         )
     return kept, left_out
+
+
+def pickled_hparams(owner: Any, names: list[str]) -> dict[str, bytes]:
+    """The left-out hyperparameters ``names`` (a network passed to ``__init__``), each pickled by ``torch.save``
+    into bytes, for ``load_from_checkpoint(path, weights_only=False)``, which rebuilds them as Lightning does. As
+    bytes they are inert data to a ``weights_only=True`` load (the default); one that cannot be pickled (a
+    lambda, a local class) is left out, and ``load_from_checkpoint`` asks for it."""
+    hparams = owner.__dict__.get("_hparams") or {}
+    blobs = {}
+    for name in names:
+        buffer = io.BytesIO()
+        try:
+            torch.save(hparams[name], buffer)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            continue
+        blobs[name] = buffer.getvalue()
+    return blobs
 
 
 def _numpy_number(value: Any) -> bool:

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainer import TrainModule
+from tests._models import quiet
+from trainer import Trainer, TrainModule
 from trainer.checkpoint.files import CheckpointError
 
 
@@ -45,3 +46,38 @@ def test_by_default_such_a_file_is_refused_before_any_code_in_it_runs(tmp_path):
     _lightnings_file(tmp_path / "lightning.ckpt")
     with pytest.raises(CheckpointError, match="weights_only=False"):
         Wrapper.load_from_checkpoint(tmp_path / "lightning.ckpt")
+
+
+class Trained(Wrapper):
+    def training_step(self, batch, batch_idx):
+        return self(batch[0]).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _our_file(tmp_path) -> tuple[Trained, str]:
+    model = Trained(nn.Linear(3, 2), lr=0.5)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3)), batch_size=4)
+    trainer = Trainer(max_steps=2, **quiet())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        trainer.fit(model, data)
+        trainer.save_checkpoint(tmp_path / "ours.ckpt")
+    return model, str(tmp_path / "ours.ckpt")
+
+
+def test_our_checkpoint_rebuilds_a_network_passed_to_init_when_weights_only_false_is_asked_for(tmp_path):
+    trained, path = _our_file(tmp_path)
+    loaded = Trained.load_from_checkpoint(path, weights_only=False)
+    assert isinstance(loaded.net, nn.Linear) and loaded.net is not trained.net and loaded.hparams.lr == 0.5
+    assert torch.equal(loaded.net.weight, trained.net.weight)
+    assert torch.load(path, weights_only=True)["hyper_parameters"] == {"lr": 0.5}  # the default load stays safe
+
+
+def test_by_default_our_checkpoint_asks_for_the_network_and_takes_it(tmp_path):
+    trained, path = _our_file(tmp_path)
+    with pytest.raises(TypeError, match=r"left out 'net'.*load_from_checkpoint\(path, net=\.\.\.\)"):
+        Trained.load_from_checkpoint(path)
+    loaded = Trained.load_from_checkpoint(path, net=nn.Linear(3, 2))
+    assert torch.equal(loaded.net.weight, trained.net.weight)
