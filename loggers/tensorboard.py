@@ -190,7 +190,7 @@ class TensorBoardLogger(FolderLogger):
             from trainer.data.batches import move_to_device
 
             input_array = move_to_device(input_array, device)
-        from trainer.core.module import jit_tracing
+        from trainer.core.export import jit_tracing
 
         with jit_tracing(), warnings.catch_warnings():  # add_graph traces with torch.jit, which torch now calls deprecated
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")

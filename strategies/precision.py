@@ -16,6 +16,7 @@ from trainer.data.batches import apply_to_tensors
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
 _ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed", "64": "64-true"}
 _TRUE_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}
+_CONVERT = {torch.bfloat16: "bfloat16", torch.float16: "half", torch.float64: "double"}
 _NOT_SUPPORTED = ("transformer-engine", "transformer-engine-float16", "16-mixed-deepspeed")
 
 
@@ -133,10 +134,15 @@ class Precision:
             return _default_dtype(self.param_dtype)
         return torch.autocast(self.device_type, dtype=self.dtype)
 
+    def module_init_context(self) -> contextlib.AbstractContextManager:
+        """Lightning's: what ``configure_model`` builds under a true precision is made in its dtype."""
+        return contextlib.nullcontext() if self.param_dtype is None else _default_dtype(self.param_dtype)
+
     def convert_module(self, module: torch.nn.Module) -> None:
-        """A true precision: the parameters and floating-point buffers in its dtype (in place)."""
+        """A true precision: the parameters and floating-point buffers in its dtype (in place). Complex
+        buffers are left as they are (``module.to(torch.float64)`` would drop their imaginary part)."""
         if self.param_dtype is not None:
-            module.to(self.param_dtype)
+            getattr(module, _CONVERT[self.param_dtype])()  # .double(), .half(), .bfloat16(): floating tensors only
 
     def convert_batches(self, batches: Iterable[Any]) -> Iterable[Any]:
         """A true precision: each batch's floating-point tensors in its dtype; else ``batches`` as they are.
@@ -176,13 +182,13 @@ class Precision:
         self.scaler.step(optimizer)
         self.scaler.update()
 
-    def step_only(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> None:
+    def step_only(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> Any:
         """Step without updating the scale: several optimizers step, then one ``update()``.
-        ``kwargs`` go to the optimizer's ``step`` (``opt.step(optim="sgd")`` under manual optimization)."""
+        ``kwargs`` go to the optimizer's ``step`` (``opt.step(optim="sgd")`` under manual optimization);
+        returns what that ``step`` returned (None where the scaler skipped it)."""
         if self.scaler is None:
-            optimizer.step(**kwargs)
-        else:
-            self.scaler.step(optimizer, **kwargs)
+            return optimizer.step(**kwargs)
+        return self.scaler.step(optimizer, **kwargs)
 
     def update(self) -> None:
         """Update the scale after the steps of one round (manual optimization: once per batch)."""

@@ -170,7 +170,8 @@ def configure(o: dict[str, Any]) -> Configured:
     if clip_val is not None and (isinstance(clip_val, bool) or not isinstance(clip_val, (int, float))):
         raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {clip_val}. gradient_clip_val={clip_val!r}: "
                         "pass a positive number, e.g. 1.0, or None for no clipping.")
-    t.gradient_clip_val = positive_number("gradient_clip_val", clip_val)
+    # 0 is Lightning's "no clipping" too (its precision plugins skip a value <= 0)
+    t.gradient_clip_val = clip_val if clip_val == 0 else positive_number("gradient_clip_val", clip_val)
     algorithm = o["gradient_clip_algorithm"]
     t.gradient_clip_algorithm = None if algorithm is None else one_of(
         "gradient_clip_algorithm", algorithm, ("norm", "value"),

@@ -86,7 +86,7 @@ INVALID: dict[str, list[tuple[Any, tuple[str, ...]]]] = {
     "max_steps": [(0, ("max_steps",)), (-2, ("max_steps",)), (2.0, ("max_steps",))],
     "accumulate_grad_batches": [(0, ("accumulate_grad_batches",)), (1.0, ("accumulate_grad_batches",)),
                                 (-1, ("accumulate_grad_batches",))],
-    "gradient_clip_val": [(0, ("gradient_clip_val",)), (-1.0, ("gradient_clip_val",)),
+    "gradient_clip_val": [(-1.0, ("gradient_clip_val",)),  # 0 is Lightning's "no clipping"
                           (float("nan"), ("gradient_clip_val",)), (float("inf"), ("gradient_clip_val",)),
                           ("1", ("gradient_clip_val",))],
     "gradient_clip_algorithm": [("l2", ("gradient_clip_algorithm",)), ("Norm", ("gradient_clip_algorithm",)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import csv
 import inspect
+import io
 import os
 import warnings
 from typing import Any
@@ -36,6 +37,9 @@ def load_from_checkpoint(
             for past in ("hparams", "module_arguments"):  # where Lightning before 1.0 kept them
                 recorded.update(ckpt.get(past) if isinstance(ckpt.get(past), dict) else {})
         recorded.update(ckpt.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
+        if weights_only is False and cls.CHECKPOINT_HYPER_PARAMS_KEY == "hyper_parameters":  # asked for: unpickle
+            for name, blob in (layout.ours(ckpt).get("hparams_pickled") or {}).items():
+                recorded.setdefault(name, torch.load(io.BytesIO(blob), map_location=map_location, weights_only=False))
     saved = {**recorded, **kwargs}
     ckpt[cls.CHECKPOINT_HYPER_PARAMS_KEY] = saved  # what on_load_checkpoint sees, as in Lightning
     obj = _build(cls, path, ckpt, saved, kwargs, bool(recorded))

@@ -78,6 +78,7 @@ def to_file(state: dict[str, Any]) -> dict[str, Any]:
         "strategy": state.get("strategy"),
         "trainer": state.get("trainer", {}),
         "hparams_left_out": state.get("hparams_left_out", []),
+        "hparams_pickled": state.get("hparams_pickled") or {},  # bytes: loaded only with weights_only=False
     }
     if not weights_only:
         ours.update({k: state[k] for k in _OUR_TRAINING_KEYS if k in state})

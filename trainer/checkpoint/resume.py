@@ -27,7 +27,7 @@ from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import load_good
 from trainer.data.pipeline import StartPoint
 from trainer.core.exceptions import misconfigured
-from trainer.core.hparams import checkpoint_hparams
+from trainer.core.hparams import checkpoint_hparams, pickled_hparams
 from trainer.core.module import TrainModule
 from trainer.checkpoint.state_dicts import check_optimizers_fit, check_weights_fit, key_mismatch, optimizer_class
 
@@ -301,6 +301,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         "hparams": hparams,  # the plain ones: weights_only=True loads them
         "hparams_name": getattr(module, "_hparams_name", None),
         "hparams_left_out": left_out,  # load_from_checkpoint asks for these
+        "hparams_pickled": pickled_hparams(module, left_out),  # unless it is given weights_only=False
         **_datamodule_state(run.datamodule),
         "trainer": ckpt_io.plain(trainer.hparams()),
     }

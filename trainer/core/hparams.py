@@ -4,8 +4,9 @@ DataModule, as Lightning has them; and what of them a checkpoint can keep.
 A checkpoint is loaded with ``weights_only=True`` (no code in the file runs), so it keeps only
 plain data: numbers, strings, None, and lists, tuples and dicts of them. Anything else (an
 ``nn.Module``, a ``functools.partial`` of an optimizer, a class) stays in ``self.hparams`` in
-memory and is left out of the file, named once in a warning; ``load_from_checkpoint`` then
-says which arguments to pass.
+memory and is left out of the file's hyperparameters, named once in a warning; ``load_from_checkpoint``
+then says which arguments to pass. Those that pickle are also kept as bytes (inert to such a load), which
+``load_from_checkpoint(path, weights_only=False)`` unpickles, as Lightning rebuilds them.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import io
+import pickle
 import types
 import warnings
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, Callable, Iterable, Iterator
 
+import torch
 from torch import nn
 
 
@@ -109,8 +114,8 @@ class HyperparametersMixin:
         # Lightning's hparams_name, which load_from_checkpoint reads: "kwargs" for arguments by name,
         # else the name of the argument that held the dict given.
         self._hparams_name = "kwargs"
-        if len(args) == 1 and isinstance(args[0], (dict, argparse.Namespace)):
-            given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else dict(args[0])
+        if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):  # an OmegaConf DictConfig too
+            given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else _plain_mapping(args[0])
             self._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
         elif args:
             others = [a for a in args if not isinstance(a, str)]
@@ -172,14 +177,17 @@ class HyperparametersMixin:
 
 
 def _init_args(obj: Any, frame: types.FrameType | None) -> dict[str, Any]:
-    """The arguments of the ``__init__`` calls of ``obj`` on the stack from ``frame`` up (the
-    base class's first, so that the subclass's values win)."""
+    """The arguments of the ``__init__`` calls of ``obj`` on the stack from ``frame`` up, the outer
+    ones winning (a subclass's value over what it passed its base), as Lightning collects them. Like
+    Lightning's, the walk goes on through the ``__init__`` of another module or DataModule that is
+    building this one (``self.child = Child(...)`` in a parent's ``__init__``, which calls ``super()``):
+    the parent's arguments join the child's."""
     chain = []
-    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
+    while frame is not None and frame.f_code.co_name == "__init__" and _builds(frame.f_locals.get("self"), obj, frame):
         chain.append(frame)
         frame = frame.f_back
     out: dict[str, Any] = {}
-    for f in reversed(chain):
+    for f in chain:
         info = inspect.getargvalues(f)
         for name in info.args[1:]:
             out[name] = info.locals[name]
@@ -190,6 +198,23 @@ def _init_args(obj: Any, frame: types.FrameType | None) -> dict[str, Any]:
     for k in ("__class__", "frame"):
         out.pop(k, None)
     return out
+
+
+def _plain_mapping(mapping: Mapping) -> dict[str, Any]:
+    """A mapping's items as a dict, nested mappings and sequences too (an OmegaConf config as its plain items)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping) and type(value) is not dict:
+            return _plain_mapping(value)
+        if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return {k: plain(v) for k, v in mapping.items()}
+
+
+def _builds(owner: Any, obj: Any, frame: types.FrameType) -> bool:
+    return owner is obj or (isinstance(owner, HyperparametersMixin) and "__class__" in frame.f_locals)
 
 
 def is_plain(value: Any) -> bool:
@@ -229,6 +254,23 @@ def checkpoint_hparams(owner: Any) -> tuple[dict[str, Any], list[str]]:
             UserWarning, stacklevel=2,
         )
     return kept, left_out
+
+
+def pickled_hparams(owner: Any, names: list[str]) -> dict[str, bytes]:
+    """The left-out hyperparameters ``names`` (a network passed to ``__init__``), each pickled by ``torch.save``
+    into bytes, for ``load_from_checkpoint(path, weights_only=False)``, which rebuilds them as Lightning does. As
+    bytes they are inert data to a ``weights_only=True`` load (the default); one that cannot be pickled (a
+    lambda, a local class) is left out, and ``load_from_checkpoint`` asks for it."""
+    hparams = owner.__dict__.get("_hparams") or {}
+    blobs = {}
+    for name in names:
+        buffer = io.BytesIO()
+        try:
+            torch.save(hparams[name], buffer)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            continue
+        blobs[name] = buffer.getvalue()
+    return blobs
 
 
 def _numpy_number(value: Any) -> bool:

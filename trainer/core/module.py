@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -12,6 +11,7 @@ from torch import nn
 from trainer.core.hparams import CHECKPOINT_READER, HyperparametersMixin
 from trainer.core.metrics import log_metric
 from trainer.core.distributed import all_gather, move_to_device
+from trainer.core.export.torchscript import JIT_ACTIVE, to_torchscript
 
 if TYPE_CHECKING:
     from trainer.loops.optimization.manual import ModuleOptimization
@@ -35,13 +35,18 @@ class TrainModule(HyperparametersMixin, nn.Module):
     #: False: training_step runs backward and the optimizer steps itself (trainer/loops/optimization/manual.py).
     automatic_optimization = True
     #: The call's optimization (trainer/loops/optimization/manual.py), handed over with the Trainer when a call starts.
-    _optimization: ModuleOptimization | None = None
+    _optimization = None  # a ModuleOptimization; no annotation: torch.jit.script types annotated class attributes
     #: What ``fit(torch.compile(model))`` compiled (trainer/utilities/compile.py); None when nothing was.
     _compiler_ctx: dict[str, Any] | None = None
     #: Where checkpoints keep the hyperparameters (Lightning's keys).
     CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
     CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
     CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
+    #: Properties torch.jit.script leaves out (they read the Trainer, or Python torch.jit cannot compile).
+    __jit_unused_properties__ = [
+        "example_input_array", "on_gpu", "current_epoch", "global_step", "global_rank", "local_rank", "logger",
+        "loggers", "trainer", "strict_loading", "device", "dtype", "hparams", "hparams_initial",
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -325,6 +330,14 @@ class TrainModule(HyperparametersMixin, nn.Module):
         ``strict_loading``) and ``map_location`` as in Lightning; a Lightning checkpoint loads too."""
         return CHECKPOINT_READER[0](cls, checkpoint_path, map_location, hparams_file, strict, weights_only, **kwargs)
 
+    def to_torchscript(
+        self, file_path: str | os.PathLike | None = None, method: str | None = "script", example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> torch.jit.ScriptModule:
+        """This module as a TorchScript ``ScriptModule`` in eval mode (``method="script"`` or ``"trace"`` on
+        ``example_inputs`` or ``example_input_array``), saved to ``file_path`` if given (trainer/core/export)."""
+        return to_torchscript(self, file_path, method, example_inputs, **kwargs)
+
     @property
     def strict_loading(self) -> bool:
         """Whether resuming (and ``load_from_checkpoint``) requires the checkpoint's keys to match
@@ -337,7 +350,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
 
     @property
     def trainer(self) -> "Trainer":
-        if self._trainer is None and not _TRACING[0]:
+        if self._trainer is None and not JIT_ACTIVE[0]:
             raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit(model, ...) first.")
         return self._trainer
 
@@ -375,20 +388,6 @@ class TrainModule(HyperparametersMixin, nn.Module):
         # The Trainer holds this module; don't drag it (and its open files) into pickles.
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
         return {**state, "_trainer": None, "_optimization": None}
-
-
-_TRACING = [False]  # torch.jit tracing a module (it reads every attribute): trainer reads None, as Lightning's
-
-
-@contextlib.contextmanager
-def jit_tracing() -> Iterator[None]:
-    """Within: ``module.trainer`` is None on a module no Trainer has, rather than an error
-    (Lightning's ``_jit_is_scripting``), for torch.jit, which reads every attribute."""
-    _TRACING[0] = True
-    try:
-        yield
-    finally:
-        _TRACING[0] = False
 
 
 def overridden(model: Any, name: str) -> bool:

@@ -267,7 +267,8 @@ def _model_on_device(trainer: Trainer, run: Run, model: TrainModule) -> None:
     wrapper, compile."""
     strategy = trainer.strategy
     if overridden(model, "configure_model"):  # lazily built layers: before the strategy wraps them
-        model.configure_model()
+        with run.precision.module_init_context():  # a true precision's dtype, as Lightning's
+            model.configure_model()
     run.precision.convert_module(model)  # a true precision ("bf16-true", "64-true"): before any wrapper
     strategy.setup_module(model)
     if trainer.compile is not None:  # lazily: the first step compiles (the bar says so)

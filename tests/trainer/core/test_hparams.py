@@ -7,6 +7,7 @@ import argparse
 import functools
 import os
 import warnings
+from collections.abc import Mapping
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from torch import nn
 from callbacks import ModelCheckpoint
 from tests._models import Classifier, loader, quiet
 from trainer import DataModule, Trainer, TrainModule
+from trainer.core.hparams import checkpoint_hparams
 
 
 class AllArgs(TrainModule):
@@ -201,3 +203,65 @@ def test_load_from_checkpoint_takes_the_hyperparameters_of_a_loggers_hparams_fil
         Classifier.load_from_checkpoint(path, hparams_file=tmp_path / "evil.yaml")
     with pytest.raises(ValueError, match=r"^.csv, .yml or .yaml is required for `hparams_file`"):
         Classifier.load_from_checkpoint(path, hparams_file=tmp_path / "hparams.json")
+
+
+def test_a_subclass_value_wins_over_what_it_passed_its_base_as_in_lightning():
+    class Base(TrainModule):
+        def __init__(self, a=1, **kwargs):
+            super().__init__()
+            self.save_hyperparameters()
+
+    class Sub(Base):
+        def __init__(self, a=2, b=3):
+            super().__init__(a=a + 10, c=4)
+
+    assert dict(Sub().hparams) == {"a": 2, "b": 3, "c": 4}
+
+
+@pytest.mark.parametrize("base", [TrainModule, DataModule])
+def test_a_module_built_in_a_parents_init_records_the_parents_arguments_too_less_the_ignored(base):
+    """Lightning's composition rule: the walk up the stack goes through the parent's __init__."""
+
+    class Child(base):
+        def __init__(self, dropout, activation, init_method):
+            super().__init__()
+            self.save_hyperparameters(ignore=["dropout", "activation"])
+
+    class Parent(base):
+        def __init__(self, batch_size, optimizer):
+            super().__init__()
+            self.child = Child(dropout=0.1, activation="relu", init_method="xavier")
+
+    class Pipeline:  # not a module: the walk stops here
+        def __init__(self, run_id="abc"):
+            self.parent = Parent(batch_size=64, optimizer="adam")
+
+    assert dict(Pipeline().parent.child.hparams) == {"init_method": "xavier", "batch_size": 64, "optimizer": "adam"}
+
+
+class _Config(Mapping):
+    """A read-only mapping, as an OmegaConf DictConfig is: not a dict."""
+
+    def __init__(self, **items):
+        self._items = items
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+
+def test_a_mapping_that_is_not_a_dict_is_recorded_as_its_plain_items_and_reaches_the_checkpoint(tmp_path):
+    class Model(TrainModule):
+        def __init__(self, config):
+            super().__init__()
+            self.save_hyperparameters(config)
+
+    model = Model(_Config(lr=0.1, sizes=_Config(hidden=8)))
+    assert model.hparams == {"lr": 0.1, "sizes": {"hidden": 8}} and type(model.hparams["sizes"]) is dict
+    kept, left_out = checkpoint_hparams(model)
+    assert kept == {"lr": 0.1, "sizes": {"hidden": 8}} and left_out == []

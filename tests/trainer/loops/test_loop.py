@@ -133,6 +133,17 @@ def test_gradient_clipping_equals_manual_clipping(algorithm):
     assert trainer.grad_norm is not None and float(trainer.grad_norm) > 0
 
 
+def test_a_gradient_clip_val_of_zero_clips_nothing_as_in_lightning():
+    torch.manual_seed(0)
+    base = Classifier(lr=0.5)
+    zero, plain = copy.deepcopy(base), copy.deepcopy(base)
+    trainer, _ = fit(zero, train=loader(32, 16), max_epochs=1, gradient_clip_val=0)
+    fit(plain, train=loader(32, 16), max_epochs=1)
+    assert trainer.gradient_clip_val == 0
+    for a, b in zip(zero.parameters(), plain.parameters()):
+        assert torch.equal(a, b)
+
+
 class ModeProbe(Classifier):
     def __init__(self) -> None:
         super().__init__()

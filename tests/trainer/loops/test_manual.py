@@ -446,3 +446,36 @@ def test_the_lr_finder_with_several_optimizers_refuses_instead_of_searching_fore
 
     with pytest.raises(MisconfigurationException, match="returned 2, but learning rate finder only works with single optimizer"):
         Tuner(Trainer(**quiet(max_epochs=1))).lr_find(TwoManual(), loader(), attr_name="lr")
+
+
+class _StepReturns(Classifier):
+    """opt.step() hands back what the optimizer's step returned, as Lightning's LightningOptimizer.step does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.returned: list = []
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        self.printed = repr(opt)
+        opt.zero_grad()
+        self.manual_backward(nn.functional.cross_entropy(self(batch[0]), batch[1]))
+        self.returned.append(opt.step())
+
+    def configure_optimizers(self):
+        class CountingSGD(torch.optim.SGD):
+            def step(self, closure=None):
+                super().step(closure)
+                self.count = getattr(self, "count", 0) + 1
+                return f"step {self.count}"
+
+        return CountingSGD(self.parameters(), lr=0.1)
+
+
+def test_a_manual_step_returns_the_optimizers_output_and_prints_as_lightnings_wrapper():
+    model = _StepReturns()
+    trainer = Trainer(max_steps=2, **quiet())
+    trainer.fit(model, loader(32, 16))
+    assert model.returned == ["step 1", "step 2"]
+    assert model.printed == "Lightning" + repr(trainer.optimizers[0])

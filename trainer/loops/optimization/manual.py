@@ -54,8 +54,8 @@ class ManualOptimizer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)
 
-    def __repr__(self) -> str:
-        return f"ManualOptimizer({self.optimizer!r})"
+    def __repr__(self) -> str:  # Lightning's LightningOptimizer prints as "Lightning" + the optimizer's repr
+        return f"Lightning{self.optimizer!r}"
 
     def prepare(self) -> None:
         """Sync (``ddp``) and unscale (float16) this optimizer's gradients, once per step."""
@@ -71,7 +71,7 @@ class ManualOptimizer:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def step(self, closure: Any = None, **kwargs: Any) -> Any:
-        """Lightning's ``LightningOptimizer.step``: ``kwargs`` go to the optimizer's ``step``."""
+        """Lightning's ``LightningOptimizer.step``: ``kwargs`` go to the optimizer's ``step``; returns its output."""
         manual = self._manual
         if closure is not None:  # e.g. LBFGS: the closure recomputes the loss, and its backward needs the sync
             if manual.run.precision.scaling:
@@ -82,10 +82,10 @@ class ManualOptimizer:
             result = self.optimizer.step(closure=lambda: self._closure(closure), **kwargs)
             manual.trainer.state.global_step += 1
             return result
-        manual.sequence.manual_step(self.optimizer, self.prepare, **kwargs)
+        result = manual.sequence.manual_step(self.optimizer, self.prepare, **kwargs)
         self._prepared = False
         manual.trainer.state.global_step += 1
-        return None
+        return result
 
     def _closure(self, closure: Any) -> Any:
         def prepare() -> None:  # each evaluation's backward: synced and unscaled again

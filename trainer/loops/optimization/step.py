@@ -153,7 +153,7 @@ class StepSequence:
         own = run.opt.own
         if clipping == "model" and "configure_gradient_clipping" in own:  # the model clips (self.clip_gradients) or not
             own["configure_gradient_clipping"](optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        elif clipping is not None and trainer.gradient_clip_val is not None:
+        elif clipping is not None and trainer.gradient_clip_val:  # None or 0: no clipping
             params = [p for g in optimizer.param_groups for p in g["params"]]
             run.grad_norm = clip(params, trainer.gradient_clip_val, trainer.gradient_clip_algorithm or "norm")
 
@@ -197,16 +197,15 @@ class StepSequence:
         self.run.step_skipped, self.run.skip_step = False, False
         optimizer.step(closure)
 
-    def manual_step(self, optimizer: Optimizer, prepare: Callable[[], None], **kwargs: Any) -> None:
+    def manual_step(self, optimizer: Optimizer, prepare: Callable[[], None], **kwargs: Any) -> Any:
         """Manual optimization's ``opt.step()``: ``prepare`` (sync the gradients under ddp,
         unscale: once per step), on_before_optimizer_step, then the step, or none after
-        skip_optimizer_step(). The scale is updated once per batch (manual.py)."""
+        skip_optimizer_step(). The scale is updated once per batch (manual.py). Returns the step's output."""
         run = self.run
         prepare()
         self.before_step(optimizer, unscale=False, clipping=None)
         run.step_skipped, run.skip_step = run.skip_step, False
-        if not run.step_skipped:
-            run.precision.step_only(optimizer, **kwargs)
+        return None if run.step_skipped else run.precision.step_only(optimizer, **kwargs)
 
     def manual_closure(self, optimizer: Optimizer, prepare: Callable[[], None], closure: Callable[[], Any]) -> Any:
         """``opt.step(closure)`` under manual optimization (e.g. LBFGS): the user's closure runs
