@@ -139,6 +139,20 @@ def _shared_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def wait_for_writes() -> None:
+    """Block until every write handed to this process's writer thread so far has ended (their
+    errors stay with their writers, for their ``wait``). The thread takes jobs in order, so an
+    empty job put behind them ends after they have."""
+    with _pool_lock:
+        pool = _pool
+    if pool is None:
+        return
+    try:
+        pool.submit(int).result()
+    except RuntimeError:  # the interpreter is shutting the pool down: it waits for the writes itself
+        return
+
+
 def _forget_pool() -> None:
     """In a forked child: the parent's thread is not there; a write there starts its own."""
     global _pool, _pool_lock
