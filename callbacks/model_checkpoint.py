@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 import torch
 
 from trainer.checkpoint.background_save import BackgroundWriter, hand_off
-from trainer.checkpoint.integrity import refuse_non_finite
+from trainer.checkpoint.integrity import deferred_refusal, refuse_non_finite
 from trainer.core.checks import flag, one_of, positive_int
 from trainer.core.exceptions import misconfigured
 
@@ -236,20 +236,21 @@ class ModelCheckpoint(TopK, Callback):
         # Lightning's: save_last writes last.ckpt at the end only if this fit saved nothing.
         if self.save_last and self._newest_step == -1 and trainer.global_step > 0:
             self.write_last(trainer, pl_module)
-        self.wait_for_saves(trainer)  # fit returns with its files on disk, or with the write's error
+        self.wait_for_saves(trainer, release=True)  # fit returns with its files on disk, or with the write's error
 
     def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
-        error = self._writer.error()  # let a write in flight finish: it is complete and resumable
+        error = self._writer.error(release=True)  # let a write in flight finish: it is complete and resumable
         if error is not None:  # the run fails with its own error; say that this save failed too
             warnings.warn(f"The checkpoint being written when fit failed was not saved: {error}", stacklevel=2)
         files.save_at_exception(self, trainer, exception, (self._last_step_saved, self._newest_step), self._format)
 
-    def wait_for_saves(self, trainer: Trainer) -> None:
+    def wait_for_saves(self, trainer: Trainer, release: bool = False) -> None:
         """Wait for the write in flight (rank 0); the Trainer calls it before every callback's
         ``on_train_end``, so the files saved so far are on disk, as Lightning's are once its loop
         ends. If it failed, every rank raises, together and with its message, rather than waiting
-        in the next collective: whichever rank a launcher reports first, the reason is in it."""
-        error = self._writer.error()
+        in the next collective: whichever rank a launcher reports first, the reason is in it.
+        ``release``: at the end, free the copy kept for the next save."""
+        error = self._writer.error(release)
         if trainer.world_size > 1:
             reason = trainer.strategy.broadcast_object(None if error is None else f"{type(error).__name__}: {error}")
         else:
@@ -278,7 +279,10 @@ class ModelCheckpoint(TopK, Callback):
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer) -> None:
         self.wait_for_saves(trainer)  # the previous write's error surfaces before any book-keeping
-        refuse_non_finite(trainer, f"a checkpoint into {self.dirpath!r}")  # NaN weights must not push the last good file out
+        # NaN weights never push the last good file out: checked on the writer's copy (1 process) or now (a collective)
+        own = type(trainer).save_checkpoint.__qualname__ == "Trainer.save_checkpoint"
+        refuse = deferred_refusal if trainer.world_size == 1 and own else refuse_non_finite
+        check = refuse(trainer, f"a checkpoint into {self.dirpath!r}")
         self._waiting = False
         score = self._score(trainer)
         self.current_score = score if self.monitor is not None else None
@@ -287,7 +291,7 @@ class ModelCheckpoint(TopK, Callback):
             if self.save_last:
                 self._last_step_saved = self._newest_step = trainer.global_step
                 self.last_model_path = self._newest_path = last
-                self._write(trainer, last)  # last.ckpt itself: nothing to point at it
+                self._write(trainer, last, check=check)  # last.ckpt itself: nothing to point at it
             return
         self._last_step_saved = self._newest_step = trainer.global_step
         leaving = self._leaving()  # the file this save pushes out
@@ -307,15 +311,17 @@ class ModelCheckpoint(TopK, Callback):
         # callback's, a moved run) must not delete its files.
         ours = dropped is not None and os.path.dirname(os.path.abspath(dropped)) == os.path.abspath(self.dirpath)
         ours = ours and os.path.abspath(dropped) != os.path.abspath(trainer.ckpt_path or "")  # nor the file fit resumed from
-        self._write(trainer, path, dropped if ours and dropped != path else None, last if self.save_last else None)
+        dropped = dropped if ours and dropped != path else None
+        self._write(trainer, path, dropped, last if self.save_last else None, check)
 
-    def _write(self, trainer: Trainer, path: str, dropped: str | None = None, last: str | None = None) -> None:
+    def _write(self, trainer: Trainer, path: str, dropped: str | None = None, last: str | None = None,
+               check: Any = None) -> None:
         """Lightning's ``trainer.save_checkpoint(path, save_weights_only)`` (every rank: it is a
         collective), which hands rank 0's write to the writer thread: the file, then ``last``
         pointed at it, then ``dropped`` deleted. A sharded save, or a Trainer subclass's own
-        save_checkpoint, writes at once; the rest of the job follows here."""
+        save_checkpoint, writes at once; the rest of the job follows here. ``check``: ``deferred_refusal``'s."""
         link = self.save_last == "link"
-        with hand_off(self._writer, write_files, dropped, last, link) as job:
+        with hand_off(self._writer, write_files, dropped, last, link, check=check) as job:
             trainer.save_checkpoint(path, self.save_weights_only)
         if not job.taken and trainer.is_global_zero and os.path.lexists(path):  # (a stand-in that wrote nothing: nothing to do)
             rotate(path, dropped, last, link, folder=os.path.isdir(path))

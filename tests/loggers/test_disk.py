@@ -50,10 +50,6 @@ def test_a_full_log_disk_names_the_file_and_the_folder_and_leaves_no_temporary_f
     assert not [f for f in outcome["log_files"] if ".tmp" in f]
 
 
-# Known race (issue 56, item 7, still open): in about one run in three the disk fills at a log write between the
-# epoch's validation end and ModelCheckpoint's deferred save that the LogWriter does not hold back, and that
-# epoch's checkpoint is lost. Not strict: it passes when the race goes the other way.
-@pytest.mark.xfail(strict=False, reason="a log write outside the LogWriter's held path can still fail before the save")
 @pytest.mark.parametrize("kind, room", [("csv", 20000), ("tensorboard", 20000), ("tensorboard", 12000)])
 def test_the_disk_filling_up_mid_fit_keeps_every_checkpoint_that_was_due(tmp_path, kind, room):
     outcome = _fit_on_full_disk(tmp_path, room, kind)

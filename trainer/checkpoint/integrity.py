@@ -9,7 +9,7 @@ import os
 import struct
 import zipfile
 import zlib
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
@@ -100,9 +100,46 @@ def refuse_non_finite(trainer: Trainer, what: str) -> None:
     first = _first_non_finite(trainer)
     if strategy.world_size > 1:
         first = next((name for name in strategy.gather_objects(first) if name is not None), None)
-    state = trainer.state
-    raise CheckpointError(
-        f"Not saving {what} at step {state.global_step} (epoch {state.current_epoch}): {first or 'the state'} holds "
+    raise _refusal(what, trainer.state.global_step, trainer.state.current_epoch, first)
+
+
+def deferred_refusal(trainer: Trainer, what: str) -> Callable[[dict | None], Callable[[], None] | None]:
+    """``refuse_non_finite`` for one process, made on the copies a background save takes, for
+    ``background_save.hand_off(check=...)``: called with ``snapshot``'s memo (live storage ->
+    its copy), it returns the check of the copies, which the writer thread runs before it writes,
+    so the training thread does not read the whole state a second time; called with None (the
+    state was serialized at once: small), it checks the live state now."""
+
+    def prepare(memo: dict | None) -> Callable[[], None] | None:
+        if memo is None:
+            refuse_non_finite(trainer, what)
+            return None
+        copies: list[tuple[int, torch.Tensor]] = []  # (index among _state_tensors, the copy)
+        for i, t in enumerate(_state_tensors(trainer)):
+            storage = t.untyped_storage()
+            copied = memo.get((storage.device, storage.data_ptr()))
+            if copied is not None and _checked(t):  # absent: not in the file (weights_only: no optimizer state)
+                copies.append((i, torch.empty(0, dtype=t.dtype).set_(copied, t.storage_offset(), t.size(), t.stride())))
+        if not copies:  # no live tensor was copied as it is (a state dict of other tensors): check them now
+            refuse_non_finite(trainer, what)
+            return None
+        step, epoch = trainer.state.global_step, trainer.state.current_epoch
+
+        def check() -> None:
+            if not _non_finite_count(t for _, t in copies).item():
+                return
+            bad = next(i for i, t in copies if not bool(t.isfinite().all()))
+            name = next((n for j, (n, _) in enumerate(_named_state_tensors(trainer)) if j == bad), None)
+            raise _refusal(what, step, epoch, name)
+
+        return check
+
+    return prepare
+
+
+def _refusal(what: str, step: int, epoch: int, first: str | None) -> CheckpointError:
+    return CheckpointError(
+        f"Not saving {what} at step {step} (epoch {epoch}): {first or 'the state'} holds "
         "NaN or infinite values. Training has diverged, and this save would replace the last finite checkpoint "
         "(last.ckpt, and the top k). The files already saved are kept: resume from the newest with "
         "fit(ckpt_path='last'), and lower the learning rate, clip gradients (Trainer(gradient_clip_val=...)) or "

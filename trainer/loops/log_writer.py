@@ -120,7 +120,9 @@ class LogWriter(Callback):
         try:
             self._write_eval(trainer)
         except OSError as err:  # a full log disk: the epoch's checkpoint, due after this, is saved first
-            if not (trainer.state.fn == "fit" and trainer.at_epoch_end):
+            # The epoch's end follows: this validation runs in it (an unsized loader) or after its last batch.
+            last = trainer.at_epoch_end or trainer.state.batch_in_epoch >= trainer.num_training_batches
+            if not (trainer.state.fn == "fit" and last):
                 raise
             self._held = err
 

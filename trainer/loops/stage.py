@@ -17,6 +17,7 @@ import torch
 from trainer.core.seed import deterministic_algorithms
 from trainer.loops.evaluation import test_stage, validate_stage
 from trainer.loops.fit import fit_stage
+from trainer.checkpoint.background_save import wait_for_writes
 from trainer.loops.prediction import predict_stage
 from trainer.loops.run import StageData, report
 from trainer.checkpoint.folder_lock import unlock_checkpoint_folders
@@ -44,6 +45,11 @@ def run_stage(trainer: Trainer, stage: str, model: TrainModule, data: StageData,
         trainer.state.status = TrainerStatus.FINISHED
         # For the caller's model: gathered on every rank while the group is up (fsdp shards them).
         weights = strategy.module_state_dict() if strategy.spawned else None
+    except BaseException:
+        # A checkpoint handed to the writer thread before the failure is complete and due: it is on
+        # disk (or has failed) before the error reaches the caller, as before on_train_end.
+        wait_for_writes()
+        raise
     finally:
         trainer.state.stage = None  # fn stays: the entry point that ran last, as in Lightning
         unlock_checkpoint_folders(trainer)  # however the stage ended, its checkpoint folders are free

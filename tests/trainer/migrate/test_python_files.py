@@ -183,3 +183,8 @@ def test_a_file_without_lightning_comes_back_byte_for_byte(lines, end, noise):
     assert migrate_python(source, "x.py") == (source, [])
     broken = source + "def (:" + end  # a file that does not parse, and imports no Lightning: not ours to judge
     assert migrate_python(broken, "x.py") == (broken, [])
+
+
+def test_a_file_that_names_lightning_only_in_comments_keeps_a_last_comment_ending_in_a_backslash():
+    source = "x = 1  # lightning fast\n# \\\n"  # libcst's own round trip drops this file's last newline
+    assert migrate_python(source, "x.py") == (source, [])
