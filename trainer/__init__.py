@@ -48,7 +48,8 @@ __all__ = [
     "AttributeDict", "CheckpointError", "CombinedLoader", "DataModule", "Interrupted", "MisconfigurationException",
     "PossibleUserWarning", "RunningStage", "TrainModule",
     "Trainer", "TrainerFn", "TrainerState", "TrainerStatus", "Tuner",
-    "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything", "__version__",
+    "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything",
+    "__version__",
 ]
 
 

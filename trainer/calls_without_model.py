@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainer")
 
 
-def fitted_sources(trainer: Trainer, stage: str, dataloaders: Any, datamodule: Any, ckpt_path: Any) -> tuple[Any, Any, Any, Any]:
+def fitted_sources(
+    trainer: Trainer, stage: str, dataloaders: Any, datamodule: Any, ckpt_path: Any
+) -> tuple[Any, Any, Any, Any]:
     """``(model, dataloaders, datamodule, ckpt_path)`` for ``trainer.<stage>(model=None, ...)``.
 
     The model is the one the last ``fit`` trained. The data, unless given: fit's DataModule, else
@@ -30,7 +32,8 @@ def fitted_sources(trainer: Trainer, stage: str, dataloaders: Any, datamodule: A
         raise misconfigured(  # a TypeError (Lightning's) and a ValueError (ours before)
             f"trainer.{stage}() was called without a model, and this Trainer has not run fit: pass the model, "
             f"trainer.{stage}(model, ...), or call trainer.fit(model, ...) first.",
-            f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a previous run.", type_error=True,
+            f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a previous run.",
+            type_error=True,
         )
     model, fit_datamodule, fit_val = fitted
     if dataloaders is None and datamodule is None:
@@ -47,7 +50,8 @@ def fitted_sources(trainer: Trainer, stage: str, dataloaders: Any, datamodule: A
             rank_zero_warn(  # Lightning's
                 f"`.{stage}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call "
                 f"will be used. You can pass `.{stage}(ckpt_path='best')` to use the best model or "
-                f"`.{stage}(ckpt_path='last')` to use the last model. If you pass a value, this warning will be silenced.",
+                f"`.{stage}(ckpt_path='last')` to use the last model. "
+                "If you pass a value, this warning will be silenced.",
             )
         else:
             weights = "the weights fit left in the model (no best checkpoint was saved)"

@@ -168,8 +168,8 @@ def configure(o: dict[str, Any]) -> Configured:
     t.accumulate_grad_batches = positive_int("accumulate_grad_batches", o["accumulate_grad_batches"])
     clip_val = o["gradient_clip_val"]
     if clip_val is not None and (isinstance(clip_val, bool) or not isinstance(clip_val, (int, float))):
-        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {clip_val}. gradient_clip_val={clip_val!r}: "
-                        "pass a positive number, e.g. 1.0, or None for no clipping.")
+        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {clip_val}. "
+                        f"gradient_clip_val={clip_val!r}: pass a positive number, e.g. 1.0, or None for no clipping.")
     # 0 is Lightning's "no clipping" too (its precision plugins skip a value <= 0)
     t.gradient_clip_val = clip_val if clip_val == 0 else positive_number("gradient_clip_val", clip_val)
     algorithm = o["gradient_clip_algorithm"]
@@ -180,7 +180,7 @@ def configure(o: dict[str, Any]) -> Configured:
     every = o["check_val_every_n_epoch"]
     t.check_val_every_n_epoch = positive_int(
         "check_val_every_n_epoch", every, allow_none=True,
-        lightning=f"`check_val_every_n_epoch` should be an integer, found {every!r}." if not isinstance(every, int) else "",
+        lightning="" if isinstance(every, int) else f"`check_val_every_n_epoch` should be an integer, found {every!r}.",
     )
     if isinstance(o["val_check_interval"], (str, dict)) or hasattr(o["val_check_interval"], "total_seconds"):
         raise ValueError(
@@ -192,8 +192,9 @@ def configure(o: dict[str, Any]) -> Configured:
         raise misconfigured(
             f"val_check_interval={t.val_check_interval!r} is a fraction of an epoch, and check_val_every_n_epoch=None "
             "validates across epochs: pass a number of batches (val_check_interval=1000).",
-            "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', datetime.timedelta, "
-            "or dict kwargs for timedelta) when `check_val_every_n_epoch=None`.",
+            "`val_check_interval` should be an integer or a time-based duration "
+            "(str 'DD:HH:MM:SS', datetime.timedelta, or dict kwargs for timedelta) "
+            "when `check_val_every_n_epoch=None`.",
         )
     t.log_every_n_steps = positive_int("log_every_n_steps", o["log_every_n_steps"])
     t.default_root_dir = root_dir(o["default_root_dir"], o["log_dir"])
@@ -245,7 +246,8 @@ def configure(o: dict[str, Any]) -> Configured:
     t.profiler = profiler_of(o["profiler"])
     max_time = max_time_seconds(o["max_time"])
     t.overfit_batches = limit("overfit_batches", o["overfit_batches"])
-    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches", "overfit_batches", "val_check_interval"):
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+                 "overfit_batches", "val_check_interval"):
         tell_whole(name, o[name])
     if t.overfit_batches:  # train and validate on the same first batches, in order
         t.limit_train_batches = t.limit_val_batches = t.overfit_batches
@@ -255,7 +257,8 @@ def configure(o: dict[str, Any]) -> Configured:
             "so it is disabled in barebones mode: drop one of the two."
         )
     if o["barebones"]:  # Lightning's: everything that costs time per run, off
-        t.default_root_dir, t.enable_checkpointing, t.enable_progress_bar, t.enable_model_summary = None, False, False, False
+        t.default_root_dir, t.enable_checkpointing = None, False
+        t.enable_progress_bar, t.enable_model_summary = False, False
         t.num_sanity_val_steps = 0
     n = fast_dev_run_batches(o["fast_dev_run"])
     t.fast_dev_run = True if n == 1 else n  # Lightning's: 1 reads back as True
@@ -265,10 +268,11 @@ def configure(o: dict[str, Any]) -> Configured:
         t.check_val_every_n_epoch, t.val_check_interval = 1, None
         t.default_root_dir, t.enable_checkpointing = None, False  # the bar and the summary stay, as in Lightning
     strategy = select_strategy(o["strategy"], o["devices"], o["accelerator"], o["num_nodes"], Precision(t.precision))
-    on_cpu = strategy.accelerator == "cpu" or strategy.accelerator is None and not torch.cuda.is_available()  # None: auto
+    # accelerator=None is auto: the CPU when CUDA is not there
+    on_cpu = strategy.accelerator == "cpu" or strategy.accelerator is None and not torch.cuda.is_available()
     if t.precision == "16-mixed" and on_cpu:  # Lightning's: the CPU runs bf16 AMP instead
-        rank_zero_warn("You passed `Trainer(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported "
-                       "on CPU. Using `precision='bf16-mixed'` instead.")
+        rank_zero_warn("You passed `Trainer(accelerator='cpu', precision='16-mixed')` "
+                       "but AMP with fp16 is not supported on CPU. Using `precision='bf16-mixed'` instead.")
         t.precision = "bf16-mixed"
         strategy.precision = Precision(t.precision)
     t.num_nodes = o["num_nodes"]
@@ -303,12 +307,14 @@ def check_bars(given: list[Callback], enabled: Any) -> None:
     if len(bars) > 1:
         raise misconfigured(
             f"callbacks holds {len(bars)} progress bars ({', '.join(type(b).__name__ for b in bars)}): keep one.",
-            "You added multiple progress bar callbacks to the Trainer, but currently only one progress bar is supported.",
+            "You added multiple progress bar callbacks to the Trainer, "
+            "but currently only one progress bar is supported.",
         )
     if bars and enabled is False:
         raise misconfigured(
             "Drop the bar from callbacks, or enable_progress_bar=False.",
-            f"Trainer was configured with `enable_progress_bar=False` but found `{type(bars[0]).__name__}` in callbacks list.",
+            f"Trainer was configured with `enable_progress_bar=False` "
+            f"but found `{type(bars[0]).__name__}` in callbacks list.",
         )
 
 
@@ -341,19 +347,23 @@ def tell_whole(name: str, value: Any) -> None:
         return
     train, val_check = name == "limit_train_batches", name == "val_check_interval"
     if isinstance(value, int):
-        said = "1 batch per epoch will be used." if train else "validation will run after every batch." if val_check else "1 batch will be used."
+        said = ("1 batch per epoch will be used." if train else "validation will run after every batch."
+                if val_check else "1 batch will be used.")
     else:
-        said = ("100% of the batches per epoch will be used." if train else "validation will run at the end of the training epoch."
-                if val_check else "100% of the batches will be used.")
+        said = ("100% of the batches per epoch will be used." if train
+                else "validation will run at the end of the training epoch." if val_check
+                else "100% of the batches will be used.")
     rank_zero_info(f"`Trainer({name}={value})` was configured so {said}")
 
 
 def default_max_epochs(t: Trainer) -> None:
     """Lightning's: a fit with neither ``max_epochs`` nor ``max_steps`` (nor a Timer or ``max_time``)
     trains 1000 epochs, and says so; ``max_epochs=-1`` trains until something else ends it."""
-    if t.max_epochs is None and t.max_steps is None and not t._endless and not any(isinstance(cb, Timer) for cb in t.callbacks):
+    timed = any(isinstance(cb, Timer) for cb in t.callbacks)
+    if t.max_epochs is None and t.max_steps is None and not t._endless and not timed:
         rank_zero_warn(
-            "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.",
+            "`max_epochs` was not set. Setting it to 1000 epochs. "
+            "To train without an epoch limit, set `max_epochs=-1`.",
             PossibleUserWarning, stacklevel=5,  # the caller of fit
         )
         t.max_epochs = 1000

@@ -182,7 +182,8 @@ class Trainer(TrainerProperties, LoggerAccess):
         check_model(model)
         if isinstance(train_dataloaders, DataModule) and datamodule is None:  # fit(model, dm), as Lightning allows
             train_dataloaders, datamodule = None, train_dataloaders
-        check_sources("fit", model, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}, datamodule)
+        sources = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}
+        check_sources("fit", model, sources, datamodule)
         if train_dataloaders is not None:
             check_train_loader(train_dataloaders)
         if val_dataloaders is not None:
@@ -192,7 +193,8 @@ class Trainer(TrainerProperties, LoggerAccess):
         check_ckpt_path(ckpt_path)
         check_weights_only(weights_only)
         self._fitted = (model, datamodule, val_dataloaders)  # for validate/test/predict without a model
-        tune_before(self, "fit", model, train_dataloaders, val_dataloaders, datamodule)  # LearningRateFinder, BatchSizeFinder
+        # LearningRateFinder, BatchSizeFinder
+        tune_before(self, "fit", model, train_dataloaders, val_dataloaders, datamodule)
         self._launch("fit", model, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
 
     def validate(
@@ -228,7 +230,8 @@ class Trainer(TrainerProperties, LoggerAccess):
         ``ckpt_path`` picks the weights as in ``validate``."""
         if return_predictions is not None and not isinstance(return_predictions, bool):
             raise TypeError(f"return_predictions={return_predictions!r} must be True, False or None.")
-        return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule, False, weights_only, return_predictions is not False)
+        keep = return_predictions is not False
+        return self._evaluate("predict", model, dataloaders, ckpt_path, datamodule, False, weights_only, keep)
 
     def _evaluate(
         self, stage: str, model: TrainModule | None, dataloaders: Any, ckpt_path: Any, datamodule: Any,
@@ -264,7 +267,8 @@ class Trainer(TrainerProperties, LoggerAccess):
         data = StageData(loader, val_loader, datamodule, keep)
         try:
             # After a spawned stage, the caller's run records what rank 0 reported (trainer.lightning_module too).
-            return absorb(self, model, datamodule, self._strategy.launch(run_stage, self, stage, model, data, ckpt_path))
+            results = self._strategy.launch(run_stage, self, stage, model, data, ckpt_path)
+            return absorb(self, model, datamodule, results)
         except KeyboardInterrupt:  # Lightning's: the hooks and teardown ran (run_stage); exit with status 1
             self.state.status = TrainerStatus.INTERRUPTED
             logging.getLogger("trainer").info("Detected KeyboardInterrupt, attempting graceful shutdown ...")
@@ -315,7 +319,8 @@ class Trainer(TrainerProperties, LoggerAccess):
             meta = capture(self, run, tensors=False)
             if self.is_global_zero:
                 meta = self._with_save_hooks(run, layout.to_file(meta), weights_only=False)
-            self._strategy.save_sharded_checkpoint(meta if self.is_global_zero else None, os.fspath(path), run.opt.optimizers)
+            meta = meta if self.is_global_zero else None
+            self._strategy.save_sharded_checkpoint(meta, os.fspath(path), run.opt.optimizers)
             return
         # CPU copies: a file written on a GPU loads with plain torch.load on a machine without one.
         checkpoint = self.checkpoint_state(copy=True, weights_only=weights_only)

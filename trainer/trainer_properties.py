@@ -61,7 +61,7 @@ class TrainerProperties:
 
     @property
     def node_rank(self) -> int:
-        """The machine's index: torchrun's GROUP_RANK, Lightning's NODE_RANK or SLURM's SLURM_NODEID; 0 on one machine."""
+        """The machine's index: torchrun's GROUP_RANK, Lightning's NODE_RANK or SLURM_NODEID; 0 on one machine."""
         for name in ("GROUP_RANK", "NODE_RANK", "SLURM_NODEID"):
             if os.environ.get(name, "").isdigit():
                 return int(os.environ[name])
@@ -180,8 +180,10 @@ class TrainerProperties:
             run.load_train()
         batches, epochs = self.num_training_batches, range(self.max_epochs or 0)
         scheduler = next((cb for cb in self.callbacks if isinstance(cb, GradientAccumulationScheduler)), None)
-        groups = [self.accumulate_grad_batches if scheduler is None else scheduler.get_accumulate_grad_batches(e) for e in epochs]
-        by_epochs = math.inf if self.max_epochs is None or batches == math.inf else sum(math.ceil(batches / g) for g in groups)
+        every = self.accumulate_grad_batches
+        groups = [every if scheduler is None else scheduler.get_accumulate_grad_batches(e) for e in epochs]
+        endless = self.max_epochs is None or batches == math.inf
+        by_epochs = math.inf if endless else sum(math.ceil(batches / g) for g in groups)
         return min(math.inf if self.max_steps is None else self.max_steps, by_epochs)
 
     # --- the run's objects --------------------------------------------------------------
@@ -213,7 +215,7 @@ class TrainerProperties:
 
     @property
     def model(self) -> Any:
-        """The module as the strategy wraps it while a stage runs (DistributedDataParallel under ddp), else the module."""
+        """The module as the strategy wraps it during a stage (DistributedDataParallel under ddp), else the module."""
         wrapped = getattr(self._strategy, "wrapped_module", None)
         return wrapped if wrapped is not None else self._current_run().module
 
@@ -343,7 +345,7 @@ class LoggerAccess:
         if not self._loggers:
             return self.default_root_dir
         first = self._loggers[0]
-        return getattr(first, "log_dir", None) or first.save_dir  # an object with a Logger's methods may have no log_dir
+        return getattr(first, "log_dir", None) or first.save_dir  # a Logger look-alike may have no log_dir
 
 
 # The run's values that Lightning code reads as the Trainer's (trainer/loops/run.py says what each is);

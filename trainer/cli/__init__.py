@@ -26,6 +26,7 @@ from trainer.cli.parser import (
 from trainer.cli.save_config import SaveConfigCallback
 
 __all__ = [
-    "ArgsType", "LRSchedulerCallable", "LRSchedulerTypeTuple", "LightningArgumentParser", "LightningCLI", "OptimizerCallable",
-    "ReduceLROnPlateau", "SaveConfigCallback", "TrainerCLI", "instantiate_class", "instantiate_module",
+    "ArgsType", "LRSchedulerCallable", "LRSchedulerTypeTuple", "LightningArgumentParser", "LightningCLI",
+    "OptimizerCallable", "ReduceLROnPlateau", "SaveConfigCallback", "TrainerCLI", "instantiate_class",
+    "instantiate_module",
 ]

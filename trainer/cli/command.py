@@ -25,7 +25,8 @@ from callbacks.base import Callback
 from trainer._version import __version__
 from trainer.checkpoint.files import CheckpointError, load
 from trainer.cli.parser import (
-    LightningArgumentParser, LRSchedulerTypeTuple, ReduceLROnPlateau, instantiate_class, need_jsonargparse, with_class_path,
+    LightningArgumentParser, LRSchedulerTypeTuple, ReduceLROnPlateau, instantiate_class, need_jsonargparse,
+    with_class_path,
 )
 from trainer.cli.instantiator import RecordsConfig, module_type
 from trainer.cli.save_config import SaveConfigCallback
@@ -55,8 +56,10 @@ class TrainerCLI:
     """
 
     def __init__(
-        self, model_class: type | Callable[..., Any] | None = None, datamodule_class: type | Callable[..., Any] | None = None,
-        save_config_callback: type[SaveConfigCallback] | None = SaveConfigCallback, save_config_kwargs: dict[str, Any] | None = None,
+        self, model_class: type | Callable[..., Any] | None = None,
+        datamodule_class: type | Callable[..., Any] | None = None,
+        save_config_callback: type[SaveConfigCallback] | None = SaveConfigCallback,
+        save_config_kwargs: dict[str, Any] | None = None,
         trainer_class: type | Callable[..., Any] | None = None, trainer_defaults: dict[str, Any] | None = None,
         seed_everything_default: bool | int = True, parser_kwargs: dict[str, Any] | None = None,
         parser_class: type[LightningArgumentParser] = LightningArgumentParser, subclass_mode_model: bool = False,
@@ -99,10 +102,14 @@ class TrainerCLI:
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         kwargs.setdefault("dump_header", [f"trainer=={__version__}"])
         parser = self.parser_class(**kwargs)
-        parser.add_argument("-c", "--config", action=_config_action(), help="Path to a configuration file in json or yaml format.")
+        parser.add_argument(
+            "-c", "--config", action=_config_action(), help="Path to a configuration file in json or yaml format."
+        )
         return parser
 
-    def setup_parser(self, add_subcommands: bool, main_kwargs: dict[str, Any], subparser_kwargs: dict[str, Any]) -> None:
+    def setup_parser(
+        self, add_subcommands: bool, main_kwargs: dict[str, Any], subparser_kwargs: dict[str, Any]
+    ) -> None:
         self.parser = self.init_parser(**main_kwargs)
         if add_subcommands:
             self._subcommand_method_arguments: dict[str, list[str]] = {}
@@ -113,7 +120,8 @@ class TrainerCLI:
     def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--seed_everything", type=bool | int, default=self.seed_everything_default,
-            help="Set to an int to run seed_everything with this value before classes instantiation. Set to True to use a random seed.",
+            help="Set to an int to run seed_everything with this value before classes instantiation. "
+            "Set to True to use a random seed.",
         )
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -121,7 +129,8 @@ class TrainerCLI:
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         parser.add_lightning_class_args(
-            self._datamodule_class, "data", subclass_mode=self.subclass_mode_data, required=self.datamodule_class is not None
+            self._datamodule_class, "data", subclass_mode=self.subclass_mode_data,
+            required=self.datamodule_class is not None,
         )
 
     def _add_arguments(self, parser: LightningArgumentParser) -> None:
@@ -161,7 +170,8 @@ class TrainerCLI:
             sub_kwargs.setdefault("description", description)
             sub = self.init_parser(**sub_kwargs)
             self._add_arguments(sub)
-            self._subcommand_method_arguments[subcommand] = sub.add_method_arguments(klass, subcommand, skip=set(self.subcommands()[subcommand]))
+            skip = set(self.subcommands()[subcommand])
+            self._subcommand_method_arguments[subcommand] = sub.add_method_arguments(klass, subcommand, skip=skip)
             self._subcommand_parsers[subcommand] = sub
             commands.add_subcommand(subcommand, sub, help=description)
 
@@ -216,7 +226,7 @@ class TrainerCLI:
         if seed is False or seed is None:
             return
         if seed is True:  # as Lightning's: the process's seed if one was set (PL_GLOBAL_SEED), else a random one,
-            env = os.environ.get(SEED_ENV) or os.environ.get("PL_GLOBAL_SEED")  # recorded in the config to repeat the run
+            env = os.environ.get(SEED_ENV) or os.environ.get("PL_GLOBAL_SEED")  # kept in the config to repeat the run
             seed = int(env) if env is not None and env.isdigit() else random.randint(0, 2**32 - 1)
         seed = seed_everything(int(seed), workers=True)
         (self.config[self.subcommand] if self.subcommand else self.config)["seed_everything"] = seed
@@ -252,7 +262,8 @@ class TrainerCLI:
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Any:
         if "callbacks" in inspect.signature(self.trainer_class).parameters:
             given = config.get("callbacks")
-            config["callbacks"] = ([] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]) + callbacks
+            given = [] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]
+            config["callbacks"] = given + callbacks
             default = self.trainer_defaults.get("callbacks")
             if default is not None:  # always there, and not configurable; a {"class_path": ...} is built here
                 for cb in list(default) if isinstance(default, (list, tuple)) else [default]:
@@ -263,7 +274,8 @@ class TrainerCLI:
                     self._parser(subcommand), self.config.get(str(subcommand), self.config), **self.save_config_kwargs
                 ))
         else:
-            warnings.warn(f"The `{getattr(self.trainer_class, '__qualname__', self.trainer_class)}` class does not expose the "
+            name = getattr(self.trainer_class, "__qualname__", self.trainer_class)
+            warnings.warn(f"The `{name}` class does not expose the "
                           "`callbacks` argument so they will not be included.", UserWarning, stacklevel=2)
         try:
             return self.trainer_class(**config)
@@ -280,7 +292,8 @@ class TrainerCLI:
         if lr_scheduler is None:
             return optimizer
         if isinstance(lr_scheduler, ReduceLROnPlateau):
-            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": lr_scheduler, "monitor": lr_scheduler.monitor}}
+            scheduler = {"scheduler": lr_scheduler, "monitor": lr_scheduler.monitor}
+            return {"optimizer": optimizer, "lr_scheduler": scheduler}
         return [optimizer], [lr_scheduler]
 
     def _add_configure_optimizers_method_to_model(self, subcommand: str | None) -> None:
@@ -294,9 +307,9 @@ class TrainerCLI:
             return
         if len(optimizers) > 1 or len(schedulers) > 1:
             raise MisconfigurationException(
-                f"`{type(self).__name__}.add_configure_optimizers_method_to_model` expects at most one optimizer and one "
-                f"lr_scheduler to be 'AUTOMATIC', but found {optimizers + schedulers}. In this case the user is expected to "
-                "link the argument groups and implement `configure_optimizers`."
+                f"`{type(self).__name__}.add_configure_optimizers_method_to_model` expects at most one optimizer "
+                f"and one lr_scheduler to be 'AUTOMATIC', but found {optimizers + schedulers}. "
+                "In this case the user is expected to link the argument groups and implement `configure_optimizers`."
             )
         optimizer_init = self._init(parser._optimizers, optimizers[0])
         if not optimizer_init:  # the groups are there, and no optimizer was given
@@ -327,7 +340,8 @@ class TrainerCLI:
         if callable(before):
             before()
         fn = getattr(self, subcommand, getattr(self.trainer, subcommand))
-        kwargs = {k: v for k, v in self.config_init[subcommand].items() if k in self._subcommand_method_arguments[subcommand]}
+        accepted = self._subcommand_method_arguments[subcommand]
+        kwargs = {k: v for k, v in self.config_init[subcommand].items() if k in accepted}
         kwargs["model"] = self.model
         if self.datamodule is not None:
             kwargs["datamodule"] = self.datamodule

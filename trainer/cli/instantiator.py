@@ -22,7 +22,9 @@ class RecordsConfig:
     def __init__(self, cli: Any, key: str) -> None:
         self.cli, self.key = cli, key
 
-    def __call__(self, class_type: type, *args: Any, applied_instantiation_links: dict | None = None, **kwargs: Any) -> Any:
+    def __call__(
+        self, class_type: type, *args: Any, applied_instantiation_links: dict | None = None, **kwargs: Any
+    ) -> Any:
         hparams = dict(config_dump(self.cli).get(self.key) or {})
         if "class_path" in hparams:  # the arguments at the top, as without subclass mode, and the class apart
             hparams = {"_class_path": hparams["class_path"], **(hparams.get("init_args") or {}),

@@ -52,7 +52,9 @@ if JSONARGPARSE:
 
 def need_jsonargparse() -> None:
     if not JSONARGPARSE:
-        raise ModuleNotFoundError(f"TrainerCLI parses its command line and YAML files with jsonargparse, which is not installed: {INSTALL}.")
+        raise ModuleNotFoundError(
+            f"TrainerCLI parses its command line and YAML files with jsonargparse, which is not installed: {INSTALL}."
+        )
 
 
 class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -92,7 +94,8 @@ class LightningArgumentParser(ArgumentParser):  # type: ignore[misc,valid-type]
 
         if callable(lightning_class) and not isinstance(lightning_class, type):
             lightning_class = class_from_function(lightning_class)
-        if isinstance(lightning_class, type) and issubclass(lightning_class, (Trainer, TrainModule, DataModule, Callback)):
+        known = (Trainer, TrainModule, DataModule, Callback)
+        if isinstance(lightning_class, type) and issubclass(lightning_class, known):
             if issubclass(lightning_class, Callback):
                 self.callback_keys.append(nested_key)
             if subclass_mode:
@@ -114,7 +117,9 @@ class LightningArgumentParser(ArgumentParser):  # type: ignore[misc,valid-type]
         dotted key of a module argument that receives it."""
         classes = optimizer_class if isinstance(optimizer_class, tuple) else (optimizer_class,)
         if not all(isinstance(c, type) and issubclass(c, Optimizer) for c in classes):
-            raise TypeError(f"add_optimizer_args(optimizer_class={optimizer_class!r}) needs torch.optim.Optimizer subclasses.")
+            raise TypeError(
+                f"add_optimizer_args(optimizer_class={optimizer_class!r}) needs torch.optim.Optimizer subclasses."
+            )
         self._add_group(optimizer_class, nested_key, {"params"})
         self._optimizers[nested_key] = (optimizer_class, link_to)
 
@@ -123,7 +128,9 @@ class LightningArgumentParser(ArgumentParser):  # type: ignore[misc,valid-type]
         """A learning-rate scheduler's arguments, as :meth:`add_optimizer_args`."""
         classes = lr_scheduler_class if isinstance(lr_scheduler_class, tuple) else (lr_scheduler_class,)
         if not all(isinstance(c, type) and issubclass(c, LRSchedulerTypeTuple) for c in classes):
-            raise TypeError(f"add_lr_scheduler_args(lr_scheduler_class={lr_scheduler_class!r}) needs LRScheduler subclasses.")
+            raise TypeError(
+                f"add_lr_scheduler_args(lr_scheduler_class={lr_scheduler_class!r}) needs LRScheduler subclasses."
+            )
         self._add_group(lr_scheduler_class, nested_key, {"optimizer"})
         self._lr_schedulers[nested_key] = (lr_scheduler_class, link_to)
 

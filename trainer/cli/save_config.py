@@ -52,7 +52,9 @@ class SaveConfigCallback(Callback):
                 os.makedirs(log_dir, exist_ok=True)
                 with warnings.catch_warnings():  # skip_none: deprecated in newer jsonargparse, needed in older
                     warnings.simplefilter("ignore")
-                    self.parser.save(self.config, path, skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
+                    self.parser.save(
+                        self.config, path, skip_none=False, overwrite=self.overwrite, multifile=self.multifile
+                    )
         if trainer.is_global_zero:
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True

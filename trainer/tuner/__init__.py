@@ -42,13 +42,16 @@ class Tuner:
         on ``attr_name``, else ``lr`` or ``learning_rate``: on the model, its ``hparams`` or the
         DataModule, wherever it is."""
         if method != "fit":
-            raise ValueError(f"lr_find(method={method!r}): the learning rate is searched by training; only method='fit'.")
+            raise ValueError(
+                f"lr_find(method={method!r}): the learning rate is searched by training; only method='fit'."
+            )
         if dataloaders is not None:
             raise ValueError("lr_find trains: pass train_dataloaders= (and val_dataloaders=), not dataloaders=.")
         if not self._for_callbacks and any(type(cb).__name__ == "LearningRateFinder" for cb in self._trainer.callbacks):
             raise ValueError(
-                "Trainer is already configured with a `LearningRateFinder` callback.Please remove it if you want to use "
-                "the Tuner. (The callback runs its own search when fit starts: keep one of the two.)"
+                "Trainer is already configured with a `LearningRateFinder` callback."
+                "Please remove it if you want to use the Tuner. "
+                "(The callback runs its own search when fit starts: keep one of the two.)"
             )
         return lr_find(
             self._trainer, model, train_dataloaders, val_dataloaders, datamodule, min_lr, max_lr, num_training, mode,
@@ -69,8 +72,9 @@ class Tuner:
         returns it."""
         if not self._for_callbacks and any(type(cb).__name__ == "BatchSizeFinder" for cb in self._trainer.callbacks):
             raise ValueError(
-                "Trainer is already configured with a `BatchSizeFinder` callback.Please remove it if you want to use the "
-                "Tuner. (The callback runs its own search when fit starts: keep one of the two.)"
+                "Trainer is already configured with a `BatchSizeFinder` callback."
+                "Please remove it if you want to use the Tuner. "
+                "(The callback runs its own search when fit starts: keep one of the two.)"
             )
         return scale_batch_size(
             self._trainer, model, train_dataloaders, val_dataloaders, dataloaders, datamodule, method, mode,

@@ -13,7 +13,9 @@ from torch.utils.data import DataLoader
 from trainer.core.exceptions import MisconfigurationException
 from trainer.data.loaders import defines
 from trainer.loops.run import record_data
-from trainer.tuner._search import get_value, holders, is_out_of_memory, leaves_no_trace, quiet_fit, search_trainer, set_value
+from trainer.tuner._search import (
+    get_value, holders, is_out_of_memory, leaves_no_trace, quiet_fit, search_trainer, set_value,
+)
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -21,7 +23,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainer")
 
 MODES = ("power", "binsearch")
-METHODS = {"fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}
+METHODS = {
+    "fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader",
+}
 # Where the loaders of each method are on the Trainer after the search (Lightning leaves them there).
 LOADERS = {"validate": "val_dataloaders", "test": "test_dataloaders", "predict": "predict_dataloaders"}
 
@@ -31,16 +35,22 @@ def check_scale(
     max_val: Any,
 ) -> None:
     if mode not in MODES:
-        raise ValueError(f"`mode` should be either of {MODES}; scale_batch_size(mode={mode!r}): 'power' doubles until out of memory, 'binsearch' then bisects.")
+        raise ValueError(f"`mode` should be either of {MODES}; scale_batch_size(mode={mode!r}): "
+                         "'power' doubles until out of memory, 'binsearch' then bisects.")
     if method not in METHODS:
         raise ValueError(f"method {method!r} is invalid. Should be one of {tuple(METHODS)}.")
-    for name, value, low in (("steps_per_trial", steps_per_trial, 1), ("init_val", init_val, 1), ("max_trials", max_trials, 0), ("max_val", max_val, 1)):
+    bounds = (("steps_per_trial", steps_per_trial, 1), ("init_val", init_val, 1), ("max_trials", max_trials, 0),
+              ("max_val", max_val, 1))
+    for name, value, low in bounds:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"scale_batch_size({name}={value!r}): an int >= {low}.")
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < 1.0:
-        raise ValueError(f"`margin` should be between 0 and 1. Found margin={margin!r}: the share taken off binsearch's result.")
+        raise ValueError(
+            f"`margin` should be between 0 and 1. Found margin={margin!r}: the share taken off binsearch's result."
+        )
     if not isinstance(batch_arg_name, str) or not batch_arg_name:
-        raise ValueError(f"scale_batch_size(batch_arg_name={batch_arg_name!r}): the name of the batch-size attribute, e.g. 'batch_size'.")
+        raise ValueError(f"scale_batch_size(batch_arg_name={batch_arg_name!r}): "
+                         "the name of the batch-size attribute, e.g. 'batch_size'.")
 
 
 def check_sources(method: str, train_dataloaders: Any, val_dataloaders: Any, dataloaders: Any) -> None:
@@ -57,9 +67,9 @@ def check_sources(method: str, train_dataloaders: Any, val_dataloaders: Any, dat
         )
     if train_dataloaders is not None or dataloaders is not None:
         raise MisconfigurationException(
-            f"The Batch size finder cannot be used with dataloaders passed directly to `.{method}()`. Please disable the "
-            "feature or incorporate the dataloader into your LightningModule or LightningDataModule: the search "
-            f"rebuilds the loader from {METHODS[method]}() at each batch size."
+            f"The Batch size finder cannot be used with dataloaders passed directly to `.{method}()`. "
+            "Please disable the feature or incorporate the dataloader into your LightningModule or "
+            f"LightningDataModule: the search rebuilds the loader from {METHODS[method]}() at each batch size."
         )
 
 
@@ -92,11 +102,16 @@ def scale_batch_size(
             "behavior, please remove either one.", UserWarning, stacklevel=3,
         )
     if not callable(getattr(owner, METHODS[method], None)):
-        raise MisconfigurationException(f"scale_batch_size(method={method!r}) needs {type(owner).__name__}.{METHODS[method]}() to build the loader.")
+        raise MisconfigurationException(
+            f"scale_batch_size(method={method!r}) needs {type(owner).__name__}.{METHODS[method]}() to build the loader."
+        )
     search = Search(trainer, model, datamodule, method, places, batch_arg_name, steps_per_trial, val_dataloaders)
     with leaves_no_trace(model, attach=trainer):
         size, _ = search.adjust(value=init_val)
-        size = _power(search, size, max_trials, max_val) if mode == "power" else _binsearch(search, size, max_trials, margin, max_val)
+        if mode == "power":
+            size = _power(search, size, max_trials, max_val)
+        else:
+            size = _binsearch(search, size, max_trials, margin, max_val)
     log.info("Finished batch size finder, will continue with full run using batch size %d", size)
     search.hand_over(size)
     return size
@@ -134,7 +149,9 @@ class Search:
     def value(self) -> int:
         return get_value(self.places, self.name)
 
-    def adjust(self, factor: float = 1.0, value: int | None = None, desc: str | None = None, max_val: int = 8192) -> tuple[int, bool]:
+    def adjust(
+        self, factor: float = 1.0, value: int | None = None, desc: str | None = None, max_val: int = 8192
+    ) -> tuple[int, bool]:
         """Lightning's ``_adjust_batch_size``: the next size (``value``, or the current one times
         ``factor``, at most ``max_val``), set on the attribute; unchanged once the current size
         covers the dataset."""
@@ -176,7 +193,8 @@ class Search:
             dataset = loader.dataset
             self.length = len(dataset) if hasattr(dataset, "__len__") else None  # type: ignore[arg-type]
             if loader.batch_size not in (None, size):
-                log.info("scale_batch_size: %s=%d, but the loader's batch_size is %r: it does not read the attribute.", self.name, size, loader.batch_size)
+                log.info("scale_batch_size: %s=%d, but the loader's batch_size is %r: it does not read the attribute.",
+                         self.name, size, loader.batch_size)
         return True
 
     def hand_over(self, size: int) -> None:

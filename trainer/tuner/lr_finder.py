@@ -151,8 +151,12 @@ def check_lr_find(min_lr: Any, max_lr: Any, num_training: Any, mode: Any, early_
         raise ValueError(f"lr_find(num_training={num_training!r}): the number of steps, an int >= 1.")
     if mode not in MODES:
         raise ValueError(f"lr_find(mode={mode!r}): use 'exponential' (evenly spread on a log scale) or 'linear'.")
-    if early_stop_threshold is not None and (isinstance(early_stop_threshold, bool) or not isinstance(early_stop_threshold, (int, float)) or early_stop_threshold <= 0):
-        raise ValueError(f"lr_find(early_stop_threshold={early_stop_threshold!r}): a positive number, or None to never stop early.")
+    threshold = early_stop_threshold
+    positive = not isinstance(threshold, bool) and isinstance(threshold, (int, float)) and threshold > 0
+    if threshold is not None and not positive:
+        raise ValueError(
+            f"lr_find(early_stop_threshold={threshold!r}): a positive number, or None to never stop early."
+        )
 
 
 def lr_attribute(model: Any, datamodule: Any, attr_name: str) -> tuple[str, list[tuple[Any, str]]]:
@@ -168,9 +172,10 @@ def lr_attribute(model: Any, datamodule: Any, attr_name: str) -> tuple[str, list
         "`model.hparams` should have one of these fields: ('lr', 'learning_rate'). If your model has a different "
         "name for the learning rate, set it with `.lr_find(attr_name=...)`."
     )
+    also = " or the DataModule" if datamodule is not None else ""
     raise AttributeError(
-        f"{lightning} lr_find(update_attr=True) sets the learning rate it finds on the model, but {type(model).__name__} "
-        f"has no attribute {wanted} (nor in its hparams{' or the DataModule' if datamodule is not None else ''}). Set "
+        f"{lightning} lr_find(update_attr=True) sets the learning rate it finds on the model, "
+        f"but {type(model).__name__} has no attribute {wanted} (nor in its hparams{also}). Set "
         "self.lr in __init__ and read it in configure_optimizers, pass attr_name='your_name', or update_attr=False."
     )
 
@@ -182,8 +187,8 @@ def lr_find(
 ) -> LRFinder | None:
     check_lr_find(min_lr, max_lr, num_training, mode, early_stop_threshold)
     if trainer.fast_dev_run:
-        warnings.warn("Skipping learning rate finder since `fast_dev_run` is enabled. (A debugging run searches nothing.)",
-                      UserWarning, stacklevel=3)
+        warnings.warn("Skipping learning rate finder since `fast_dev_run` is enabled. "
+                      "(A debugging run searches nothing.)", UserWarning, stacklevel=3)
         return None
     name, places = lr_attribute(model, datamodule, attr_name) if update_attr else ("", [])
     finder = LRFinder(mode, float(min_lr), float(max_lr), num_training)
@@ -193,7 +198,8 @@ def lr_find(
         search.fit(model, train_dataloaders, val_dataloaders, datamodule)
     steps = len(finder.results["lr"])
     if steps < num_training:
-        log.info("lr_find stopped after %d of %d steps: the loss diverged (above %s x its best).", steps, num_training, early_stop_threshold)
+        log.info("lr_find stopped after %d of %d steps: the loss diverged (above %s x its best).",
+                 steps, num_training, early_stop_threshold)
     lr = finder.suggestion_or_none()
     if update_attr and lr is not None:
         before = get_value(places, name)

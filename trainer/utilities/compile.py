@@ -49,7 +49,9 @@ def to_uncompiled(model: Any) -> TrainModule:
     if _is_optimized_module(model):
         original = model._orig_mod
         if not isinstance(original, TrainModule):
-            raise TypeError(f"Unexpected error, the wrapped model should be a LightningModule, found {type(model).__name__}")
+            raise TypeError(
+                f"Unexpected error, the wrapped model should be a LightningModule, found {type(model).__name__}"
+            )
     elif isinstance(model, TrainModule):
         if model._compiler_ctx is None:
             raise ValueError(

@@ -8,8 +8,8 @@ import torch
 
 
 def recursive_detach(in_dict: Any, to_cpu: bool = False) -> Any:
-    """``in_dict`` with every tensor in it (nested dicts, lists, tuples and namedtuples too) detached, and moved to the CPU
-    with ``to_cpu=True``; other values are returned as they are."""
+    """``in_dict`` with every tensor in it (nested dicts, lists, tuples and namedtuples too) detached, and moved
+    to the CPU with ``to_cpu=True``; other values are returned as they are."""
     if isinstance(in_dict, torch.Tensor):
         out = in_dict.detach()
         return out.cpu() if to_cpu else out
