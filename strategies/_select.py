@@ -98,7 +98,8 @@ def normalize_devices(devices: Any) -> str | int | list[int]:
         if len(set(devices)) != len(devices):
             raise ValueError(
                 f"devices={devices!r} lists a device twice; list each device index once. To share one GPU on "
-                "purpose, pass DataParallelStrategy(device_ids=[0, 0]) or DDPStrategy(backend='gloo', device_ids=[0, 0])."
+                "purpose, pass DataParallelStrategy(device_ids=[0, 0]) or "
+                "DDPStrategy(backend='gloo', device_ids=[0, 0])."
             )
         return list(devices)
     raise TypeError(f"devices={devices!r} must be 'auto', a count or a list. {_DEVICES_HELP}")

@@ -83,10 +83,9 @@ def spawn(
 ) -> Any:
     """Run ``fn(*args)`` in ``nprocs`` fresh processes; return what rank 0's ``fn`` returned.
 
-    If any rank fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own; those still
-    running are then asked for their stack and killed. A ``WorkerError`` names the rank that
-    failed first, with its traceback (or signal) and where any stuck rank was. ``timeout`` is
-    the collective timeout, only quoted in that message.
+    If any rank fails, the others get ``SHUTDOWN_GRACE_S`` to stop on their own; those still running are then asked for
+    their stack and killed. A ``WorkerError`` names the rank that failed first, with its traceback (or signal) and where
+    any stuck rank was. ``timeout`` is the collective timeout, only quoted in that message.
     """
     check_main_guard()
     workdir = tempfile.mkdtemp(prefix="trainer-ddp-")
@@ -141,7 +140,8 @@ def _join(procs: list[Any], workdir: str, timeout: timedelta | None, received: l
                 if early:  # its peers fail next, losing their connection to it: they are not the cause
                     raise WorkerError(
                         f"DDP rank {rank} (of {len(procs)}) exited with status 0 before its fit finished (os._exit(0) "
-                        "in user code, or a library ending the process?). The other ranks were stopped." + _stuck_report(stuck), rank)
+                        "in user code, or a library ending the process?). The other ranks were stopped."
+                        + _stuck_report(stuck), rank)
                 raise _interrupted(workdir, len(procs), procs[rank].exitcode, received) or _worker_error(
                     rank, procs[rank].exitcode, workdir, len(procs), stuck, timeout
                 )
@@ -166,8 +166,8 @@ def _interrupted(workdir: str, nprocs: int, exitcode: int, received: list[int]) 
 def _stop_the_rest(procs: list[Any], workdir: str) -> dict[int, str]:
     """Give the other ranks a grace period, then record where the stuck ones are and kill them.
 
-    SIGKILL, not SIGTERM: a rank's SIGTERM handler would try to write a checkpoint, which is a
-    collective that cannot finish once a peer is gone.
+    SIGKILL, not SIGTERM: a rank's SIGTERM handler would try to write a checkpoint, which is a collective that cannot
+    finish once a peer is gone.
     """
     deadline = time.monotonic() + SHUTDOWN_GRACE_S
     for proc in procs:
@@ -242,11 +242,10 @@ def _exit(code: int) -> None:
     2-core machine; destroying the process group first (DDPStrategy.teardown) made it rarer but
     not rare enough. The error (or result) file is written by now; flush what is still buffered.
 
-    multiprocessing's exit finalizers do run (those a normal exit runs first): a semaphore the
-    worker made (tqdm's lock, which torch.compile's progress bar creates; a Queue, a Pool) is
-    named, and registered with the launcher's resource tracker, until its finalizer unlinks it;
-    skipped, the launcher ends with "resource_tracker: There appear to be N leaked semaphore
-    objects to clean up at shutdown"."""
+    multiprocessing's exit finalizers do run (those a normal exit runs first): a semaphore the worker made (tqdm's lock,
+    which torch.compile's progress bar creates; a Queue, a Pool) is named, and registered with the launcher's resource
+    tracker, until its finalizer unlinks it; skipped, the launcher ends with "resource_tracker: There appear to be N
+    leaked semaphore objects to clean up at shutdown"."""
     with contextlib.suppress(Exception):
         multiprocessing.util._run_finalizers(0)  # noqa: SLF001 - no public way to run them without exiting
     for child in multiprocessing.active_children():  # daemonic: DataLoader workers, one hung in __getitem__ among them,
@@ -272,8 +271,8 @@ def _worker_error(
     if exitcode < 0:
         # A killed rank is the cause: its peers only fail once they notice it is gone.
         name = _signal_name(-exitcode)
-        message = f"DDP rank {rank} (of {nprocs}) was killed by signal {name} (exit code {exitcode}). The other ranks were stopped."
-        return WorkerError(message + _stuck_report(stuck), rank)
+        message = f"DDP rank {rank} (of {nprocs}) was killed by signal {name} (exit code {exitcode})."
+        return WorkerError(message + " The other ranks were stopped." + _stuck_report(stuck), rank)
     errors = []
     for r in range(nprocs):
         text = _read(os.path.join(workdir, f"error-{r}.txt"))
@@ -300,7 +299,8 @@ def _worker_error(
             message += (
                 f"\nRank {rank} waited longer than the collective timeout ({seconds} s, DDPStrategy(timeout=...)) "
                 "for the other ranks: one of them is stuck, or much slower outside collectives. "
-                "If a long pause on some ranks is expected (e.g. rank 0 evaluating alone), raise DDPStrategy(timeout=...)."
+                "If a long pause on some ranks is expected (e.g. rank 0 evaluating alone), "
+                "raise DDPStrategy(timeout=...)."
             )
         return WorkerError(message + _stuck_report(stuck), rank)
     if not os.path.exists(os.path.join(workdir, f"started-{rank}")):

@@ -296,7 +296,8 @@ def check_cuda_indices(arg: str, value: Any, indices: list[int], cpu_fix: str = 
     missing = [i for i in indices if not 0 <= i < count]
     if not missing:
         return
-    fix = f"valid indices are 0..{count - 1} (relative to CUDA_VISIBLE_DEVICES)" if count else f"to run on the CPU, {cpu_fix}"
+    fix = (f"valid indices are 0..{count - 1} (relative to CUDA_VISIBLE_DEVICES)" if count
+           else f"to run on the CPU, {cpu_fix}")
     raise ValueError(
         f"{arg}={value!r}: CUDA device {', '.join(map(str, missing))} does not exist; this machine has "
         f"{count} visible CUDA device(s), so {fix}."
@@ -317,6 +318,7 @@ def check_given_ids(owner: str, device_ids: list[int], devices: Any) -> None:
     """The strategy's ``device_ids`` choose the devices: ``Trainer(devices=...)`` must stay 'auto'."""
     if devices != "auto":
         raise ValueError(
-            f"devices={devices!r} and {owner}(device_ids={device_ids!r}) both choose the devices. Give only one of them."
+            f"devices={devices!r} and {owner}(device_ids={device_ids!r}) both choose the devices. "
+            "Give only one of them."
         )
     check_cuda_indices(f"{owner}(device_ids)", device_ids, device_ids)

@@ -65,7 +65,8 @@ def _slice(batch: Any, start: int, stop: int, total: int) -> Any:
             return type(batch)(*out)
         return type(batch)(out) if isinstance(batch, list) else tuple(out)
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        changes = {f.name: _slice(getattr(batch, f.name), start, stop, total) for f in dataclasses.fields(batch) if f.init}
+        fields = [f.name for f in dataclasses.fields(batch) if f.init]
+        changes = {name: _slice(getattr(batch, name), start, stop, total) for name in fields}
         return dataclasses.replace(batch, **changes)
     return batch
 
@@ -109,14 +110,18 @@ def combine_outputs(outputs: list[Any], weights: list[int], device: torch.device
     if isinstance(first, torch.Tensor):
         return _combine_tensors(outputs, weights, device, training)
     if isinstance(first, dict):
-        return type(first)((k, combine_outputs([o[k] for o in outputs], weights, device, training=training)) for k in first)
+        return type(first)(
+            (k, combine_outputs([o[k] for o in outputs], weights, device, training=training)) for k in first
+        )
     if isinstance(first, (list, tuple)):
         lengths = [len(o) for o in outputs]
         if not hasattr(first, "_fields") and (
             len(set(lengths)) > 1 or (lengths == list(weights) and all(_plain_list(o) for o in outputs))
         ):  # one entry per sample: a structure would have the same length in every replica
             return type(first)(x for o in outputs for x in o)
-        merged = [combine_outputs([o[i] for o in outputs], weights, device, training=training) for i in range(len(first))]
+        merged = [
+            combine_outputs([o[i] for o in outputs], weights, device, training=training) for i in range(len(first))
+        ]
         return type(first)(*merged) if hasattr(first, "_fields") else type(first)(merged)
     if dataclasses.is_dataclass(first) and not isinstance(first, type):
         return dataclasses.replace(first, **{
@@ -126,7 +131,9 @@ def combine_outputs(outputs: list[Any], weights: list[int], device: torch.device
     return list(outputs)  # anything else: one entry per replica
 
 
-def _combine_tensors(outputs: list[torch.Tensor], weights: list[int], device: torch.device, training: bool) -> torch.Tensor:
+def _combine_tensors(
+    outputs: list[torch.Tensor], weights: list[int], device: torch.device, training: bool
+) -> torch.Tensor:
     one_element = all(o.numel() == 1 for o in outputs)
     if not one_element or (
         all(o.ndim and o.shape[0] == w for o, w in zip(outputs, weights)) and not training  # one row per sample

@@ -166,7 +166,7 @@ class DDPStrategy(ParallelStrategy):
                     "CPU leave it off; every rank then normalises with its own batch's statistics in training, "
                     "and evaluates with rank 0's running statistics."
                 )
-            module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # the root is a TrainModule: converted in place
+            module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)  # a TrainModule root: converted in place
         super().setup_module(module)
         if not getattr(module, "automatic_optimization", True):
             # DDP's gradient hooks expect one backward per forward, reaching the parameters the
@@ -204,10 +204,9 @@ class DDPStrategy(ParallelStrategy):
         return self._ddp
 
     def teardown(self) -> None:
-        # Free the DDP wrapper (and through it the process group's C++ side) now, while the
-        # interpreter is whole. Left to interpreter shutdown, gloo's threads release tensors
-        # whose Python owners are already gone, and the worker aborts at exit with SIGABRT
-        # ("terminate called without an active exception"); see pytorch/pytorch#179291.
+        # Free the DDP wrapper (and through it the process group's C++ side) now, while the interpreter is whole. Left
+        # to interpreter shutdown, gloo's threads release tensors whose Python owners are already gone, and the worker
+        # aborts at exit with SIGABRT ("terminate called without an active exception"); see pytorch/pytorch#179291.
         self._ddp = None
         gc.collect()
         if self._owns_group and dist.is_initialized():
@@ -218,7 +217,8 @@ class DDPStrategy(ParallelStrategy):
     # --- data --------------------------------------------------------------------------
     def process_dataloader(self, loader: Any, stage: str) -> Any:
         """Give each rank its share of the data; the loader's batch size stays per process."""
-        if not self.use_distributed_sampler or not isinstance(loader, DataLoader) or isinstance(loader.sampler, DistributedSampler):
+        if (not self.use_distributed_sampler or not isinstance(loader, DataLoader)
+                or isinstance(loader.sampler, DistributedSampler)):
             return loader  # the user shards it, sharded it already, or it is not ours to rebuild
         if isinstance(loader.dataset, IterableDataset):
             if self.is_global_zero:
@@ -284,9 +284,8 @@ class DDPStrategy(ParallelStrategy):
                 offset += g.numel()
 
     def compile(self, options: dict[str, Any]) -> None:
-        # torch's advice for DDP: compile the wrapper, so that the compiler splits the graph at
-        # DDP's buckets and their all-reduces still overlap the backward. Evaluation calls the
-        # module itself: compiled in place as well.
+        # torch's advice for DDP: compile the wrapper, so that the compiler splits the graph at DDP's buckets and their
+        # all-reduces still overlap the backward. Evaluation calls the module itself: compiled in place as well.
         if self._ddp is not None:
             self._ddp.compile(**options)
         self.module.compile(**options)
@@ -327,7 +326,9 @@ class DDPStrategy(ParallelStrategy):
         dist.gather_object(on_cpu, parts, dst=0)
         return None if parts is None else [o for part in parts for o in part]
 
-    def reduce_metrics(self, parts: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    def reduce_metrics(
+        self, parts: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         # A rank with no evaluation batches logged nothing: agree on the names first.
         names = sorted(set().union(*self.gather_objects(sorted(parts))))
         if not names:
@@ -374,10 +375,9 @@ def _buckets(tensors: list[torch.Tensor], limit: int) -> Iterator[list[torch.Ten
 def _group_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:
     """A fresh key space, for one process group, on a rendezvous store kept for the process's life.
 
-    torch names the default group's rendezvous keys the same every time, so a second group
-    on the same store (fit after fit under torchrun, whose agent keeps the store) can read
-    the first group's stale addresses and hang or be refused (pytorch/pytorch#55967). A
-    store made anew each time would instead race for MASTER_PORT. Every rank starts its
+    torch names the default group's rendezvous keys the same every time, so a second group on the same store (fit after
+    fit under torchrun, whose agent keeps the store) can read the first group's stale addresses and hang or be refused
+    (pytorch/pytorch#55967). A store made anew each time would instead race for MASTER_PORT. Every rank starts its
     groups in the same order, so the counter agrees across ranks.
     """
     key = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], world_size)

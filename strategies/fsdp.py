@@ -26,7 +26,9 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from trainer.checkpoint.files import SHARDED_META, replace_folder, save_atomic
 from trainer.checkpoint.sharded_read import load_shards, saved_keys
-from trainer.checkpoint.state_dicts import optimizer_state_by_name, optimizer_state_by_position, param_names, plain_state_dict
+from trainer.checkpoint.state_dicts import (
+    optimizer_state_by_name, optimizer_state_by_position, param_names, plain_state_dict,
+)
 
 from .base import StepDispatcher
 from .ddp import DEFAULT_TIMEOUT, DDPStrategy
@@ -99,7 +101,9 @@ class FSDPStrategy(DDPStrategy):
             if not isinstance(value, bool):
                 raise TypeError(f"FSDPStrategy({arg}={value!r}) must be True or False.")
         if reduce_dtype is not None and not (isinstance(reduce_dtype, torch.dtype) and reduce_dtype.is_floating_point):
-            raise TypeError(f"FSDPStrategy(reduce_dtype={reduce_dtype!r}) must be a floating torch.dtype, e.g. torch.float32.")
+            raise TypeError(
+                f"FSDPStrategy(reduce_dtype={reduce_dtype!r}) must be a floating torch.dtype, e.g. torch.float32."
+            )
         if checkpoint not in ("full", "sharded"):
             raise ValueError(
                 f"FSDPStrategy(checkpoint={checkpoint!r}): 'full' (one file with the full state, the default) or "
@@ -116,14 +120,18 @@ class FSDPStrategy(DDPStrategy):
     # --- the model ---------------------------------------------------------------------
     def setup_module(self, module: nn.Module) -> None:
         if self.sync_batchnorm:
-            raise ValueError("sync_batchnorm=True is not supported with strategy='fsdp'. Leave it off, or use strategy='ddp'.")
+            raise ValueError(
+                "sync_batchnorm=True is not supported with strategy='fsdp'. Leave it off, or use strategy='ddp'."
+            )
         if self.precision.precision == "16-mixed":
             raise ValueError(
                 "precision='16-mixed' with strategy='fsdp': float16 gradients need a sharded gradient scaler, which "
                 "this strategy does not have. Use precision='bf16-mixed' (no scaler needed) or '32'."
             )
         if self.cpu_offload and self.root_device.type != "cuda":
-            raise ValueError("FSDPStrategy(cpu_offload=True) moves shards from GPU to CPU memory; on a CPU run leave it off.")
+            raise ValueError(
+                "FSDPStrategy(cpu_offload=True) moves shards from GPU to CPU memory; on a CPU run leave it off."
+            )
         on_meta = any(t.is_meta for t in [*module.parameters(), *module.buffers()])
         self.module = module if on_meta else module.to(self.root_device)
         # An explicit mesh of this process group's ranks: the device type decides the backend
@@ -177,7 +185,10 @@ class FSDPStrategy(DDPStrategy):
                     sub.reset_parameters()
         still = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
         if still:
-            raise ValueError(f"The model was built on the meta device and {still[:3]} stayed there: give their modules a reset_parameters().")
+            raise ValueError(
+                f"The model was built on the meta device and {still[:3]} stayed there: "
+                "give their modules a reset_parameters()."
+            )
 
     def teardown(self) -> None:
         self._root, self.mesh = None, None
@@ -232,7 +243,8 @@ class FSDPStrategy(DDPStrategy):
         return plain_state_dict(get_model_state_dict(self.module, options=_FULL))
 
     def load_module_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> None:
-        set_model_state_dict(self.module, plain_state_dict(state), options=StateDictOptions(full_state_dict=True, strict=strict))
+        options = StateDictOptions(full_state_dict=True, strict=strict)
+        set_model_state_dict(self.module, plain_state_dict(state), options=options)
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         if _stateless(optimizer):  # see _stateless: torch's call would first take a step
@@ -244,7 +256,8 @@ class FSDPStrategy(DDPStrategy):
         (``meta.pt``), then renames the folder into place: ``path`` is the old checkpoint or the
         complete new one, never a half-written folder."""
         directory, name = os.path.split(os.path.abspath(path))
-        tmp = self.broadcast_object(os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex}") if self.is_global_zero else None)
+        tmp = os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex}") if self.is_global_zero else None
+        tmp = self.broadcast_object(tmp)
         dcp.save(self._sharded_state(optimizers), checkpoint_id=tmp)
         if self.is_global_zero:
             save_atomic(meta, os.path.join(tmp, SHARDED_META))
@@ -268,9 +281,12 @@ class FSDPStrategy(DDPStrategy):
             state["optimizer_states"] = [self._sharded_optimizer_state(i, o, saved) for i, o in enumerate(optimizers)]
         return state
 
-    def _sharded_optimizer_state(self, index: int, optimizer: torch.optim.Optimizer, saved: set[str] | None) -> dict[str, Any]:
+    def _sharded_optimizer_state(
+        self, index: int, optimizer: torch.optim.Optimizer, saved: set[str] | None
+    ) -> dict[str, Any]:
         prefix = f"optimizer_states.{index}.state."
-        if saved is None and _stateless(optimizer) or saved is not None and not any(k.startswith(prefix) for k in saved):
+        if (saved is None and _stateless(optimizer)
+                or saved is not None and not any(k.startswith(prefix) for k in saved)):
             return optimizer_state_by_name(optimizer.state_dict(), optimizer, self.module)  # param_groups only
         state = get_optimizer_state_dict(self.module, optimizer)
         if saved is not None:  # the template of a fresh optimizer holds every parameter's state; read those saved
@@ -285,7 +301,9 @@ class FSDPStrategy(DDPStrategy):
         by_name = optimizer_state_by_name(state, optimizer, self.module)  # a ddp or single run's checkpoint too
         self._set_optimizer_state(optimizer, by_name, StateDictOptions(full_state_dict=True))
 
-    def _set_optimizer_state(self, optimizer: torch.optim.Optimizer, by_name: dict[str, Any], options: StateDictOptions) -> None:
+    def _set_optimizer_state(
+        self, optimizer: torch.optim.Optimizer, by_name: dict[str, Any], options: StateDictOptions
+    ) -> None:
         """``set_optimizer_state_dict``, but an optimizer comes back with exactly the state it had.
 
         torch's call first gives every parameter a state (a step with zero gradients), then

@@ -46,7 +46,8 @@ def snapshot(obj: Any, spares: dict[int, list[torch.UntypedStorage]] | None = No
         if copied is None:
             kept = free.get(storage.nbytes())
             spare = kept.pop() if kept else None
-            if t.is_cpu and t.storage_offset() == 0 and t.is_contiguous() and t.numel() * t.element_size() == storage.nbytes():
+            if (t.is_cpu and t.storage_offset() == 0 and t.is_contiguous()
+                    and t.numel() * t.element_size() == storage.nbytes()):
                 if spare is None:
                     clone = t.detach().clone()
                     copies[key] = clone.untyped_storage()

@@ -50,7 +50,8 @@ def save_atomic(obj: dict[str, Any] | Encoded, path: str | os.PathLike) -> None:
                 serialize.save(obj, f)
                 f.flush()
                 os.fsync(f.fileno())
-        if not isinstance(obj, Encoded) and not _plainly_loadable(obj):  # e.g. a numpy number in a callback's state: load it back to be sure
+        # e.g. a numpy number in a callback's state: load it back to be sure
+        if not isinstance(obj, Encoded) and not _plainly_loadable(obj):
             _check_loads(tmp, obj, path)
         os.replace(tmp, path)
     except BaseException as err:
@@ -182,7 +183,9 @@ def _round_trips(value: Any) -> bool:
     return True
 
 
-def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False, weights_only: bool = True) -> dict[str, Any]:
+def load(
+    path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False, weights_only: bool = True
+) -> dict[str, Any]:
     """Load with ``weights_only=True``: tensors and plain containers only, no code runs
     (``weights_only=False``, for a file one trusts, unpickles anything in it). Any layout this
     project reads (its own, Lightning's, its 0.1 one) comes back in today's (``layout.read``).
@@ -212,7 +215,9 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", mmap: bool = False,
 
 def _load_file(path: str, map_location: Any, mmap: bool, weights_only: bool = True) -> Any:
     if not os.path.isfile(path):
-        raise MissingCheckpoint(f"Checkpoint file not found: {path}. ckpt_path={path!r} does not exist (or is not a file).")
+        raise MissingCheckpoint(
+            f"Checkpoint file not found: {path}. ckpt_path={path!r} does not exist (or is not a file)."
+        )
     require_archive(path, repr(path))  # also what lets torch.load map it
     from trainer.checkpoint.integrity import verify  # integrity sits beside this module, and imports it
 

@@ -66,9 +66,15 @@ def load_from_checkpoint(
     keys = load_plain_state_dict(obj, state, strict=strict)  # into compiled submodules too
     if not strict and keys is not None:
         if getattr(keys, "missing_keys", None):
-            warnings.warn(f"Found keys that are in the model state dict but not in the checkpoint: {keys.missing_keys}", stacklevel=3)
+            warnings.warn(
+                f"Found keys that are in the model state dict but not in the checkpoint: {keys.missing_keys}",
+                stacklevel=3,
+            )
         if getattr(keys, "unexpected_keys", None):
-            warnings.warn(f"Found keys that are not in the model state dict but in the checkpoint: {keys.unexpected_keys}", stacklevel=3)
+            warnings.warn(
+                f"Found keys that are not in the model state dict but in the checkpoint: {keys.unexpected_keys}",
+                stacklevel=3,
+            )
     device = next((t.device for t in state.values() if isinstance(t, torch.Tensor)), None)
     return (obj if device is None else obj.to(device)).eval()
 
@@ -108,7 +114,9 @@ def _literal(text: str) -> Any:
         return text
 
 
-def _build(cls: type, path: str, ckpt: dict[str, Any], saved: dict[str, Any], kwargs: dict[str, Any], recorded: bool) -> Any:
+def _build(
+    cls: type, path: str, ckpt: dict[str, Any], saved: dict[str, Any], kwargs: dict[str, Any], recorded: bool
+) -> Any:
     """``cls(**hyperparameters)``: the ones ``__init__`` takes (all of them if it takes
     ``**kwargs``); a dict given to ``save_hyperparameters`` goes back to its argument. A module
     the command line built (``_instantiator``) is rebuilt from its config by :func:`instantiate_module`."""
@@ -153,7 +161,9 @@ def _build(cls: type, path: str, ckpt: dict[str, Any], saved: dict[str, Any], kw
 # names a checkpoint may give (Lightning's CLI's too): each means instantiate_module below. Any other name
 # is refused: a checkpoint never names code that runs.
 INSTANTIATOR = "trainer.cli.instantiate_module"
-INSTANTIATORS = frozenset({INSTANTIATOR, "lightning.pytorch.cli.instantiate_module", "pytorch_lightning.cli.instantiate_module"})
+INSTANTIATORS = frozenset(
+    {INSTANTIATOR, "lightning.pytorch.cli.instantiate_module", "pytorch_lightning.cli.instantiate_module"}
+)
 JSONARGPARSE_INSTALL = 'pip install "jsonargparse[signatures]>=4.27" (or the extra: pip install ".[cli]")'
 
 
@@ -183,7 +193,9 @@ def instantiate_module(class_type: type, config: dict[str, Any]) -> Any:
     parser = jsonargparse.ArgumentParser(exit_on_error=False)
     if "_class_path" in config:
         parser.add_subclass_arguments(class_type, "module", fail_untyped=False)
-        config = {"class_path": config["_class_path"], "dict_kwargs": {k: v for k, v in config.items() if k != "_class_path"}}
+        config = {
+            "class_path": config["_class_path"], "dict_kwargs": {k: v for k, v in config.items() if k != "_class_path"}
+        }
     else:
         parser.add_class_arguments(class_type, "module", fail_untyped=False)
     parsed = parser.parse_object({"module": config})

@@ -65,7 +65,10 @@ def _entry_damage(archive: zipfile.ZipFile, entry: zipfile.ZipInfo, data: mmap.m
     with memoryview(data)[begin:end] as view:
         crc = zlib.crc32(view)
     if crc != entry.CRC:
-        return f"the bytes of entry {entry.filename!r} do not match its CRC-32 (stored {entry.CRC:#010x}, read {crc:#010x})"
+        return (
+            f"the bytes of entry {entry.filename!r} do not match its CRC-32 "
+            f"(stored {entry.CRC:#010x}, read {crc:#010x})"
+        )
     return None
 
 

@@ -40,10 +40,11 @@ def to_file(state: dict[str, Any]) -> dict[str, Any]:
     if "model" in state:  # a sharded checkpoint's shards hold the weights and optimizer states
         file["state_dict"] = state["model"]
     file["loops"] = lightning_loops(
-        loop.get("epoch", 0), loop.get("batch_in_epoch", 0), step, loop.get("batches", math.inf), loop.get("automatic", True),
-        loop.get("batches_stepped"),
+        loop.get("epoch", 0), loop.get("batch_in_epoch", 0), step, loop.get("batches", math.inf),
+        loop.get("automatic", True), loop.get("batches_stepped"),
     )
-    weights_only = bool(state.get("weights_only")) or "loop" not in state  # 0.1's save_checkpoint(weights_only=True) kept no loop
+    # 0.1's save_checkpoint(weights_only=True) kept no loop
+    weights_only = bool(state.get("weights_only")) or "loop" not in state
     if not weights_only:
         file["callbacks"] = {k: v for k, v in state.get("callbacks", {}).items() if v}  # Lightning keeps non-empty ones
         optimizers = state.get("optimizer_states")
@@ -71,7 +72,8 @@ def to_file(state: dict[str, Any]) -> dict[str, Any]:
         "version": state.get("version"),
         "weights_only": weights_only,
         "loop": {
-            k: loop[k] for k in ("epoch", "batch_in_epoch", "global_step", "batches_stepped", "world_size", "val_pending")
+            k: loop[k]
+            for k in ("epoch", "batch_in_epoch", "global_step", "batches_stepped", "world_size", "val_pending")
             if k in loop
         },
         "metrics": state.get("metrics", {}),
@@ -253,7 +255,8 @@ def python_numbers(file: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
         elif key == "optimizer_states" and isinstance(value, list):
             out[key] = [
-                {**s, "param_groups": _plain(s["param_groups"])} if isinstance(s, dict) and "param_groups" in s else _plain(s)
+                {**s, "param_groups": _plain(s["param_groups"])} if isinstance(s, dict) and "param_groups" in s
+                else _plain(s)
                 for s in value
             ]
         else:

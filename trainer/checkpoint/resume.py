@@ -115,11 +115,13 @@ def nothing_left(trainer: Trainer, path: str) -> str | None:
     max_epochs or max_steps, and fit then does nothing, as Lightning's does); None otherwise."""
     state = trainer.state
     for name, limit, done, unit in (
-        ("max_epochs", trainer.max_epochs, state.current_epoch, "epoch(s)"), ("max_steps", trainer.max_steps, state.global_step, "step(s)"),
+        ("max_epochs", trainer.max_epochs, state.current_epoch, "epoch(s)"),
+        ("max_steps", trainer.max_steps, state.global_step, "step(s)"),
     ):
         if limit is not None and limit >= 0 and done >= limit:
             return (
-                f"`Trainer.fit` stopped: `{name}={limit}` reached. The checkpoint {path} had already trained {done} {unit}, "
+                f"`Trainer.fit` stopped: `{name}={limit}` reached. "
+                f"The checkpoint {path} had already trained {done} {unit}, "
                 f"so this fit trains nothing. To train longer, raise the limit and resume from it: "
                 f"Trainer({name}={max(2 * limit, done + 1)}, ...).fit(model, ckpt_path=...)."
             )
@@ -153,7 +155,8 @@ def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
     for cb in trainer.callbacks:  # the model's hook ran before its weights were loaded
         cb.on_load_checkpoint(trainer, run.module, ckpt)
     states = ckpt.get("callbacks", {})
-    given = {cb.state_key for cb in trainer.callbacks} | {getattr(cb, "legacy_state_key", None) for cb in trainer.callbacks}
+    given = {cb.state_key for cb in trainer.callbacks}
+    given |= {getattr(cb, "legacy_state_key", None) for cb in trainer.callbacks}
     missing = [key for key, state in states.items() if state and key not in given]
     if missing and trainer.is_global_zero:
         warnings.warn(
@@ -237,7 +240,9 @@ def evaluate_checkpoint(trainer: Trainer, run: Run, path: str | None) -> None:
         log.info("Evaluating %s (step %d, epoch %d).", path, loop.get("global_step", 0), loop.get("epoch", 0))
 
 
-def _load_states(kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, load: Callable[[Any, Any], None]) -> None:
+def _load_states(
+    kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, load: Callable[[Any, Any], None]
+) -> None:
     """Load each optimizer's (or scheduler's) state, in ``configure_optimizers``' order."""
     states = ckpt.get(key) or []
     if states and len(states) != len(objects):
@@ -283,7 +288,8 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         **weights,
         "lr_schedulers": [] if opt is None else [s.scheduler.state_dict() for s in opt.schedulers],
         "precision": run.precision.state_dict(),
-        "callbacks": {cb.state_key: kept for cb in trainer.callbacks if (kept := cb.state_dict())},  # Lightning's: non-empty
+        # Lightning's: non-empty
+        "callbacks": {cb.state_key: kept for cb in trainer.callbacks if (kept := cb.state_dict())},
         "loop": {
             "epoch": epoch, "batch_in_epoch": batch, "global_step": state.global_step,
             **({} if state.batches_stepped is None else {"batches_stepped": state.batches_stepped}),
@@ -291,7 +297,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
             # for Lightning's "epoch" and "loops": its current_epoch, its optimization, the epoch's length
             "current_epoch": state.current_epoch, "automatic": opt is None or opt.automatic,
             "batches": trainer.num_training_batches,
-            **({"val_pending": True} if run.val_pending else {}),  # the validation after this batch: its resume makes it
+            **({"val_pending": True} if run.val_pending else {}),  # its resume runs the validation after this batch
         },
         "metrics": dict(run.callback_metrics),
         "rng": rng,

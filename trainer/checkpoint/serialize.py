@@ -40,7 +40,8 @@ _serialization = torch.serialization
 _OWN_ARCHIVE = all(hasattr(_serialization, name) for name in (
     "_open_zipfile_writer", "_get_storage_alignment", "_serialization_tls", "location_tag", "normalize_storage_type",
 ))
-_TORCH_SAVE = torch.save  # a torch.save that code replaces (a wrapper, a mock counting saves) is called, as in Lightning
+# a torch.save that code replaces (a wrapper, a mock counting saves) is called, as in Lightning
+_TORCH_SAVE = torch.save
 
 
 class _Pickler(pickle.Pickler):
@@ -63,11 +64,14 @@ class _Pickler(pickle.Pickler):
             return None
         if storage.device.type != "meta" and storage.data_ptr() != 0:
             if self._dtypes.setdefault(storage.data_ptr(), dtype) != dtype:
-                raise RuntimeError("Cannot save multiple tensors or storages that view the same data as different types")
+                raise RuntimeError(
+                    "Cannot save multiple tensors or storages that view the same data as different types"
+                )
         key = self._keys.setdefault(storage._cdata, str(len(self._keys)))
         fake = getattr(obj, "_fake_device", None)
         self.storages[key] = storage
-        return ("storage", storage_type, key, str(fake) if fake is not None else _serialization.location_tag(storage), numel)
+        location = str(fake) if fake is not None else _serialization.location_tag(storage)
+        return ("storage", storage_type, key, location, numel)
 
     def reducer_override(self, obj: Any) -> Any:
         # What Tensor._reduce_ex_internal returns for a plain CPU tensor, without its
@@ -79,7 +83,8 @@ class _Pickler(pickle.Pickler):
             return NotImplemented
         storage = _TypedStorage(wrap_storage=obj.untyped_storage(), dtype=obj.dtype, _internal=True)
         # A new OrderedDict per tensor, as torch writes it: a loaded tensor's hooks are its own.
-        return _rebuild_tensor_v2, (storage, obj.storage_offset(), tuple(obj.size()), obj.stride(), obj.requires_grad, _OrderedDict())
+        args = (storage, obj.storage_offset(), tuple(obj.size()), obj.stride(), obj.requires_grad, _OrderedDict())
+        return _rebuild_tensor_v2, args
 
 
 # What torch.save(pickle_module=...) reads: a Pickler class (which it subclasses) and a name.

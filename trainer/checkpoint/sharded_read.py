@@ -34,7 +34,10 @@ _ALLOWED = {
     ("torch", "Size"),
     ("torch.serialization", "_get_layout"),  # a layout by name: torch.strided
     ("collections", "OrderedDict"),
-    *((module, cls) for module in ("pathlib", "pathlib._local") for cls in ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")),
+    *(
+        (module, cls) for module in ("pathlib", "pathlib._local")
+        for cls in ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")
+    ),
 }
 
 
@@ -75,9 +78,13 @@ def read_metadata(path: str) -> Metadata:
     except OSError as err:
         raise CheckpointError(f"Cannot read {path!r}: {err.strerror or err}.") from None
     except Exception as err:  # noqa: BLE001 - a damaged pickle fails in many ways
-        raise CheckpointError(f"{path!r} is not readable metadata (damaged or another kind of file): {type(err).__name__}: {err}") from None
+        raise CheckpointError(
+            f"{path!r} is not readable metadata (damaged or another kind of file): {type(err).__name__}: {err}"
+        ) from None
     if not isinstance(metadata, Metadata):
-        raise CheckpointError(f"{path!r} is not torch.distributed.checkpoint metadata: it holds a {type(metadata).__name__}.")
+        raise CheckpointError(
+            f"{path!r} is not torch.distributed.checkpoint metadata: it holds a {type(metadata).__name__}."
+        )
     return metadata
 
 

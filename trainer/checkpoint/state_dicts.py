@@ -22,17 +22,23 @@ def plain_state_dict(state: dict[str, Any]) -> dict[str, Any]:
     return {k.replace(_COMPILED, ""): v for k, v in state.items()}
 
 
-def load_plain_state_dict(module: torch.nn.Module, state: dict[str, Any], strict: bool = True, assign: bool = False) -> Any:
+def load_plain_state_dict(
+    module: torch.nn.Module, state: dict[str, Any], strict: bool = True, assign: bool = False
+) -> Any:
     """``module.load_state_dict(state)``, for a ``state`` with plain keys into a module that may
     hold compiled submodules (``self.net = torch.compile(self.net)``), and the other way round."""
     own = {k.replace(_COMPILED, ""): k for k in module.state_dict()}
     state = plain_state_dict(state)
     state = {own.get(k, k): v for k, v in state.items()}
     # assign only when asked: a model's own load_state_dict may not take it
-    return module.load_state_dict(state, strict=strict, assign=True) if assign else module.load_state_dict(state, strict=strict)
+    if assign:
+        return module.load_state_dict(state, strict=strict, assign=True)
+    return module.load_state_dict(state, strict=strict)
 
 
-def optimizer_state_by_name(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: torch.nn.Module) -> dict[str, Any]:
+def optimizer_state_by_name(
+    state: dict[str, Any], optimizer: torch.optim.Optimizer, module: torch.nn.Module
+) -> dict[str, Any]:
     """An optimizer's ``state_dict()`` keyed by parameter name instead of position, as
     ``torch.distributed.checkpoint.state_dict`` writes it (fsdp's checkpoints hold this form)."""
     if not _by_position(state):
@@ -42,7 +48,9 @@ def optimizer_state_by_name(state: dict[str, Any], optimizer: torch.optim.Optimi
     return {"state": {names[i]: s for i, s in state["state"].items()}, "param_groups": groups}
 
 
-def optimizer_state_by_position(state: dict[str, Any], optimizer: torch.optim.Optimizer, module: torch.nn.Module) -> dict[str, Any]:
+def optimizer_state_by_position(
+    state: dict[str, Any], optimizer: torch.optim.Optimizer, module: torch.nn.Module
+) -> dict[str, Any]:
     """The other way: a name-keyed optimizer state as ``optimizer.load_state_dict`` takes it."""
     if _by_position(state):
         return state
@@ -102,7 +110,8 @@ def check_weights_fit(ckpt: dict[str, Any], module: torch.nn.Module) -> None:
     own = plain_state_dict(module.state_dict())
     for key, saved in plain_state_dict(ckpt.get("state_dict") or {}).items():
         mine = own.get(key)
-        if isinstance(saved, torch.Tensor) and isinstance(mine, torch.Tensor) and _kind(saved.dtype) != _kind(mine.dtype):
+        if (isinstance(saved, torch.Tensor) and isinstance(mine, torch.Tensor)
+                and _kind(saved.dtype) != _kind(mine.dtype)):
             raise ValueError(
                 f"The checkpoint's {key!r} is {saved.dtype} and {type(module).__name__}'s is {mine.dtype}: loading "
                 "would cast it in silence. Resume with the model it was trained with, or convert the file's weights."
@@ -115,7 +124,10 @@ def check_optimizers_fit(ckpt: dict[str, Any], optimizers: list[torch.optim.Opti
     (torch's own errors came at the first step, as ``KeyError: 'momentum'``, or were its raw
     ``ValueError`` about param groups)."""
     classes, states = ours(ckpt).get("optimizer_classes") or [], ckpt.get("optimizer_states") or []
-    fix = "Resume with the optimizer it was trained with, or load only the weights (Model.load_from_checkpoint) and train anew."
+    fix = (
+        "Resume with the optimizer it was trained with, "
+        "or load only the weights (Model.load_from_checkpoint) and train anew."
+    )
     for i, opt in enumerate(optimizers):
         name = type(opt).__name__
         if i < len(classes) and classes[i] != optimizer_class(opt):
@@ -129,13 +141,21 @@ def check_optimizers_fit(ckpt: dict[str, Any], optimizers: list[torch.optim.Opti
                              f"{len(opt.param_groups)}. {fix}")
         sizes, now = [len(g["params"]) for g in groups], [len(g["params"]) for g in opt.param_groups]
         if sizes != now:
-            raise ValueError(f"The checkpoint's optimizer {i} has param groups of {sizes} parameters; {name} now holds {now}. {fix}")
+            raise ValueError(
+                f"The checkpoint's optimizer {i} has param groups of {sizes} parameters; {name} now holds {now}. {fix}"
+            )
         # A file that does not name the class (Lightning's, or one of ours from before): the settings its
         # groups hold tell (Adam's betas and eps, SGD's momentum and dampening); a scheduler adds initial_lr.
-        foreign = sorted({k for g in groups for k in g} - {k for g in opt.param_groups for k in g} - {"params", "initial_lr"})
+        foreign = sorted(
+            {k for g in groups for k in g} - {k for g in opt.param_groups for k in g} - {"params", "initial_lr"}
+        )
         if not classes and foreign:
-            raise ValueError(f"The checkpoint's optimizer {i} has settings {foreign}, not {name}'s: it was another optimizer. {fix}")
+            raise ValueError(
+                f"The checkpoint's optimizer {i} has settings {foreign}, not {name}'s: it was another optimizer. {fix}"
+            )
 
 
 def _kind(dtype: torch.dtype) -> str:
-    return "bool" if dtype == torch.bool else "complex" if dtype.is_complex else "float" if dtype.is_floating_point else "int"
+    if dtype == torch.bool:
+        return "bool"
+    return "complex" if dtype.is_complex else "float" if dtype.is_floating_point else "int"

@@ -1,4 +1,4 @@
-"""The bottom room, which every other part may import: the module, the DataModule, the run state, metric logging, seeding and argument checks."""
+"""The bottom room, imported by every other part: the module, DataModule, run state, metric logging, seeding, checks."""
 
 from trainer.core.datamodule import DataModule
 from trainer.core.exceptions import MisconfigurationException
@@ -7,4 +7,7 @@ from trainer.core.seed import seed_everything
 from trainer.core.signals import Interrupted
 from trainer.core.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 
-__all__ = ["DataModule", "Interrupted", "MisconfigurationException", "RunningStage", "TrainModule", "TrainerFn", "TrainerState", "TrainerStatus", "seed_everything"]
+__all__ = [
+    "DataModule", "Interrupted", "MisconfigurationException", "RunningStage", "TrainModule", "TrainerFn",
+    "TrainerState", "TrainerStatus", "seed_everything",
+]

@@ -65,13 +65,17 @@ def _distance(a: str, b: str) -> int:
 
 # Each check raises a MisconfigurationException (a ValueError; for a wrong type also a TypeError),
 # with ``lightning``, Lightning's own sentence for that setting, first when it has one.
-def positive_int(name: str, value: Any, *, allow_none: bool = False, minimum: int = 1, lightning: str = "") -> int | None:
+def positive_int(
+    name: str, value: Any, *, allow_none: bool = False, minimum: int = 1, lightning: str = ""
+) -> int | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise misconfigured(f"{name}={value!r} must be an int >= {minimum}" + (" or None." if allow_none else "."), lightning, True)
+        ending = " or None." if allow_none else "."
+        raise misconfigured(f"{name}={value!r} must be an int >= {minimum}" + ending, lightning, True)
     if value < minimum:
-        raise misconfigured(f"{name}={value!r} must be >= {minimum}" + (" (or None)." if allow_none else "."), lightning)
+        ending = " (or None)." if allow_none else "."
+        raise misconfigured(f"{name}={value!r} must be >= {minimum}" + ending, lightning)
     return value
 
 
@@ -79,9 +83,11 @@ def positive_number(name: str, value: Any, *, allow_none: bool = True, lightning
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise misconfigured(f"{name}={value!r} must be a positive number" + (" or None." if allow_none else "."), lightning, True)
+        ending = " or None." if allow_none else "."
+        raise misconfigured(f"{name}={value!r} must be a positive number" + ending, lightning, True)
     if not value > 0 or value != value or value == float("inf"):
-        raise misconfigured(f"{name}={value!r} must be a finite number > 0" + (" (or None)." if allow_none else "."), lightning)
+        ending = " (or None)." if allow_none else "."
+        raise misconfigured(f"{name}={value!r} must be a finite number > 0" + ending, lightning)
     return value
 
 
@@ -167,9 +173,12 @@ def _fraction_or_count(name: str, value: Any, of: str, minimum: int) -> int | fl
         low = 0.0 if minimum == 0 else math.ulp(0.0)
         if not low <= value <= 1.0:
             span = "[0, 1]" if minimum == 0 else "(0, 1]"
-            raise misconfigured(f"{name}={value!r}: a float is a fraction of the {of} in {span}; an int is a count.", lightning)
+            raise misconfigured(
+                f"{name}={value!r}: a float is a fraction of the {of} in {span}; an int is a count.", lightning
+            )
         return value
-    return positive_int(name, value, minimum=minimum, lightning=lightning if isinstance(value, int) and value < 0 else "")
+    negative = isinstance(value, int) and value < 0
+    return positive_int(name, value, minimum=minimum, lightning=lightning if negative else "")
 
 
 def interval(name: str, value: Any) -> int | float | None:
@@ -242,7 +251,9 @@ def _check_compile_values(value: dict[str, Any]) -> None:
             raise ValueError(f"compile={value!r}: unknown mode {value['mode']!r}. Valid: {modes}.")
         unknown = sorted(set(value.get("options") or {}) - set(torch._inductor.list_options()))
         if unknown:
-            raise ValueError(f"compile={value!r}: unknown options {unknown}; torch._inductor.list_options() lists the valid ones.")
+            raise ValueError(
+                f"compile={value!r}: unknown options {unknown}; torch._inductor.list_options() lists the valid ones."
+            )
 
 
 def check_model(model: Any, needs_training_step: bool = True) -> None:
@@ -258,8 +269,10 @@ def check_model(model: Any, needs_training_step: bool = True) -> None:
             f"{type(model).__name__} has no training_step. Subclass trainer.TrainModule and define "
             "training_step(self, batch, batch_idx).", lightning, type_error=True,
         )
-    if needs_training_step and isinstance(model, TrainModule) and type(model).training_step is TrainModule.training_step:
-        raise misconfigured(f"{type(model).__name__} does not define training_step(self, batch, batch_idx).", lightning, type_error=True)
+    if (needs_training_step and isinstance(model, TrainModule)
+            and type(model).training_step is TrainModule.training_step):
+        message = f"{type(model).__name__} does not define training_step(self, batch, batch_idx)."
+        raise misconfigured(message, lightning, type_error=True)
 
 
 def check_eval_model(model: Any, stage: str) -> None:
@@ -274,7 +287,10 @@ def check_eval_model(model: Any, stage: str) -> None:
         lightning = "`predict_step` cannot be None to run `Trainer.predict`"
         no_forward = not callable(getattr(model, "forward", None)) or type(model).forward is nn.Module.forward
         if callable(getattr(model, step, None)) and not overridden(model, step) and no_forward:
-            raise misconfigured(f"{ours} Its default calls forward, which {name} lacks.", "`Trainer.predict` requires `forward` method to run.", True)
+            raise misconfigured(
+                f"{ours} Its default calls forward, which {name} lacks.",
+                "`Trainer.predict` requires `forward` method to run.", True,
+            )
     else:
         lightning = f"No `{step}()` method defined to run `Trainer.{stage}`."
     if not callable(getattr(model, step, None)):

@@ -87,7 +87,9 @@ class DataModule(HyperparametersMixin):
                 text = f"size={size(loaders)}"
             elif isinstance(loaders, (list, tuple, dict)) and loaders:
                 each = loaders.values() if isinstance(loaders, dict) else loaders
-                text = " ; ".join(f"{i}. size={size(x)}" if isinstance(x, DataLoader) else "None" for i, x in enumerate(each, 1))
+                text = " ; ".join(
+                    f"{i}. size={size(x)}" if isinstance(x, DataLoader) else "None" for i, x in enumerate(each, 1)
+                )
             else:
                 text = "None"
             lines.append(f"{{{title} dataloader: {text}}}")
@@ -127,11 +129,15 @@ class DataModule(HyperparametersMixin):
 
         for name, data in (("train_dataset", train_dataset), ("val_dataset", val_dataset),
                            ("test_dataset", test_dataset), ("predict_dataset", predict_dataset)):
-            if data is not None and not isinstance(data, (Dataset, list, tuple, dict)) and not hasattr(data, "__getitem__"):
-                raise TypeError(f"DataModule.from_datasets({name}={data!r:.80}) takes a torch Dataset (or a list or dict of them).")
+            if (data is not None and not isinstance(data, (Dataset, list, tuple, dict))
+                    and not hasattr(data, "__getitem__")):
+                raise TypeError(
+                    f"DataModule.from_datasets({name}={data!r:.80}) takes a torch Dataset (or a list or dict of them)."
+                )
         params = inspect.signature(cls.__init__).parameters
         takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        extra = {k: v for k, v in (("batch_size", batch_size), ("num_workers", num_workers)) if takes_any or k in params}
+        sizes = (("batch_size", batch_size), ("num_workers", num_workers))
+        extra = {k: v for k, v in sizes if takes_any or k in params}
         dm = cls(**datamodule_kwargs, **extra)
         if train_dataset is not None:
             dm.train_dataloader = lambda: loaders(train_dataset, shuffle=True)

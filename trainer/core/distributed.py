@@ -57,7 +57,9 @@ def rank_zero_debug(*args: Any, stacklevel: int = 2, **kwargs: Any) -> None:
 
 
 @rank_zero_only
-def rank_zero_warn(message: str | Warning, category: type[Warning] = UserWarning, stacklevel: int = 4, **kwargs: Any) -> None:
+def rank_zero_warn(
+    message: str | Warning, category: type[Warning] = UserWarning, stacklevel: int = 4, **kwargs: Any
+) -> None:
     """``warnings.warn`` on global rank 0 only."""
     warnings.warn(message, category, stacklevel=stacklevel, **kwargs)
 

@@ -1,4 +1,4 @@
-"""Lightning's error for a setting that cannot work, and its warning for one that may be a mistake, under their names."""
+"""Lightning's error for a setting that cannot work and its warning for one that may be a mistake, by their names."""
 
 from __future__ import annotations
 

@@ -89,7 +89,8 @@ class HyperparametersMixin:
     """``save_hyperparameters``, ``hparams`` and ``hparams_initial`` (the module and the DataModule)."""
 
     def save_hyperparameters(
-        self, *args: Any, ignore: str | Iterable[str] | None = None, frame: types.FrameType | None = None, logger: bool = True
+        self, *args: Any, ignore: str | Iterable[str] | None = None, frame: types.FrameType | None = None,
+        logger: bool = True,
     ) -> None:
         """Record hyperparameters in ``self.hparams`` (checkpoints and the logger get them too).
 
@@ -122,7 +123,8 @@ class HyperparametersMixin:
             if len(others) == 1 and isinstance(others[0], (bool, int, float)):  # Lightning's words first
                 raise ValueError(
                     f"Primitives {(bool, int, float, str)} are not allowed. save_hyperparameters"
-                    f"({', '.join(map(repr, args))}) takes argument names as strings, or one dict or argparse.Namespace."
+                    f"({', '.join(map(repr, args))}) takes argument names as strings, "
+                    "or one dict or argparse.Namespace."
                 )
             unknown = [a for a in args if not isinstance(a, str) or a not in init_args]
             if unknown:
@@ -283,5 +285,7 @@ def _as_plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _as_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_as_plain(v) for v in value) if type(value) in (list, tuple) else [_as_plain(v) for v in value]
+        if type(value) in (list, tuple):
+            return type(value)(_as_plain(v) for v in value)
+        return [_as_plain(v) for v in value]
     return value

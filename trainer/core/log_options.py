@@ -69,7 +69,8 @@ def check_name(name: str, add_dataloader_idx: bool) -> None:
 
 def is_metric(value: Any) -> bool:
     """A torchmetrics ``Metric`` (told by its methods: torchmetrics is not imported here)."""
-    return isinstance(value, torch.nn.Module) and callable(getattr(value, "compute", None)) and callable(getattr(value, "reset", None))
+    return (isinstance(value, torch.nn.Module) and callable(getattr(value, "compute", None))
+            and callable(getattr(value, "reset", None)))
 
 
 def options_for(
@@ -122,7 +123,10 @@ class Reduced:
     def add(self, name: str, value: Any) -> None:
         if self.kind == "metric":
             if not is_metric(value):
-                raise TypeError(f"self.log({name!r}, value={value!r:.80}): {name!r} was logged with a Metric; log the same Metric object each time.")
+                raise TypeError(
+                    f"self.log({name!r}, value={value!r:.80}): {name!r} was logged with a Metric; "
+                    "log the same Metric object each time."
+                )
             self.metric = value
             self.last = getattr(value, "_forward_cache", None)
             return
@@ -151,7 +155,8 @@ class Reduced:
             if isinstance(out, torch.Tensor) and out.numel() != 1:
                 raise ValueError(
                     f"self.log(..., {type(self.metric).__name__}): its compute() returned a tensor of shape "
-                    f"{tuple(out.shape)}; log a Metric that computes a scalar (e.g. average='micro'), or log_dict its parts."
+                    f"{tuple(out.shape)}; log a Metric that computes a scalar (e.g. average='micro'), "
+                    "or log_dict its parts."
                 )
             self.computed = float(out)
         return self.computed
@@ -196,18 +201,21 @@ class UnloggableValue(TypeError, ValueError):
 
 
 def not_a_number(name: str, value: Any) -> UnloggableValue:
-    hint = " Strings are not logged: put text in the logger's own API, e.g. print or a file." if isinstance(value, str) else ""
+    hint = ""
+    if isinstance(value, str):
+        hint = " Strings are not logged: put text in the logger's own API, e.g. print or a file."
     lightnings = f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged."
     return UnloggableValue(
-        f"{lightnings} self.log({name!r}, value={value!r:.80}): value must be a number, a scalar tensor or a torchmetrics "
-        f"Metric.{hint}"
+        f"{lightnings} self.log({name!r}, value={value!r:.80}): value must be a number, a scalar tensor "
+        f"or a torchmetrics Metric.{hint}"
     )
 
 
 # The hooks not named on_*, for "You can't `self.log()` inside `setup`".
 _OTHER_HOOKS = frozenset((
-    "setup", "teardown", "prepare_data", "configure_model", "configure_optimizers", "configure_callbacks", "train_dataloader",
-    "val_dataloader", "test_dataloader", "predict_dataloader", "transfer_batch_to_device", "lr_scheduler_step",
+    "setup", "teardown", "prepare_data", "configure_model", "configure_optimizers", "configure_callbacks",
+    "train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader", "transfer_batch_to_device",
+    "lr_scheduler_step",
     "optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "backward", "state_dict", "load_state_dict",
 ))
 
@@ -229,25 +237,29 @@ def outside(name: Any) -> LogOutsideError | None:
         own = frame.f_locals.get("self")
         if function in ("log", "log_dict", "log_metric"):
             continue
-        if where is None and (isinstance(own, torch.nn.Module) or hasattr(type(own), "state_key")):  # a module's or a callback's hook
+        # a module's or a callback's hook
+        if where is None and (isinstance(own, torch.nn.Module) or hasattr(type(own), "state_key")):
             where = f"{type(own).__name__}.{function}"
         if hook is None and (function.startswith("on_") or function in _OTHER_HOOKS):
             hook = function
-        if hook is None and function == "call" and isinstance(frame.f_locals.get("name"), str):  # the loop's hook dispatch
+        if hook is None and function == "call" and isinstance(frame.f_locals.get("name"), str):  # the loops' hook call
             hook = frame.f_locals["name"]
         if module is None:
-            module = own if isinstance(own, TrainModule) else next((v for v in frame.f_locals.values() if isinstance(v, TrainModule)), None)
+            module = own if isinstance(own, TrainModule) else next(
+                (v for v in frame.f_locals.values() if isinstance(v, TrainModule)), None)
         if module is not None and hook is not None:
             break
     trainer = getattr(module, "_trainer", None)
     if trainer is None:
         warnings.warn(
-            "You are trying to `self.log()` but the `self.trainer` reference is not registered on the model yet. This is "
-            f"most likely because the model hasn't been passed to the `Trainer`. (self.log({name!r}, ...) recorded nothing.)",
+            "You are trying to `self.log()` but the `self.trainer` reference is not registered on the model yet. "
+            "This is most likely because the model hasn't been passed to the `Trainer`. "
+            f"(self.log({name!r}, ...) recorded nothing.)",
             UserWarning, stacklevel=3,
         )
         return None
-    lightnings = (f"You can't `self.log()` inside `{hook or 'this hook'}`." if trainer.state.status in ("running", "interrupted") else
+    running = trainer.state.status in ("running", "interrupted")
+    lightnings = (f"You can't `self.log()` inside `{hook or 'this hook'}`." if running else
                   "You are trying to `self.log()` but it is not managed by the `Trainer` control flow.")
     called = f" was called from {where}, where nothing is logged" if where else " was called outside a step"
     return LogOutsideError(

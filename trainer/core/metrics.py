@@ -1,9 +1,8 @@
 """What ``self.log`` writes into: latest per-step values and batch-size-weighted epoch means.
 
-``log`` runs on every step, so it does little. A value on an accelerator is kept as a
-detached tensor, and nothing waits for the device until it is read (at the logging cadence or
-at the end of an epoch). A value on the CPU, or a plain number, is read at once and added to
-a running float64 sum: there is nothing to wait for, and nothing needs to be kept.
+``log`` runs on every step, so it does little. A value on an accelerator is kept as a detached tensor, and nothing waits
+for the device until it is read (at the logging cadence or at the end of an epoch). A value on the CPU, or a plain
+number, is read at once and added to a running float64 sum: there is nothing to wait for, and nothing needs to be kept.
 """
 
 from __future__ import annotations
@@ -155,8 +154,8 @@ class MetricSink:
 
     def version(self) -> tuple[Any, ...]:
         """Changes whenever a value is logged: epoch-end hooks are asked whether they logged."""
-        return tuple((name, len(s.values), s.weight, id(self.latest.get(name))) for name, s in self._series.items()) + tuple(
-            (name, id(r.last), r.total, id(r.metric)) for name, r in self._reduced.items())
+        series = tuple((name, len(s.values), s.weight, id(self.latest.get(name))) for name, s in self._series.items())
+        return series + tuple((name, id(r.last), r.total, id(r.metric)) for name, r in self._reduced.items())
 
     def _new_series(self, name: str, value: Any, prog_bar: bool) -> _Series:
         # Checked once per name, so the per-step path stays a dict lookup and an append.
@@ -318,11 +317,10 @@ def log_metric(
 ) -> None:
     """Record a scalar in the current step's sink: what ``TrainModule.log`` is.
 
-    One function, not a method calling the sink's: it runs for every value on every step,
-    where each call can cost up to a microsecond (benchmarks/overhead.py). Lightning's
-    keywords are read at a name's first value in a phase (``MetricSink.first_log``), not on
-    each call. Values are always detached (``enable_graph`` has nothing to keep) and always
-    reduced over the processes (``sync_dist`` is always on; ``sync_dist_group`` is the world).
+    One function, not a method calling the sink's: it runs for every value on every step, where each call can cost up to
+    a microsecond (benchmarks/overhead.py). Lightning's keywords are read at a name's first value in a phase
+    (``MetricSink.first_log``), not on each call. Values are always detached (``enable_graph`` has nothing to keep) and
+    always reduced over the processes (``sync_dist`` is always on; ``sync_dist_group`` is the world).
     """
     sink = getattr(_local, "sink", None)
     if sink is None:
@@ -332,7 +330,8 @@ def log_metric(
         raise error
     series = sink._series.get(name)
     if series is None:
-        series = sink.first_log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, add_dataloader_idx, rank_zero_only)
+        series = sink.first_log(
+            name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, add_dataloader_idx, rank_zero_only)
         if series is None:  # taken there (reduce_fx sum/max/min, a Metric)
             return
     weight = sink.batch_size if batch_size is None else batch_size
@@ -378,7 +377,9 @@ def _one_float(name: str, tensor: torch.Tensor, listed: Any) -> float:
 _not_scalar = not_scalar
 
 
-def grad_norm(module: torch.nn.Module, norm_type: float | int | str, group_separator: str = "/") -> dict[str, torch.Tensor]:
+def grad_norm(
+    module: torch.nn.Module, norm_type: float | int | str, group_separator: str = "/"
+) -> dict[str, torch.Tensor]:
     """The ``norm_type`` norm of each parameter's gradient, and of all of them together, under
     Lightning's keys: ``grad_2.0_norm/<parameter>`` and ``grad_2.0_norm_total``. Parameters
     without a gradient are left out. For ``self.log_dict`` in ``on_before_optimizer_step``."""

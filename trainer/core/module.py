@@ -351,7 +351,9 @@ class TrainModule(HyperparametersMixin, nn.Module):
     @property
     def trainer(self) -> "Trainer":
         if self._trainer is None and not JIT_ACTIVE[0]:
-            raise RuntimeError(f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit(model, ...) first.")
+            raise RuntimeError(
+                f"{type(self).__qualname__} is not attached to a `Trainer`. Call trainer.fit(model, ...) first."
+            )
         return self._trainer
 
     @trainer.setter

@@ -27,7 +27,9 @@ UNKNOWN_SIZE = "?"  # a layer the example input never reached, or an input witho
 LEFTOVER_PARAMS_NAME = "other params"  # the row of parameters that belong to no submodule
 NOT_APPLICABLE = "n/a"
 # Bits per parameter for the size column; a mixed precision keeps 32-bit weights, so it says so.
-_PRECISION_BITS = {"64": 64, "32": 32, "16": 16, "bf16": 16, "16-true": 16, "bf16-true": 16, "32-true": 32, "64-true": 64}
+_PRECISION_BITS = {
+    "64": 64, "32": 32, "16": 16, "bf16": 16, "16-true": 16, "bf16-true": 16, "32-true": 32, "64-true": 64,
+}
 
 
 class LayerSummary:
@@ -199,7 +201,8 @@ class ModelSummary:
         model.eval()
         trainer = getattr(model, "_trainer", None)  # summarize(model) in a Trainer: its precision, as Lightning's
         precision = self._precision if self._precision is not None or trainer is None else trainer.strategy.precision
-        autocast = precision.autocast() if precision is not None and hasattr(precision, "autocast") else contextlib.nullcontext()
+        has_autocast = precision is not None and hasattr(precision, "autocast")
+        autocast = precision.autocast() if has_autocast else contextlib.nullcontext()
         try:
             with torch.no_grad(), autocast, self._flop_counter:
                 if isinstance(example, (list, tuple)):

@@ -136,7 +136,9 @@ def rebuild_loader(loader: DataLoader, *, sampler: Sampler | None = None, batch_
                 f"Cannot swap the sampler inside DataLoader(batch_sampler={batches!r}): only a "
                 "torch.utils.data.BatchSampler's batch size and drop_last are known. Pass batch_size= instead."
             )
-        return DataLoader(loader.dataset, batch_size=batches.batch_size, sampler=sampler, drop_last=batches.drop_last, **kwargs)
+        return DataLoader(
+            loader.dataset, batch_size=batches.batch_size, sampler=sampler, drop_last=batches.drop_last, **kwargs
+        )
     return DataLoader(
         loader.dataset, batch_size=loader.batch_size, sampler=sampler, drop_last=loader.drop_last, **kwargs
     )
@@ -168,7 +170,10 @@ def describe_fit(strategy: Strategy, train_loader: Any, accumulate: int) -> str:
         batch = f"{total} = {loader_batch / strategy.num_devices:g} per device {tail}"
     else:
         batch = f"= per-device batch {tail}"
-    return f"Training with {strategy.describe()}; {devices} device(s), world size {strategy.world_size}; global batch {batch}."
+    return (
+        f"Training with {strategy.describe()}; {devices} device(s), world size {strategy.world_size}; "
+        f"global batch {batch}."
+    )
 
 
 def in_lockstep(batches: Iterator[Any], strategy: Strategy) -> Iterator[Any]:

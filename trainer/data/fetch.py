@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils.data import (
-    BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler, Subset, TensorDataset, default_collate,
+    BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler, Subset, TensorDataset,
+    default_collate,
 )
 from torch.utils.data._utils.pin_memory import pin_memory
 
@@ -89,7 +90,8 @@ def _recorded_iter(loader: Any, drawn: Any) -> Any:
     other loader's iterator records from now on."""
     kind = type(loader)
     if (
-        getattr(loader, "num_workers", 0) > 0 and not getattr(loader, "persistent_workers", False) and isinstance(loader, DataLoader)
+        getattr(loader, "num_workers", 0) > 0 and not getattr(loader, "persistent_workers", False)
+        and isinstance(loader, DataLoader)
         and kind.__iter__ is DataLoader.__iter__ and kind._get_iterator is DataLoader._get_iterator
     ):
         from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
@@ -137,8 +139,8 @@ _READ_AHEAD_BATCHES = 64
 
 
 def _read_ahead(
-    next_index: Callable[[], list[int]], rows: Callable[[torch.Tensor], list[torch.Tensor]], tensors: list[torch.Tensor],
-    ahead: int, total: int,
+    next_index: Callable[[], list[int]], rows: Callable[[torch.Tensor], list[torch.Tensor]],
+    tensors: list[torch.Tensor], ahead: int, total: int,
 ) -> Iterator[list[torch.Tensor]]:
     """The epoch's batches but its last, fetched a chunk at a time: up to ``ahead`` batches'
     indices drawn together, as the batch sampler gives them, each field indexed once for the
@@ -248,7 +250,9 @@ def _tensor_fetcher(
             mapping = torch.as_tensor(dataset.indices, dtype=torch.int64)
         else:
             n = len(dataset.dataset)
-            (mapping,) = fetching.on_device(dataset, lambda: [_valid_index(torch.as_tensor(dataset.indices, dtype=torch.int64), n)])
+            (mapping,) = fetching.on_device(
+                dataset, lambda: [_valid_index(torch.as_tensor(dataset.indices, dtype=torch.int64), n)]
+            )
         return (lambda idx: inner(_rows(mapping, idx))), tensors
     return None
 

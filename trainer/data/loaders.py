@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 # The loader method that serves each stage, on a DataModule or on the model.
 LOADER_METHOD = {
-    "train": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader",
+    "train": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader",
+    "predict": "predict_dataloader",
 }
 
 
@@ -51,7 +52,10 @@ def check_sources(stage: str, model: Any, given: dict[str, Any], datamodule: Any
     passed = [name for name, value in given.items() if value is not None]
     if datamodule is not None:
         if not isinstance(datamodule, DataModule):
-            raise TypeError(f"datamodule={datamodule!r:.80} must be a trainer.DataModule (subclass it and define its loader methods).")
+            raise TypeError(
+                f"datamodule={datamodule!r:.80} must be a trainer.DataModule "
+                "(subclass it and define its loader methods)."
+            )
         if passed:
             raise ValueError(
                 f"Both {' and '.join(passed)} and datamodule= were given: the data must come from one place. "
@@ -159,7 +163,8 @@ def check_predict_mode(loader: Any) -> None:
     if isinstance(loader, CombinedLoader) and loader.mode != "sequential":
         raise ValueError(
             '`trainer.predict()` only supports the `CombinedLoader(mode="sequential")` mode. '
-            f"Got mode={loader.mode!r}: pass the loaders as a list or dict, or CombinedLoader(..., mode=\"sequential\")."
+            f"Got mode={loader.mode!r}: pass the loaders as a list or dict, "
+            "or CombinedLoader(..., mode=\"sequential\")."
         )
 
 
@@ -343,7 +348,11 @@ def overfit_loaders(loaders: list[Any], prefix: str, n: int | float) -> list[Any
     if all(isinstance(getattr(dl, "sampler", SequentialSampler([])), SequentialSampler) for dl in loaders):
         return loaders
     warnings.warn(
-        f"You requested to overfit but enabled {prefix} dataloader shuffling. We are turning off the {prefix} dataloader "
-        f"shuffling for you (overfit_batches={n!r}: every epoch sees the same first batches).", UserWarning, stacklevel=3,
+        f"You requested to overfit but enabled {prefix} dataloader shuffling. "
+        f"We are turning off the {prefix} dataloader shuffling for you "
+        f"(overfit_batches={n!r}: every epoch sees the same first batches).", UserWarning, stacklevel=3,
     )
-    return [rebuild_loader(dl, sampler=SequentialSampler(dl.dataset)) if isinstance(dl, DataLoader) else dl for dl in loaders]
+    return [
+        rebuild_loader(dl, sampler=SequentialSampler(dl.dataset)) if isinstance(dl, DataLoader) else dl
+        for dl in loaders
+    ]

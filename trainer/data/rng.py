@@ -21,7 +21,10 @@ def rng_state() -> dict[str, Any]:
         np = None
     # The 625 words as one tensor, not 625 ints: torch.save calls back into Python per object.
     # Through numpy when it is there: 4x faster than torch.tensor(tuple), at every save.
-    words = torch.tensor(internal, dtype=torch.int64) if np is None else torch.from_numpy(np.array(internal, dtype=np.int64))
+    if np is None:
+        words = torch.tensor(internal, dtype=torch.int64)
+    else:
+        words = torch.from_numpy(np.array(internal, dtype=np.int64))
     state: dict[str, Any] = {"python": [version, words, gauss], "torch": torch.get_rng_state()}
     if np is not None:
         kind, keys, pos, has_gauss, cached = np.random.get_state()

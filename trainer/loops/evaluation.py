@@ -61,7 +61,7 @@ def _evaluate(
         use_run_folder(trainer, run)
     with stage_hooks(trainer, run):
         loaders = evaluation_loaders(trainer, run, data, path)
-        logged = evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # limits as set by setup
+        logged = evaluation_loop(trainer, run, phase, loaders, getattr(trainer, _LIMITS[phase]))  # limits setup set
         return per_loader(run.eval_metrics, loaders, logged)  # the epoch values the loggers got (not the step rows)
 
 
@@ -80,7 +80,8 @@ def evaluation_loaders(trainer: Trainer, run: Run, data: StageData, path: str | 
     if strategy.is_global_zero:
         warn_spawned_workers(loaders.each(), LOADER_METHOD[run.stage])
     # Lightning's trainer.val_dataloaders, test_dataloaders, predict_dataloaders: as the stage runs them
-    setattr(run, {"validate": "val", "test": "test", "predict": "predict"}[run.stage] + "_dataloaders", loaders.as_given())
+    prefix = {"validate": "val", "test": "test", "predict": "predict"}[run.stage]
+    setattr(run, prefix + "_dataloaders", loaders.as_given())
     return loaders
 
 
@@ -111,7 +112,8 @@ def results_table(stage: str, results: list[dict[str, float]]) -> str:
     row per metric (the ``/dataloader_idx_<i>`` suffix taken off), one column per loader."""
     stripped = [{k.split("/dataloader_idx_")[0]: v for k, v in r.items()} for r in results]
     names = sorted({k for r in stripped for k in r})
-    headers = [f"{'Validate' if stage == 'validate' else 'Test'} metric"] + [f"DataLoader {i}" for i in range(len(results))]
+    title = "Validate" if stage == "validate" else "Test"
+    headers = [f"{title} metric"] + [f"DataLoader {i}" for i in range(len(results))]
     cells = [[name] + [f"{r[name]:.6g}" if name in r else "" for r in stripped] for name in names]
     width = max([len(h) for h in headers] + [len(c) for row in cells for c in row] + [12]) + 2
     bar = "─" * (width * len(headers))
@@ -305,11 +307,15 @@ def _step_row(trainer: Trainer, run: Run, phase: str, loader: int, sink: MetricS
     """The values an evaluation step logged with ``on_step=True`` (``<name>_step`` with
     on_epoch too), to the loggers and ``logged_metrics``, not ``callback_metrics``: Lightning's
     row, at the count of this loader's batches so far in the stage (across a fit's validations)."""
-    stepped = [(name, opts.step_name) for name, opts in sink.options.items() if opts.step_name is not None and opts.logger]
+    stepped = [
+        (name, opts.step_name) for name, opts in sink.options.items() if opts.step_name is not None and opts.logger
+    ]
     if not stepped:  # e.g. only logger=False values: nothing to read off the device
         return
     latest = sink.latest_floats()
-    row = {(step if name in sink.no_suffix else step + suffix): latest[step] for name, step in stepped if step in latest}
+    row = {
+        (step if name in sink.no_suffix else step + suffix): latest[step] for name, step in stepped if step in latest
+    }
     if row:
         key = (phase, loader)
         step = run.eval_steps[key] = run.eval_steps.get(key, -1) + 1
@@ -364,8 +370,8 @@ def limited(n: int | None, limit: int | float | None, prefix: str = "") -> int |
     if isinstance(limit, float):
         if total == math.inf and limit != 1.0 and prefix:
             raise misconfigured(
-                f"{prefix}_dataloader has no length (an IterableDataset or a stream), so limit_{prefix}_batches={limit!r} "
-                "is a fraction of an unknown number: pass a number of batches.",
+                f"{prefix}_dataloader has no length (an IterableDataset or a stream), "
+                f"so limit_{prefix}_batches={limit!r} is a fraction of an unknown number: pass a number of batches.",
                 f"When using an `IterableDataset` for `{prefix}_dataloader`, `Trainer(limit_{prefix}_batches)` must be "
                 f"`1.0` or an int. An int specifies `num_{prefix}_batches` to use.",
             )

@@ -347,7 +347,7 @@ class FitLoop:
         return self.publisher.next_log
 
     def _epoch_batches(self, loader: Any, sized: bool, as_given: bool = False) -> Iterator[Any]:
-        """The epoch's batches, from the pipeline (trainer/data/pipeline.py); ``as_given`` for a dataloader_iter step."""
+        """The epoch's batches from the pipeline (data/pipeline.py); ``as_given`` for a dataloader_iter step."""
         run, start = self.run, self.resume.start_point(self.trainer, self.run, self._validate)  # None but once resumed
         run.epoch_loader = loader  # checkpoints record its generators
         batches = self.pipeline.open(loader, self.trainer.state.current_epoch, start=start, lockstep=not sized,

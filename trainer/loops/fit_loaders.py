@@ -74,7 +74,9 @@ class FitLoaders:
             warn_spawned_workers(loaders, "train_dataloader")
         lengths = [loader_length(loader) for loader in loaders]
         if 0 in lengths:
-            raise ValueError("train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last.")
+            raise ValueError(
+                "train_dataloaders has no batches (len 0). Check the dataset size, batch_size and drop_last."
+            )
         limits = [limited(n, trainer.limit_train_batches, "train") for n in lengths]
         if combined is None:
             train, run.num_training_batches = loaders[0], limits[0]
@@ -159,9 +161,11 @@ def check_val_interval(trainer: Trainer) -> None:
         )
     if isinstance(interval, int) and interval > batches and trainer.check_val_every_n_epoch is not None:
         raise ValueError(
-            f"`val_check_interval` ({interval}) must be less than or equal to the number of the training batches ({batches}). "
-            f"val_check_interval={interval!r} is more batches than an epoch has ({batches} training batches"
-            + (f", with limit_train_batches={trainer.limit_train_batches!r}" if trainer.limit_train_batches is not None else "")
+            f"`val_check_interval` ({interval}) must be less than or equal to the number of the training batches "
+            f"({batches}). val_check_interval={interval!r} is more batches than an epoch has "
+            f"({batches} training batches"
+            + (f", with limit_train_batches={trainer.limit_train_batches!r}"
+               if trainer.limit_train_batches is not None else "")
             + "), so validation would never run within an epoch. Pass at most "
             f"{batches}, a fraction such as 0.5, or check_val_every_n_epoch=None to validate every "
             f"{interval} batches of a run whose epochs never end."

@@ -58,7 +58,7 @@ class Hooks:
                 fns.append(own)
             if name == "on_train_epoch_end":
                 self.epoch_end_monitors = len(fns)
-            if name == "on_train_end":  # files saved in the background are on disk before any callback's hook reads them
+            if name == "on_train_end":  # background saves are on disk before any callback's hook reads them
                 fns = [_waiting_for_saves(cb) for cb in callbacks if getattr(type(cb), "wait_for_saves", None)] + fns
             if profiling is None:
                 fns += _overriding(after, name)
@@ -136,7 +136,8 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 def overrides(callback: Callback, name: str) -> bool:
     """True if ``callback`` defines hook ``name`` itself: in its class, or as an instance
     attribute (how ``LambdaCallback`` attaches plain functions)."""
-    if name in getattr(callback, "__dict__", ()) or not issubclass(type(callback), Callback):  # (a Mock(spec=Callback): all)
+    # (a Mock(spec=Callback): all)
+    if name in getattr(callback, "__dict__", ()) or not issubclass(type(callback), Callback):
         return True
     base = getattr(Callback, name)
     return getattr(type(callback), name, base) is not base
@@ -237,6 +238,8 @@ def lightning_order(callbacks: list[Callback]) -> list[Callback]:
     the order given."""
 
     def group(cb: Callback) -> int:
-        return 0 if isinstance(cb, (BatchSizeFinder, LearningRateFinder)) else 2 if isinstance(cb, ModelCheckpoint) else 1
+        if isinstance(cb, (BatchSizeFinder, LearningRateFinder)):
+            return 0
+        return 2 if isinstance(cb, ModelCheckpoint) else 1
 
     return sorted(callbacks, key=group)  # a stable sort: each group keeps its order

@@ -67,8 +67,9 @@ class LogWriter(Callback):
         if self.loggers and trainer.num_training_batches < every and not trainer.fast_dev_run:
             warnings.warn(
                 f"The number of training batches ({trainer.num_training_batches}) is smaller than the logging interval "
-                f"Trainer(log_every_n_steps={every}). Set a lower value for log_every_n_steps if you want to see logs for "
-                "the training epoch.", PossibleUserWarning, stacklevel=2,
+                f"Trainer(log_every_n_steps={every}). "
+                "Set a lower value for log_every_n_steps if you want to see logs for the training epoch.",
+                PossibleUserWarning, stacklevel=2,
             )
         if self.loggers and trainer.global_step == 0 and 2 <= steps < every:
             log.info(
@@ -77,7 +78,8 @@ class LogWriter(Callback):
                 steps, every, max(1, math.ceil(steps / 10)),
             )
         self._clock = (perf_counter(), trainer.state.log_step, trainer.samples_seen)
-        if getattr(trainer, "compile", None) is not None:  # the first steps compile: throughput starts at the first log step
+        # the first steps compile: throughput starts at the first log step
+        if getattr(trainer, "compile", None) is not None:
             self._clock = None
 
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
@@ -97,7 +99,7 @@ class LogWriter(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         held, self._held = self._held, None
-        if held is not None:  # the epoch's checkpoint was handed to its writer just before (ModelCheckpoint comes first)
+        if held is not None:  # the epoch's checkpoint went to its writer just before (ModelCheckpoint comes first)
             raise held
         # Lightning's names: "<name>_epoch" for a name logged with on_step and on_epoch, else "<name>"
         means = trainer.train_epoch_metrics
@@ -181,7 +183,8 @@ def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, Any] | None:
     recorded = [dict(getattr(o, "hparams_initial", None) or getattr(o, "hparams", None) or {}) for o in owners]
     if len(recorded) == 2:
         clash = [k for k in recorded[0].keys() & recorded[1].keys() if k != "_class_path" and (
-            type(recorded[0][k]) is not type(recorded[1][k]) or recorded[0][k] is not recorded[1][k] and recorded[0][k] != recorded[1][k])]
+            type(recorded[0][k]) is not type(recorded[1][k])
+            or recorded[0][k] is not recorded[1][k] and recorded[0][k] != recorded[1][k])]
         if clash:
             raise RuntimeError(
                 f"Error while merging hparams: the keys {clash} are present in both the LightningModule's and "

@@ -113,7 +113,7 @@ class Run:
         self.num_test_batches: list[int | float] = []
         self.num_predict_batches: list[int | float] = []
         self.callback_metrics: dict[str, float] = {}
-        self.logged_metrics: dict[str, float] = {}  # every value sent to the loggers in this call, the latest of each name
+        self.logged_metrics: dict[str, float] = {}  # each name's latest value sent to the loggers in this call
         self.train_epoch_metrics: dict[str, float] = {}  # the last training epoch's values (Lightning's names)
         self.eval_metrics: dict[str, float] = {}  # the last validation's or test's values (written by LogWriter)
         self.prog_bar_names: set[str] = set()  # names logged with prog_bar=True
@@ -130,7 +130,8 @@ class Run:
     def __getstate__(self) -> dict[str, Any]:
         """What a spawned worker gets: no model, data or predictions (those travel apart, or stay)."""
         state = self.__dict__.copy()
-        state.update(module=None, datamodule=None, train_dataloader=None, val_dataloaders=None, predict_loop=None, load_train=None)
+        state.update(module=None, datamodule=None, train_dataloader=None, val_dataloaders=None, predict_loop=None)
+        state.update(load_train=None)
         state.update(test_dataloaders=None, predict_dataloaders=None, profiling=None)
         return state
 
@@ -138,8 +139,8 @@ class Run:
 # A fit starts its own record, except what it never writes: another stage's batch counts and
 # the last predict's record.
 _FIT_KEEPS = (
-    "num_test_batches", "num_predict_batches", "predict_loop", "run_dir", "log_dir", "test_dataloaders", "predict_dataloaders",
-    "ckpt_user_managed",
+    "num_test_batches", "num_predict_batches", "predict_loop", "run_dir", "log_dir", "test_dataloaders",
+    "predict_dataloaders", "ckpt_user_managed",
 )
 # What an evaluation does not take from the run before (callback_metrics and logged_metrics: Lightning's start
 # afresh at each call).
@@ -224,8 +225,9 @@ def use_run_folder(trainer: Trainer, run: Run, resume: str | None = None, fit: b
 
 @contextlib.contextmanager
 def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
-    """Around an entry point's work: the DataModule's ``prepare_data`` and ``setup``, the
-    ``setup`` hooks, the model on its device (``configure_model`` first, as Lightning); on an error the ``on_exception`` hooks; then ``teardown``, whatever happened."""
+    """Around an entry point's work: the DataModule's ``prepare_data`` and ``setup``, the ``setup`` hooks, the model on
+    its device (``configure_model`` first, as Lightning); on an error the ``on_exception`` hooks; then ``teardown``,
+    whatever happened."""
     strategy, model, datamodule, stage = trainer.strategy, run.module, run.datamodule, run.stage
     if datamodule is not None:
         datamodule.trainer = trainer

@@ -105,7 +105,8 @@ class ManualOptimization:
     """The per-fit state of manual optimization, kept on the run while fit runs."""
 
     def __init__(
-        self, trainer: Trainer, run: Run, module: TrainModule, optimizers: list[torch.optim.Optimizer], sequence: StepSequence,
+        self, trainer: Trainer, run: Run, module: TrainModule, optimizers: list[torch.optim.Optimizer],
+        sequence: StepSequence,
     ) -> None:
         self.trainer, self.run, self.module, self.sequence = trainer, run, module, sequence
         self.optimizers = [ManualOptimizer(opt, self) for opt in optimizers]
@@ -270,5 +271,6 @@ def check_manual(trainer: Trainer, module: TrainModule, count: int) -> None:
             "accumulate. Step every N batches in training_step (batch_idx % N == N - 1), and drop "
             "Trainer(accumulate_grad_batches).",
             "Automatic gradient accumulation is not supported for manual optimization. Remove "
-            f"`Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches})` or switch to automatic optimization.",
+            f"`Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches})` "
+            "or switch to automatic optimization.",
         )

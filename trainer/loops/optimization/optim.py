@@ -56,9 +56,11 @@ class SchedulerConfig:
                 return
             raise misconfigured(
                 f"lr_scheduler monitor={self.monitor!r} was not logged. Logged metrics: {sorted(metrics) or 'none'}. "
-                f"Log it with self.log({self.monitor!r}, value), or give the scheduler dict 'strict': False to skip the step.",
-                f"ReduceLROnPlateau conditioned on metric {self.monitor} which is not available. Available metrics are: "
-                f"{list(metrics)}. Condition can be set using `monitor` key in lr scheduler dict.",
+                f"Log it with self.log({self.monitor!r}, value), "
+                "or give the scheduler dict 'strict': False to skip the step.",
+                f"ReduceLROnPlateau conditioned on metric {self.monitor} which is not available. "
+                f"Available metrics are: {list(metrics)}. "
+                "Condition can be set using `monitor` key in lr scheduler dict.",
             )
         if own_step is None:
             self.scheduler.step(metrics[self.monitor])
@@ -108,7 +110,8 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
     """The optimizers from ``module.configure_optimizers()``, else from ``Trainer(optimizer=...)``."""
     configure = getattr(module, "configure_optimizers", None)
     result = configure() if callable(configure) else None
-    own_configure = callable(configure) and (overridden(module, "configure_optimizers") or "configure_optimizers" in vars(module))
+    own_configure = callable(configure) and (
+        overridden(module, "configure_optimizers") or "configure_optimizers" in vars(module))
     if result is None and factory is None and own_configure:  # Lightning's: a fit that steps nothing
         warnings.warn(
             f"`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer "
@@ -122,8 +125,9 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
                 f"No optimizer: {type(module).__name__}.configure_optimizers() returned None and "
                 "Trainer(optimizer=...) was not given. Define configure_optimizers() or pass "
                 "Trainer(optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)).",
-                "No `configure_optimizers()` method defined. Lightning `Trainer` expects as minimum a `training_step()`, "
-                "`train_dataloader()` and `configure_optimizers()` to be defined."
+                "No `configure_optimizers()` method defined. "
+                "Lightning `Trainer` expects as minimum a `training_step()`, `train_dataloader()` "
+                "and `configure_optimizers()` to be defined."
                 if not own_configure else "",
             )
         try:
@@ -131,7 +135,8 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
         except TypeError as err:  # e.g. a factory that takes no argument
             raise TypeError(
                 f"Trainer(optimizer={factory!r}) failed when called with the model's parameters: {err}. "
-                "It must take them as its one argument, e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
+                "It must take them as its one argument, "
+                "e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3)."
             ) from err
         where = f"Trainer(optimizer=...) returned {result!r:.200}"
     else:
@@ -186,7 +191,9 @@ def _warn_ignored_keys(result: Any) -> None:
     for item in items:
         if isinstance(item, dict) and "lr_scheduler" in item:  # {"optimizer", "lr_scheduler", "monitor"}
             inner = item["lr_scheduler"]
-            configs.append({**(inner if isinstance(inner, dict) else {}), **({"monitor": 0} if "monitor" in item else {})})
+            configs.append(
+                {**(inner if isinstance(inner, dict) else {}), **({"monitor": 0} if "monitor" in item else {})}
+            )
         elif isinstance(item, (list, tuple)):  # ([optimizers], [schedulers or scheduler dicts])
             configs += [c for c in item if isinstance(c, dict)]
     for config in configs:
@@ -239,16 +246,23 @@ def _from_dicts(items: list[dict[str, Any]], where: str) -> OptimizerSetup:
 
 def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> SchedulerConfig:
     if isinstance(sched, dict):  # Lightning's nested form: {"scheduler": s, "interval": ...}
-        unsupported = sched.keys() - {"scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict"}
+        unsupported = sched.keys() - {
+            "scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict"
+        }
         if unsupported:
             warnings.warn(f"Found unsupported keys in the lr scheduler dict: {unsupported}. HINT: remove them from the "
                           "output of `configure_optimizers`.", RuntimeWarning, stacklevel=2)
         interval, monitor, name = sched.get("interval", interval), sched.get("monitor", monitor), sched.get("name")
         frequency, strict = sched.get("frequency", 1), sched.get("strict", True)
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
-            raise ValueError(f"{where}: frequency={frequency!r} must be an int >= 1 (step the scheduler every n {interval}s).")
+            raise ValueError(
+                f"{where}: frequency={frequency!r} must be an int >= 1 (step the scheduler every n {interval}s)."
+            )
         if "scheduler" not in sched:
-            raise misconfigured(f"{where}: the dict has no 'scheduler'.", 'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler.')
+            raise misconfigured(
+                f"{where}: the dict has no 'scheduler'.",
+                'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler.',
+            )
         sched = sched.get("scheduler")
     else:
         name, frequency, strict = None, 1, True
