@@ -41,7 +41,8 @@ class TopK:
     def _refresh_kth(self) -> None:
         full = self.best_k_models and (self.save_top_k == -1 or len(self.best_k_models) >= self.save_top_k)
         self.kth_best_model_path = self._worst() if full else ""
-        self.kth_value = self.best_k_models[self.kth_best_model_path] if full else (math.inf if self.mode == "min" else -math.inf)
+        worst = math.inf if self.mode == "min" else -math.inf
+        self.kth_value = self.best_k_models[self.kth_best_model_path] if full else worst
 
     def _better(self, a: float, b: float) -> bool:
         if math.isnan(a):
@@ -108,7 +109,9 @@ def free_name(dirpath: str, name: str, kept: dict[str, float], replacing: str | 
     The file this save pushes out of the top k (``replacing``) may be replaced in place.
     ``counter=False`` (``enable_version_counter=False``, Lightning's) overwrites instead."""
     stem, n = name[: -len(".ckpt")], 0
-    while counter and (path := os.path.join(dirpath, name)) != replacing and (path in kept or name == LAST or os.path.lexists(path)):
+    while counter and (path := os.path.join(dirpath, name)) != replacing and (
+        path in kept or name == LAST or os.path.lexists(path)
+    ):
         n += 1
         name = f"{stem}-v{n}.ckpt"
     return name
@@ -227,12 +230,15 @@ def save_at_exception(
     sanity check or ``fast_dev_run``, no step was taken, or this step is already saved. On one
     process only: a rank failing alone cannot take part in the other ranks' collectives.
     ``saved_steps``: the steps this callback saved at; ``filename(trainer)``: the template's name."""
-    if not (cb.save_on_exception and cb.dirpath and trainer.optimizers) or trainer.fast_dev_run or trainer.sanity_checking:
+    if not (cb.save_on_exception and cb.dirpath and trainer.optimizers):
+        return
+    if trainer.fast_dev_run or trainer.sanity_checking:
         return
     if trainer.global_step in (0, *saved_steps):
         return
     if trainer.world_size > 1:
-        log.info("save_on_exception: not saved, since %d processes cannot save together after one failed.", trainer.world_size)
+        log.info("save_on_exception: not saved, since %d processes cannot save together after one failed.",
+                 trainer.world_size)
         return
     path = os.path.join(cb.dirpath, filename(trainer))
     trainer.save_checkpoint(path)
@@ -275,7 +281,8 @@ def file_name(template: str, auto_insert_metric_name: bool, values: dict[str, An
     names say what the numbers are. Without ``values``: a check that the template formats."""
     given = template
     if auto_insert_metric_name:
-        template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", template)
+        template = re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}",
+                          lambda m: f"{m.group(1)}={{{m.group(1)}{m.group(2) or ''}}}", template)
     try:
         return template.format_map(_Missing({"epoch": 0, "step": 0} if values is None else values))
     except (ValueError, TypeError, IndexError, AttributeError, KeyError) as err:

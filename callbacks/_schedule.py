@@ -67,7 +67,8 @@ def saves_at_epoch_end(trainer: Trainer, given: bool | None) -> bool:
     if not fit_validates(trainer):
         return True
     interval = trainer.val_check_interval
-    return trainer.check_val_every_n_epoch == 1 and (interval is None or (isinstance(interval, float) and interval == 1.0))
+    every_epoch = interval is None or (isinstance(interval, float) and interval == 1.0)
+    return trainer.check_val_every_n_epoch == 1 and every_epoch
 
 
 def validation_next(trainer: Trainer, batch_idx: int) -> bool:

@@ -73,7 +73,8 @@ class EarlyStopping(Callback):
         if not isinstance(monitor, str) or not monitor:
             raise TypeError(f"EarlyStopping(monitor={monitor!r}) must be the name of a logged metric, e.g. 'val_loss'.")
         if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not min_delta >= 0:
-            raise ValueError(f"EarlyStopping(min_delta={min_delta!r}) must be a number >= 0 (the margin an improvement must beat).")
+            raise ValueError(f"EarlyStopping(min_delta={min_delta!r}) must be a number >= 0 "
+                             "(the margin an improvement must beat).")
         self.monitor = monitor
         self.mode = one_of("EarlyStopping(mode)", mode, ("min", "max"), lightning=f"`mode` can be min, max, got {mode}")
         self.patience = positive_int("EarlyStopping(patience)", patience, minimum=0)
@@ -167,7 +168,8 @@ class EarlyStopping(Callback):
                     EarlyStoppingReason.STOPPING_THRESHOLD)
         if self.divergence_threshold is not None and self._beats(self.divergence_threshold, current):
             worse = ">" if self.mode == "min" else "<"
-            return (f"Divergence threshold reached: {self.monitor} = {current:.6g} {worse} {self.divergence_threshold}.",
+            threshold = self.divergence_threshold
+            return (f"Divergence threshold reached: {self.monitor} = {current:.6g} {worse} {threshold}.",
                     EarlyStoppingReason.DIVERGENCE_THRESHOLD)
         if self._improves(current):
             self.best_score, self.wait_count = current, 0
@@ -176,7 +178,8 @@ class EarlyStopping(Callback):
         if self.wait_count >= self.patience:
             return (
                 f"Monitored metric {self.monitor} did not improve by more than {self.min_delta} in the last "
-                f"{self.wait_count} check(s). Best score: {self.best_score:.6g}.", EarlyStoppingReason.PATIENCE_EXHAUSTED,
+                f"{self.wait_count} check(s). Best score: {self.best_score:.6g}.",
+                EarlyStoppingReason.PATIENCE_EXHAUSTED,
             )
         return None, EarlyStoppingReason.NOT_STOPPED
 
@@ -201,7 +204,8 @@ class EarlyStopping(Callback):
         self.wait_count = int(state_dict.get("wait_count", 0))
         self.best_score = float(state_dict.get("best_score", self.best_score))
         self.stopped_epoch = int(state_dict.get("stopped_epoch") or 0)
-        self.stopping_reason = EarlyStoppingReason(state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value))
+        reason = state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value)
+        self.stopping_reason = EarlyStoppingReason(reason)
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
 
 

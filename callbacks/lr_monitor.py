@@ -29,7 +29,9 @@ class LearningRateMonitor(Callback):
     (The Trainer logs no learning rate of its own: this callback is how a run gets one, as in Lightning.)
     """
 
-    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False) -> None:
+    def __init__(
+        self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False
+    ) -> None:
         if logging_interval not in (None, "step", "epoch"):
             raise misconfigured(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}) must be 'step', 'epoch' or None "
@@ -50,11 +52,13 @@ class LearningRateMonitor(Callback):
                 "log_dir=None). Pass Trainer(logger=True) or a logger, or drop the callback.",
                 "Cannot use `LearningRateMonitor` callback with `Trainer` that has no logger.",
             )
-        if self.log_momentum and any("momentum" not in o.defaults and "betas" not in o.defaults for o in trainer.optimizers):
+        if self.log_momentum and any(
+            "momentum" not in o.defaults and "betas" not in o.defaults for o in trainer.optimizers
+        ):
             import warnings
 
-            warnings.warn("You have set log_momentum=True, but some optimizers do not have momentum. This will log a value 0 "
-                          "for the momentum.", RuntimeWarning, stacklevel=2)
+            warnings.warn("You have set log_momentum=True, but some optimizers do not have momentum. "
+                          "This will log a value 0 for the momentum.", RuntimeWarning, stacklevel=2)
         names = self._names(trainer)[0]
         self.lrs = {name: [] for name in names}
         self.last_momentum_values = {f"{name}-momentum": None for name in names}

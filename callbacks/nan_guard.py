@@ -49,7 +49,9 @@ class NaNGuard(Callback):
         bad = ~torch.isfinite(loss.detach())  # stays on the device: no sync per micro-batch
         self._bad = bad if self._bad is None else self._bad | bad
 
-    def on_before_optimizer_step(self, trainer: Trainer, pl_module: TrainModule, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(
+        self, trainer: Trainer, pl_module: TrainModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         bad, self._bad = self._bad, None
         if bad is None:
             return
@@ -73,7 +75,8 @@ class NaNGuard(Callback):
         trainer.skip_optimizer_step()
         self.skipped_steps.append(step)
         if trainer.is_global_zero and len(self.skipped_steps) <= _WARN_FIRST:
-            more = "" if len(self.skipped_steps) < _WARN_FIRST else " Further skips are only counted in NaNGuard.skipped_steps."
+            further = " Further skips are only counted in NaNGuard.skipped_steps."
+            more = "" if len(self.skipped_steps) < _WARN_FIRST else further
             log.warning("NaNGuard: skipped the optimizer step: the loss was not finite %s.%s", where, more)
 
     def state_dict(self) -> dict[str, Any]:

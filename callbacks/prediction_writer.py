@@ -79,7 +79,8 @@ class BasePredictionWriter(Callback):
         )
 
     def on_predict_batch_end(
-        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         indices = trainer.predict_loop.current_batch_indices
         self.write_on_batch_end(trainer, pl_module, outputs, indices, batch, batch_idx, dataloader_idx)

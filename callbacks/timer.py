@@ -108,7 +108,9 @@ class Timer(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._check(trainer)  # Lightning's: a budget already spent (a resumed timer, duration 0) trains nothing
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.interval == "step":
             self._check(trainer)
 
@@ -116,7 +118,9 @@ class Timer(Callback):
         self._check(trainer)
 
     def _check(self, trainer: Trainer) -> None:
-        if self._duration is None or not trainer.is_global_zero or trainer.should_stop or self.time_elapsed() < self._duration:
+        if self._duration is None or not trainer.is_global_zero or trainer.should_stop:
+            return
+        if self.time_elapsed() < self._duration:
             return
         trainer.should_stop = True
         trainer.state.stop_reason = "timer"
@@ -158,8 +162,8 @@ def _seconds(duration: Any) -> float:
         seconds = timedelta(days=d, hours=h, minutes=m, seconds=s).total_seconds()
     else:
         raise misconfigured(
-            f"Timer(duration={duration!r}): give seconds, a datetime.timedelta, a dict such as dict(hours=12), or a 'DD:HH:MM:SS' "
-            "string such as '00:12:00:00' (12 hours).",
+            f"Timer(duration={duration!r}): give seconds, a datetime.timedelta, a dict such as dict(hours=12), "
+            "or a 'DD:HH:MM:SS' string such as '00:12:00:00' (12 hours).",
             f"`Timer(duration={duration!r})` is not a valid duration. Expected a string in the format DD:HH:MM:SS."
             if isinstance(duration, str) else "",
         )

@@ -31,7 +31,9 @@ _uids = itertools.count()
 class EventFile:
     """What ``FileWriter.event_writer`` is: tensorboard's ``EventFileWriter``'s methods."""
 
-    def __init__(self, logdir: str, max_queue_size: int = 10, flush_secs: float = 120, filename_suffix: str = "") -> None:
+    def __init__(
+        self, logdir: str, max_queue_size: int = 10, flush_secs: float = 120, filename_suffix: str = ""
+    ) -> None:
         from tensorboard.compat.proto import event_pb2
         from tensorboard.summary.writer import event_file_writer
         from tensorboard.summary.writer.record_writer import RecordWriter
@@ -102,7 +104,9 @@ def summary_writer_class(summary_writer: type) -> type:
         return summary_writer
 
     class FileWriter(file_writer):  # torch's, whose __init__ only makes the event writer
-        def __init__(self, log_dir: Any, max_queue: int = 10, flush_secs: float = 120, filename_suffix: str = "") -> None:
+        def __init__(
+            self, log_dir: Any, max_queue: int = 10, flush_secs: float = 120, filename_suffix: str = ""
+        ) -> None:
             self.event_writer = EventFile(str(log_dir), max_queue, flush_secs, filename_suffix)
 
     class SummaryWriter(summary_writer):
@@ -115,7 +119,8 @@ def summary_writer_class(summary_writer: type) -> type:
                 self.all_writers = {self.file_writer.get_logdir(): self.file_writer}
                 if self.purge_step is not None:
                     self.file_writer.add_event(event(step=self.purge_step, file_version="brain.Event:2"))
-                    self.file_writer.add_event(event(step=self.purge_step, session_log=session_log(status=session_log.START)))
+                    start = session_log(status=session_log.START)
+                    self.file_writer.add_event(event(step=self.purge_step, session_log=start))
                     self.purge_step = None
             return self.file_writer
 

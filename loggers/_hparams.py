@@ -41,7 +41,9 @@ def experiment(hparams: dict[str, bool | int | float | str], metrics: list[str])
     types = {bool: api_pb2.DATA_TYPE_BOOL, str: api_pb2.DATA_TYPE_STRING}
     record = api_pb2.Experiment(
         time_created_secs=time.time(),
-        hparam_infos=[api_pb2.HParamInfo(name=k, type=types.get(type(v), api_pb2.DATA_TYPE_FLOAT64)) for k, v in hparams.items()],
+        hparam_infos=[
+            api_pb2.HParamInfo(name=k, type=types.get(type(v), api_pb2.DATA_TYPE_FLOAT64)) for k, v in hparams.items()
+        ],
         metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in metrics],
     )
     return _hparams_summary("experiment", plugin_data_pb2.HParamsPluginData(experiment=record))
@@ -92,7 +94,8 @@ def _hparams_summary(kind: str, data: Any) -> Any:
         "session_start_info": metadata.SESSION_START_INFO_TAG,
         "session_end_info": metadata.SESSION_END_INFO_TAG,
     }[kind]
-    return Summary(value=[Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)])
+    value = Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)
+    return Summary(value=[value])
 
 
 # --- hparams.yaml ------------------------------------------------------------------------
@@ -155,7 +158,9 @@ def _quoted(text: str) -> str:
     def escape(match: re.Match[str]) -> str:
         c = match.group()
         code = ord(c)
-        return _ESCAPES.get(c) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        return _ESCAPES.get(c) or (
+            f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+        )
 
     return '"' + _RAW.sub(escape, text) + '"'
 

@@ -83,8 +83,9 @@ class ExperimentWriter:
         if not self._header or not names <= set(self._header):
             self._rewrite(sorted(names | set(self._header) - {"step"}))
         else:
+            mode = "r+" if os.path.exists(self.metrics_file_path) else "w"
             with naming(self.metrics_file_path), open(
-                self.metrics_file_path, "r+" if os.path.exists(self.metrics_file_path) else "w", newline="", encoding="utf-8",
+                self.metrics_file_path, mode, newline="", encoding="utf-8",
             ) as f:
                 f.seek(self._last_offset if self._reopened else 0, os.SEEK_SET if self._reopened else os.SEEK_END)
                 f.truncate()

@@ -210,18 +210,22 @@ class FolderLogger(Logger):
 
     _default_name = "lightning_logs"
     _made_by_trainer = False  # Trainer(logger=True)'s: a new version for each fit
-    _fit_in_version = False  # a fit has written into the current version (the next fit of a Trainer's own takes another)
+    _fit_in_version = False  # a fit wrote into the current version (a Trainer's own next fit takes another)
 
     # No ``kind`` argument: jsonargparse follows a subclass's ``**kwargs`` into this signature, so
     # every parameter here must be one a config may leave out (``lazy_instance(TensorBoardLogger)``).
-    def __init__(self, save_dir: str | os.PathLike | None = None, name: str | None = None, version: int | str | None = None) -> None:
+    def __init__(
+        self, save_dir: str | os.PathLike | None = None, name: str | None = None, version: int | str | None = None
+    ) -> None:
         kind = type(self).__name__
         if save_dir is not None and not isinstance(save_dir, (str, os.PathLike)):
             raise TypeError(f"{kind}(save_dir={save_dir!r}) must be a folder path (str or os.PathLike).")
         if name is not None and not isinstance(name, str):
-            raise TypeError(f"{kind}(name={name!r}) must be a string (the experiment's folder), or None or '' for none.")
+            raise TypeError(f"{kind}(name={name!r}) must be a string (the experiment's folder), "
+                            "or None or '' for none.")
         if version is not None and (isinstance(version, bool) or not isinstance(version, (int, str))):
-            raise TypeError(f"{kind}(version={version!r}) must be an int (version_<n>), a string (the folder's name) or None (the next free one).")
+            raise TypeError(f"{kind}(version={version!r}) must be an int (version_<n>), a string (the folder's name) "
+                            "or None (the next free one).")
         self._kind = kind
         self._save_dir = None if save_dir is None else os.fspath(save_dir)
         self._name = name or ""

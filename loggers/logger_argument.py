@@ -36,7 +36,8 @@ def make_loggers(logger: Any, legacy: list[Logger], root: str | None, name: str)
 def _logs_like_one(value: Any) -> bool:
     """An object that is not a Logger but has its methods, which Lightning takes as one (a mock,
     an adapter to a tracking service)."""
-    return not hasattr(value, "__iter__") and all(callable(getattr(value, m, None)) for m in ("log_metrics", "log_hyperparams"))
+    methods = ("log_metrics", "log_hyperparams")
+    return not hasattr(value, "__iter__") and all(callable(getattr(value, m, None)) for m in methods)
 
 
 def logger_list(value: Any) -> list[Logger]:

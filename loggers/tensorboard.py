@@ -78,7 +78,8 @@ class TensorBoardLogger(FolderLogger):
         self._hparams_dirty = False
         # Scalars not yet given to the writer: (step, wall time, (name, value) pairs).
         self._pending: list[tuple[int, float, tuple[tuple[str, Any], ...]]] = []
-        self._sessions: list[tuple[dict[str, Any], int, float]] = []  # HParams sessions not yet given: (params, step, wall time)
+        # HParams sessions not yet given: (params, step, wall time).
+        self._sessions: list[tuple[dict[str, Any], int, float]] = []
         # For the HParams columns written when fit ends: the first session's params (the one
         # TensorBoard keeps), the metrics given with them, and the points written per tag.
         self._columns: dict[str, Any] | None = None
@@ -132,7 +133,9 @@ class TensorBoardLogger(FolderLogger):
         or string), and the run's scalars its metrics. ``hparams.yaml`` gets the model's
         (the ``trainer/`` options stay in TensorBoard only)."""
         params = params_dict(params)
-        shown = {str(k): v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items() if v is not None}
+        shown = {
+            str(k): v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items() if v is not None
+        }
         # Handed to the writer with the scalars: a fit's start opens no writer and waits for no
         # file, so its first step comes sooner (benchmarks/fit_cost.py).
         self._sessions.append((shown, self._last_step, time.time()))  # a resumed fit's step
@@ -173,15 +176,17 @@ class TensorBoardLogger(FolderLogger):
             input_array = getattr(model, "example_input_array", None)
         if input_array is None:
             warnings.warn(
-                "Could not log computational graph to TensorBoard: The `model.example_input_array` attribute is not set or "
-                "`input_array` was not given. (Set model.example_input_array, or call logger.log_graph(model, input_array).)",
+                "Could not log computational graph to TensorBoard: The `model.example_input_array` attribute "
+                "is not set or `input_array` was not given. "
+                "(Set model.example_input_array, or call logger.log_graph(model, input_array).)",
                 stacklevel=2,
             )
             return
         if not isinstance(input_array, (torch.Tensor, tuple)):
             warnings.warn(
-                "Could not log computational graph to TensorBoard: The `input_array` or `model.example_input_array` has "
-                f"type {type(input_array)} which can't be traced by TensorBoard. Make the input array a tuple representing "
+                "Could not log computational graph to TensorBoard: The `input_array` or "
+                f"`model.example_input_array` has type {type(input_array)} which can't be traced by TensorBoard. "
+                "Make the input array a tuple representing "
                 "the positional arguments to the model's `forward()` implementation.", stacklevel=2,
             )
             return
@@ -192,7 +197,7 @@ class TensorBoardLogger(FolderLogger):
             input_array = move_to_device(input_array, device)
         from trainer.core.export import jit_tracing
 
-        with jit_tracing(), warnings.catch_warnings():  # add_graph traces with torch.jit, which torch now calls deprecated
+        with jit_tracing(), warnings.catch_warnings():  # add_graph traces with torch.jit, now deprecated
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
             self.experiment.add_graph(model, input_array)
 
@@ -270,7 +275,8 @@ def _number(tag: str, value: Any) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"TensorBoardLogger.log_metrics: {tag}={value!r:.80} is not a number (a float, int or one-element tensor).") from None
+        raise ValueError(f"TensorBoardLogger.log_metrics: {tag}={value!r:.80} is not a number "
+                         "(a float, int or one-element tensor).") from None
 
 
 @contextlib.contextmanager

@@ -94,7 +94,8 @@ class ProgressBar(Callback):
             bar.initial = bar.n = bar.last_print_n = self._first_batch  # a resumed epoch's rate counts from here
             bar.set_description(f"Epoch {trainer.current_epoch}" + (" (compiling)" if self._compiling else ""))
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         now = time.perf_counter()
         if now < self._next:  # all that most steps do here
             return
@@ -207,7 +208,8 @@ class ProgressBar(Callback):
         # tags TensorBoard gives them: a training mean is <name>_epoch (<name> is one batch's value).
         shown = {"step": str(trainer.global_step)}
         names, train = trainer.prog_bar_names, trainer.train_epoch_metrics
-        shown.update((k, f"{v:.4g}") for k, v in train.items() if k in names or k.endswith("_epoch") and k[:-6] in names)
+        shown.update((k, f"{v:.4g}") for k, v in train.items()
+                     if k in names or k.endswith("_epoch") and k[:-6] in names)
         shown.update((k, f"{v:.4g}") for k, v in trainer.callback_metrics.numbers().items()
                      if k in names and k not in train and f"{k}_epoch" not in train)
         self._end_epoch(trainer, shown)
@@ -292,7 +294,8 @@ class ProgressBar(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._eval_start(self.init_sanity_tqdm if trainer.sanity_checking else self.init_validation_tqdm, "val")
 
-    def on_validation_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(dataloader_idx)
 
     on_test_batch_end = on_predict_batch_end = on_validation_batch_end
@@ -330,7 +333,8 @@ class TQDMProgressBar(ProgressBar):
     ``leave=True`` keeps one per epoch.
     """
 
-    def __init__(self, refresh_rate: int = 1, leave: bool = False, refresh_s: float = 0.2, line_every_s: float = 30.0) -> None:
+    def __init__(self, refresh_rate: int = 1, leave: bool = False, refresh_s: float = 0.2,
+                 line_every_s: float = 30.0) -> None:
         super().__init__(refresh_s=refresh_s, line_every_s=line_every_s)
         self.refresh_rate = positive_int("TQDMProgressBar(refresh_rate)", refresh_rate, minimum=0)
         if "TQDM_MINITERS" in os.environ:  # tqdm's own setting, a lower bound (Lightning's)
@@ -354,7 +358,8 @@ class TQDMProgressBar(ProgressBar):
         super().on_train_epoch_start(trainer, pl_module)
         self._drawn_at = trainer.state.batch_in_epoch
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         if time.perf_counter() < self._next or batch_idx + 1 - self._drawn_at < self.refresh_rate:
             return
         self._drawn_at = batch_idx + 1
@@ -362,7 +367,9 @@ class TQDMProgressBar(ProgressBar):
 
 
 def _shown(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value.item() if isinstance(value, torch.Tensor) else value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value.item() if isinstance(value, torch.Tensor) else value)
 
 
 _TQDM: list[type] = []  # made on first use: importing tqdm is not free

@@ -87,9 +87,11 @@ class BaseFinetuning(Callback):
         kept = [p for p in params if id(p) not in held]
         if len(kept) < len(params):
             warnings.warn(
-                "The provided params to be frozen already exist within another group of this optimizer. Those parameters "
-                "will be skipped.\nHINT: Did you init your optimizer in `configure_optimizer` as such:\n "
-                f"{type(optimizer)}(filter(lambda p: p.requires_grad, self.parameters()), ...) ", UserWarning, stacklevel=2,
+                "The provided params to be frozen already exist within another group of this optimizer. "
+                "Those parameters will be skipped.\n"
+                "HINT: Did you init your optimizer in `configure_optimizer` as such:\n "
+                f"{type(optimizer)}(filter(lambda p: p.requires_grad, self.parameters()), ...) ",
+                UserWarning, stacklevel=2,
             )
         return kept
 
@@ -111,7 +113,9 @@ class BaseFinetuning(Callback):
         raise NotImplementedError(f"{type(self).__name__} must define freeze_before_training(self, pl_module).")
 
     def finetune_function(self, pl_module: TrainModule, epoch: int, optimizer: torch.optim.Optimizer) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must define finetune_function(self, pl_module, epoch, optimizer).")
+        raise NotImplementedError(
+            f"{type(self).__name__} must define finetune_function(self, pl_module, epoch, optimizer)."
+        )
 
     # --- hooks -------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
@@ -123,7 +127,8 @@ class BaseFinetuning(Callback):
         for i, optimizer in enumerate(trainer.optimizers):
             self.finetune_function(pl_module, trainer.current_epoch, optimizer)
             self._internal_optimizer_metadata[i] = [
-                {**{k: v for k, v in g.items() if k != "params"}, "params": [names[id(p)] for p in g["params"] if id(p) in names]}
+                {**{k: v for k, v in g.items() if k != "params"},
+                 "params": [names[id(p)] for p in g["params"] if id(p) in names]}
                 for g in optimizer.param_groups
             ]
 
@@ -171,11 +176,15 @@ class BackboneFinetuning(BaseFinetuning):
         rounding: int = 12,
     ) -> None:
         super().__init__()
-        self.unfreeze_backbone_at_epoch = positive_int("BackboneFinetuning(unfreeze_backbone_at_epoch)", unfreeze_backbone_at_epoch, minimum=0)
+        self.unfreeze_backbone_at_epoch = positive_int(
+            "BackboneFinetuning(unfreeze_backbone_at_epoch)", unfreeze_backbone_at_epoch, minimum=0
+        )
         if not callable(lambda_func):
-            raise TypeError(f"BackboneFinetuning(lambda_func={lambda_func!r}) must be a function of the epoch returning a factor.")
+            raise TypeError(f"BackboneFinetuning(lambda_func={lambda_func!r}) must be a function of the epoch "
+                            "returning a factor.")
         self.lambda_func = lambda_func
-        for name, value in (("backbone_initial_ratio_lr", backbone_initial_ratio_lr), ("initial_denom_lr", initial_denom_lr)):
+        ratios = (("backbone_initial_ratio_lr", backbone_initial_ratio_lr), ("initial_denom_lr", initial_denom_lr))
+        for name, value in ratios:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"BackboneFinetuning({name}={value!r}) must be a positive number.")
         self.backbone_initial_ratio_lr = backbone_initial_ratio_lr
@@ -189,7 +198,8 @@ class BackboneFinetuning(BaseFinetuning):
 
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage == "fit" and not isinstance(getattr(pl_module, "backbone", None), nn.Module):
-            raise ValueError(f"BackboneFinetuning needs {type(pl_module).__name__}.backbone, an nn.Module (the part to freeze at first).")
+            raise ValueError(f"BackboneFinetuning needs {type(pl_module).__name__}.backbone, an nn.Module "
+                             "(the part to freeze at first).")
         super().setup(trainer, pl_module, stage)
 
     def freeze_before_training(self, pl_module: TrainModule) -> None:
@@ -198,11 +208,16 @@ class BackboneFinetuning(BaseFinetuning):
     def finetune_function(self, pl_module: TrainModule, epoch: int, optimizer: torch.optim.Optimizer) -> None:
         current_lr = optimizer.param_groups[0]["lr"]
         if epoch == self.unfreeze_backbone_at_epoch:
-            initial = self.backbone_initial_lr if self.backbone_initial_lr is not None else current_lr * self.backbone_initial_ratio_lr
+            initial = self.backbone_initial_lr
+            if initial is None:
+                initial = current_lr * self.backbone_initial_ratio_lr
             self.previous_backbone_lr = initial
-            self.unfreeze_and_add_param_group(pl_module.backbone, optimizer, initial, self.initial_denom_lr, self.train_bn)
+            self.unfreeze_and_add_param_group(
+                pl_module.backbone, optimizer, initial, self.initial_denom_lr, self.train_bn
+            )
             if self.verbose:
-                log.info("BackboneFinetuning: epoch %d, backbone unfrozen at lr %s.", epoch, round(initial, self.rounding))
+                log.info("BackboneFinetuning: epoch %d, backbone unfrozen at lr %s.",
+                         epoch, round(initial, self.rounding))
         elif epoch > self.unfreeze_backbone_at_epoch and self.previous_backbone_lr is not None:
             next_lr = self.lambda_func(epoch + 1) * self.previous_backbone_lr
             next_lr = current_lr if self.should_align and next_lr > current_lr else next_lr

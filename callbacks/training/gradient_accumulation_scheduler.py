@@ -24,11 +24,13 @@ class GradientAccumulationScheduler(Callback):
 
     def __init__(self, scheduling: dict[int, int]) -> None:
         if not isinstance(scheduling, dict) or not scheduling:
-            raise TypeError(f"GradientAccumulationScheduler(scheduling={scheduling!r}) must be a non-empty dict {{epoch: batches}}, e.g. {{0: 8, 4: 4, 8: 1}}.")
+            raise TypeError(f"GradientAccumulationScheduler(scheduling={scheduling!r}) must be a non-empty dict "
+                            "{epoch: batches}, e.g. {0: 8, 4: 4, 8: 1}.")
         for epoch, batches in scheduling.items():
             if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
                 raise misconfigured(
-                    f"GradientAccumulationScheduler(scheduling={scheduling!r}): the epoch {epoch!r} must be an int >= 0.",
+                    f"GradientAccumulationScheduler(scheduling={scheduling!r}): "
+                    f"the epoch {epoch!r} must be an int >= 0.",
                     f"Epoch should be an int greater than or equal to 0. Got {list(scheduling.keys())}.",
                 )
             if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
@@ -64,13 +66,15 @@ class GradientAccumulationScheduler(Callback):
             overridden(pl_module, hook) for hook in ("optimizer_step", "optimizer_zero_grad")
         ):
             warnings.warn(
-                "When using `Trainer(accumulate_grad_batches != 1)` and overriding `LightningModule.optimizer_{step,zero_grad}`, "
-                "the hooks will not be called on every batch (rather, they are called on every optimization step).", stacklevel=2,
+                "When using `Trainer(accumulate_grad_batches != 1)` and overriding "
+                "`LightningModule.optimizer_{step,zero_grad}`, the hooks will not be called on every batch "
+                "(rather, they are called on every optimization step).", stacklevel=2,
             )
         if self._given not in (None, 1) or (self._given is None and trainer.accumulate_grad_batches != 1):
             raise ValueError(
-                "You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler` callback. Either "
-                f"remove `accumulate_grad_batches` from the Trainer or remove the callback. (Trainer(accumulate_grad_batches="
+                "You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler` callback. "
+                "Either remove `accumulate_grad_batches` from the Trainer or remove the callback. "
+                "(Trainer(accumulate_grad_batches="
                 f"{trainer.accumulate_grad_batches}): keep it at 1 and put every epoch in the scheduling.)"
             )
 

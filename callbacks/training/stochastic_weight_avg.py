@@ -44,7 +44,8 @@ class StochasticWeightAveraging(Callback):
         lrs = swa_lrs if isinstance(swa_lrs, (list, tuple)) else [swa_lrs]
         if not lrs or any(not isinstance(x, float) or x <= 0 for x in lrs):  # Lightning's: floats only
             raise misconfigured(
-                f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}) must be a positive float, or a list of them (one per param group).",
+                f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}) must be a positive float, "
+                "or a list of them (one per param group).",
                 "The `swa_lrs` should a positive float, or a list of positive floats",
             )
         self._swa_lrs = swa_lrs
@@ -58,7 +59,9 @@ class StochasticWeightAveraging(Callback):
             )
         self._swa_epoch_start = swa_epoch_start
         self._annealing_epochs = positive_int("StochasticWeightAveraging(annealing_epochs)", annealing_epochs)
-        self._annealing_strategy = one_of("StochasticWeightAveraging(annealing_strategy)", annealing_strategy, ("cos", "linear"))
+        self._annealing_strategy = one_of(
+            "StochasticWeightAveraging(annealing_strategy)", annealing_strategy, ("cos", "linear")
+        )
         self._avg_fn = avg_fn
         self._device = device
         self._average_model: torch.optim.swa_utils.AveragedModel | None = None
@@ -87,8 +90,8 @@ class StochasticWeightAveraging(Callback):
         groups = len(trainer.optimizer.param_groups)
         if isinstance(self._swa_lrs, (list, tuple)) and len(self._swa_lrs) != groups:
             raise ValueError(
-                f"StochasticWeightAveraging(swa_lrs={self._swa_lrs!r}) has {len(self._swa_lrs)} values and the optimizer "
-                f"has {groups} param group(s): pass one float, or one per group."
+                f"StochasticWeightAveraging(swa_lrs={self._swa_lrs!r}) has {len(self._swa_lrs)} values "
+                f"and the optimizer has {groups} param group(s): pass one float, or one per group."
             )
         if self._loaded is not None:  # resumed: the average so far
             self._average_model.load_state_dict(self._loaded["average_model"])
@@ -98,16 +101,19 @@ class StochasticWeightAveraging(Callback):
         if self._scheduler is None and (trainer.current_epoch == self.swa_start or resumed):
             optimizer = trainer.optimizer
             before = [g["lr"] for g in optimizer.param_groups]
-            lrs = self._swa_lrs if isinstance(self._swa_lrs, (list, tuple)) else [self._swa_lrs] * len(optimizer.param_groups)
+            given = self._swa_lrs
+            lrs = given if isinstance(given, (list, tuple)) else [given] * len(optimizer.param_groups)
             for group, lr in zip(optimizer.param_groups, lrs):  # Lightning's: each group's initial_lr is its SWA lr
                 group["initial_lr"] = lr
             self._scheduler = torch.optim.swa_utils.SWALR(
-                optimizer, swa_lr=self._swa_lrs, anneal_epochs=self._annealing_epochs, anneal_strategy=self._annealing_strategy,
+                optimizer, swa_lr=self._swa_lrs, anneal_epochs=self._annealing_epochs,
+                anneal_strategy=self._annealing_strategy,
                 last_epoch=trainer.max_epochs if self._annealing_strategy == "cos" else -1,
             )
             for config in trainer.lr_scheduler_configs[:1]:  # the model's scheduler it replaces, as Lightning says
                 if config.interval != "epoch" or config.frequency != 1:
-                    warnings.warn(f"SWA is currently only supported every epoch. Found {config}", UserWarning, stacklevel=2)
+                    warnings.warn(f"SWA is currently only supported every epoch. Found {config}",
+                                  UserWarning, stacklevel=2)
                 if trainer.is_global_zero:
                     log.info("Swapping scheduler `%s` for `SWALR`", type(config.scheduler).__name__)
             if resumed:  # SWALR's first step at creation happened in the run that saved it
@@ -133,7 +139,9 @@ class StochasticWeightAveraging(Callback):
             for mine, averaged in zip(pl_module.parameters(), average.module.parameters()):
                 mine.copy_(averaged.to(mine.device))
         loader = trainer.train_dataloader
-        if loader is not None and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in pl_module.modules()):
+        if loader is not None and any(
+            isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in pl_module.modules()
+        ):
             torch.optim.swa_utils.update_bn(loader, pl_module, device=pl_module.device)
         checkpoint = trainer.checkpoint_callback
         if checkpoint is not None and getattr(checkpoint, "dirpath", None):
