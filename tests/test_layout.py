@@ -68,6 +68,13 @@ def test_no_package_file_is_over_400_lines(path):
         assert sum(1 for _ in f) <= 400, f"{path} is over 400 lines: split it by concept"
 
 
+@pytest.mark.parametrize("path", ALL)
+def test_no_package_line_is_over_120_characters(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        long = [n for n, line in enumerate(f, start=1) if len(line.rstrip("\n")) > 120]
+    assert not long, f"{path}: line(s) {long} are over 120 characters: shorten them (.ci/run checks with ruff too)"
+
+
 @pytest.mark.parametrize("package", [
     "trainer", "trainer/core", "trainer/core/export", "trainer/data", "trainer/checkpoint", "trainer/loops", "trainer/loops/optimization",
     "trainer/profilers", "trainer/tuner", "trainer/utilities", "trainer/migrate", "callbacks", "callbacks/progress",

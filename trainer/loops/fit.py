@@ -145,7 +145,7 @@ class FitLoop:
 
     def fit(self) -> None:
         trainer, run = self.trainer, self.run
-        self._train_epoch = dataloader_iter.epoch_runner(self)  # type: ignore[method-assign]  # a dataloader_iter step's
+        self._train_epoch = dataloader_iter.epoch_runner(self)  # type: ignore[method-assign]  # dataloader_iter steps
         if run.profiling is not None:  # optimizer_step until the stage ends, and run_training_epoch
             run.profiling.time_optimizers(run.opt.optimizers)
             self._train_epoch = run.profiling.epoch(self._train_epoch)  # type: ignore[method-assign]
