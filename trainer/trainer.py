@@ -31,7 +31,7 @@ from trainer.checkpoint import layout
 from trainer.checkpoint.background_save import snapshot, take_hand_off
 from trainer.checkpoint.integrity import refuse_non_finite
 from trainer.checkpoint.paths import check_ckpt_path
-from trainer.checkpoint.resume import capture
+from trainer.checkpoint.training_state import capture
 from trainer.core.checks import check_eval_model, check_model
 from trainer.core.module import TrainModule
 from trainer.core.state import TrainerState, TrainerStatus

@@ -10,7 +10,7 @@ import torch
 
 from trainer.data.rng import generator_states, rng_state, set_generator_states, set_rng_state
 from trainer.checkpoint.paths import resolve_ckpt_path
-from trainer.checkpoint.resume import evaluate_checkpoint
+from trainer.checkpoint.training_state import evaluate_checkpoint
 from trainer.core.seed import seeded_workers
 from trainer.data.batches import batch_size
 from trainer.data.pipeline import BatchPipeline, batch_transfer, takes_dataloader_iter

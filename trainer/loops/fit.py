@@ -13,7 +13,7 @@ import torch
 
 from trainer.core.checks import bad_loss, loss_of, none_batch
 from trainer.checkpoint.paths import resolve_ckpt_path
-from trainer.checkpoint.resume import Resume, read_for_fit
+from trainer.checkpoint.training_state import Resume, read_for_fit
 from trainer.core.signals import Interrupted
 from trainer.data.batches import batch_size, describe_fit, loader_length, uniform_batches
 from trainer.data.pipeline import BatchPipeline, batch_transfer
