@@ -3,6 +3,7 @@ callbacks override which hook."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
@@ -84,8 +85,13 @@ def _overriding(callbacks: list[Callback], name: str) -> list[Callable[..., Any]
 
 
 def _waiting_for_saves(cb: Callback) -> Callable[..., Any]:
-    """``cb.wait_for_saves`` called as an ``on_train_end`` hook is."""
-    return lambda trainer, module: cb.wait_for_saves(trainer)
+    """``cb.wait_for_saves`` called as an ``on_train_end`` hook is; a partial, not a lambda, so that
+    the Trainer still pickles (Lightning's tests pickle a bar that holds it)."""
+    return functools.partial(_wait_for_saves, cb)
+
+
+def _wait_for_saves(cb: Callback, trainer: Any, module: Any) -> None:
+    cb.wait_for_saves(trainer)
 
 
 def _module_hook(module: Any, name: str) -> Callable[..., Any] | None:
