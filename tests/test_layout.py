@@ -193,7 +193,7 @@ def test_the_checks_of_trainer_writes_find_them():
 
 
 # The Trainer's public setters that write the current call's run: those Lightning documents as settable.
-RUN_SETTERS = {"ckpt_path", "optimizers"}
+RUN_SETTERS = {"ckpt_path", "optimizers", "datamodule"}  # datamodule: a plain attribute in Lightning
 
 
 def _setters_that_write_the_run(cls: type) -> set[str]:
@@ -217,7 +217,8 @@ def _setters_that_write_the_run(cls: type) -> set[str]:
 
 def test_no_public_setter_writes_the_run_but_lightnings_settable_ones():
     """``trainer.<name> = ...`` writes the run only where Lightning documents the name as settable
-    (``ckpt_path``, ``optimizers``); the run's other values are read-only properties."""
+    (``ckpt_path``, ``optimizers``; ``datamodule``, a plain attribute there); the run's other values are read-only
+    properties."""
     from trainer import Trainer
 
     assert _setters_that_write_the_run(Trainer) == RUN_SETTERS

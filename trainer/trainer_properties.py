@@ -356,7 +356,8 @@ RUN_VALUES = (
     "num_test_batches", "num_predict_batches", "train_epoch_metrics", "prog_bar_names", "samples_seen", "grad_norm",
     "is_last_batch", "run_dir", "enable_validation",
 )
-RUN_SETTABLE = ("optimizers",)  # Lightning's trainer.optimizers setter
+# Lightning's trainer.optimizers setter; its trainer.datamodule is a plain attribute (lightning_setattr sets it)
+RUN_SETTABLE = ("optimizers", "datamodule")
 
 
 def metrics_view(owner: str, name: str) -> property:

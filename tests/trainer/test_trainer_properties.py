@@ -16,7 +16,7 @@ from trainer.core.signals import Interrupted
 
 
 READ_ONLY = [
-    "datamodule", "train_dataloader", "num_training_batches", "grad_norm", "callback_metrics", "logged_metrics",
+    "train_dataloader", "num_training_batches", "grad_norm", "callback_metrics", "logged_metrics",
     "lr_scheduler_configs", "is_last_batch",
 ]
 
@@ -27,17 +27,19 @@ def test_the_runs_values_are_read_only_as_lightning_documents_them(name):
     trainer.fit(Classifier(), loader(32))
     before = getattr(trainer, name)
     with pytest.raises(AttributeError):
-        setattr(trainer, name, DataModule() if name == "datamodule" else before)
+        setattr(trainer, name, before)
     assert getattr(trainer, name) == before
 
 
-def test_optimizers_and_ckpt_path_stay_settable_as_in_lightning():
+def test_optimizers_ckpt_path_and_datamodule_stay_settable_as_in_lightning():
     trainer = Trainer(max_steps=1, **quiet())
     trainer.fit(Classifier(), loader(32))
     replacement = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)
     trainer.optimizers = [replacement]
     trainer.ckpt_path = "some.ckpt"
-    assert trainer.optimizers == [replacement] and trainer.ckpt_path == "some.ckpt"
+    datamodule = DataModule()  # a plain attribute in Lightning: its lightning_setattr sets it
+    trainer.datamodule = datamodule
+    assert trainer.optimizers == [replacement] and trainer.ckpt_path == "some.ckpt" and trainer.datamodule is datamodule
 
 
 def test_lr_scheduler_configs_is_the_list_the_trainer_steps():
