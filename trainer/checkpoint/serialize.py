@@ -188,81 +188,79 @@ class _CrcFiller:
 
     torch computes them with miniz's own CRC-32, several times slower than zlib's; ``zlib.crc32``
     here reads the bytes the writer hands over (a tensor's own memory) outside the GIL (it releases
-    it above 5 KiB), and the training thread runs on. torch writes each record as a local header,
-    its name and extra field, its data (one write for a tensor), then, for a record with data, a
-    data descriptor holding the CRC, which is filled in on its way; the central directory (one
-    write, at the end) repeats every record's CRC, filled in too; and the record
-    ``.data/serialization_id`` ends with 20 digits of torch's fold of the descriptors' CRCs
-    (``_hash_combine``; with its quirk: any write of 8 bytes or more that starts like a descriptor
-    is folded in), which are rewritten before its own CRC is taken.
+    it above 5 KiB). torch writes each record as a local header, its name, its extra field, its
+    data (one write for a tensor), then, for a record with data, a data descriptor holding the
+    CRC, which is filled in on its way; the central directory (one write, at the end) repeats
+    every record's CRC, filled in too; and the record ``.data/serialization_id`` ends with 20
+    digits of torch's fold of the descriptors' CRCs (``_hash_combine``; with its quirk: any write
+    of 8 bytes or more that starts like a descriptor is folded in), rewritten before its own CRC
+    is taken.
 
-    Anything else (a layout from a later torch) sets ``confused`` to what was seen, and the rest is
-    passed on as it is, for ``save`` to write the archive again with torch's CRCs.
+    The state is the method ``write`` is bound to: torch's writer looks ``write`` up for every
+    write, so each one costs one Python call, and what follows the central directory goes straight
+    to ``out.write``. Anything unexpected (a layout from a later torch) sets ``confused`` to what
+    was seen and passes the rest on as it is, for ``save`` to write the archive again with
+    torch's CRCs.
     """
 
     def __init__(self, out: IO[bytes]) -> None:
         self.out = out
         self.confused: str | None = None
+        self.ended = False  # the central directory went by
         self._names: list[bytes] = []  # the records, in order
         self._crcs: list[int] = []  # and their CRC-32s
         self._fold = 0  # torch's fold of the descriptors' CRCs, for the serialization id
         self._name = bytearray()  # the current record's name, as it comes
-        self._is_id = False  # the current record is the serialization id
         self._name_left = self._extra_left = 0  # bytes of the current local header's name and extra field to come
-        self._in_data = self.ended = False
+        self._has_descriptor = False
         self._crc = self._size = 0  # of the current record's data so far
-
-    def write(self, data: memoryview) -> int:
-        if self.confused is not None or self.ended:
-            self.out.write(data)
-        elif self._name_left or self._extra_left:
-            self._header_rest(data)
-        elif self._in_data:
-            self._data(data)
-        elif data[:4] == _LOCAL:
-            self._local_header(data)
-        elif data[:4] == _CENTRAL:
-            self.ended = True
-            self.out.write(self._central_directory(data))
-        else:
-            self._confuse(data, "a write that is neither a local header nor the central directory")
-        return len(data)
+        self.write = self._header
 
     def flush(self) -> None:
         self.out.flush()
 
-    def _confuse(self, data: memoryview | bytes, what: str) -> None:
-        self.confused = what
-        self.out.write(data)
+    def _confuse(self, data: memoryview | bytes, what: str) -> int:
+        self.confused, self.write = what, self.out.write
+        return self.out.write(data)
 
-    def _local_header(self, data: memoryview) -> None:
-        if len(data) != _LOCAL_HEADER.size:
-            return self._confuse(data, f"a local header of {len(data)} bytes")
+    def _header(self, data: memoryview) -> int:
+        """A record's local header, or the central directory."""
+        if data[:4] == _CENTRAL:
+            self.ended, self.write = True, self.out.write
+            return self.out.write(self._central_directory(data))
+        if data[:4] != _LOCAL or len(data) != _LOCAL_HEADER.size:
+            return self._confuse(data, f"a write of {len(data)} bytes where a local header was due")
         _, _, flags, _, _, _, crc, packed, size, name_len, extra_len = _LOCAL_HEADER.unpack(data)
         if not name_len:
             return self._confuse(data, "a record without a name")
-        self.out.write(data)
         self._name_left, self._extra_left, self._name = name_len, extra_len, bytearray()
         self._crc = self._size = 0
-        self._in_data = bool(flags & _HAS_DESCRIPTOR)
-        if not self._in_data:  # no descriptor: an empty record, its CRC (0) in the header
+        self._has_descriptor = bool(flags & _HAS_DESCRIPTOR)
+        if not self._has_descriptor:  # an empty record: its CRC (0) and sizes are in the header
             if crc or packed or size:
-                self.confused = f"a record with data but no data descriptor (flags {flags:#x})"
+                return self._confuse(data, f"a record with data but no data descriptor (flags {flags:#x})")
             self._crcs.append(0)
+        self.write = self._name_and_extra
+        return self.out.write(data)
 
-    def _header_rest(self, data: memoryview) -> None:
+    def _name_and_extra(self, data: memoryview) -> int:
+        """The bytes of the record's name and extra field (the padding that aligns its data)."""
         if len(data) > self._name_left + self._extra_left:
             return self._confuse(data, "a name and extra field longer than their header says")
         name = data[:self._name_left]
-        self._name += name
-        self._name_left -= len(name)
+        if name:
+            self._name += name
+            self._name_left -= len(name)
+            if not self._name_left:
+                self._names.append(bytes(self._name))
         self._extra_left -= len(data) - len(name)
-        if len(name) and not self._name_left:
-            self._names.append(bytes(self._name))
-            self._is_id = self._name.endswith(_ID_RECORD)
-        self.out.write(data)
+        if not self._name_left and not self._extra_left:
+            self.write = self._header if not self._has_descriptor else (
+                self._serialization_id if self._name.endswith(_ID_RECORD) else self._data)
+        return self.out.write(data)
 
-    def _data(self, data: memoryview) -> None:
+    def _data(self, data: memoryview) -> int:
+        """The record's data, or, after it, its data descriptor."""
         size = len(data)
         if self._size and (size == 16 or size == 24) and data[:4] == _DESCRIPTOR:  # (an empty record has none)
             fields = struct.unpack("<4sIII" if size == 16 else "<4sIQQ", data)
@@ -271,23 +269,21 @@ class _CrcFiller:
                 struct.pack_into("<I", descriptor, 4, self._crc)
                 self._fold = _hash_combine(self._fold, self._crc)
                 self._crcs.append(self._crc)
-                self._in_data = False
-                self.out.write(descriptor)
-                return
+                self.write = self._header
+                return self.out.write(descriptor)
         if size >= 8 and data[:4] == _DESCRIPTOR:  # torch folds in any write that starts like one
             self._fold = _hash_combine(self._fold, struct.unpack_from("<I", data, 4)[0])
-        if self._is_id:
-            data = self._serialization_id(data)
         self._crc = zlib.crc32(data, self._crc)  # outside the GIL, above 5 KiB
         self._size += size
-        self.out.write(data)
+        return self.out.write(data)
 
-    def _serialization_id(self, data: memoryview) -> bytes:
+    def _serialization_id(self, data: memoryview) -> int:
+        """The 40 digits of ``.data/serialization_id``: the last 20 are the fold of the CRCs."""
         text = bytes(data)
         if len(text) != 40 or not text.isdigit():
-            self.confused = f"a serialization id {text!r}, not 40 digits"
-            return text
-        return text[:20] + b"%020d" % self._fold
+            return self._confuse(data, f"a serialization id {text!r}, not 40 digits")
+        self.write = self._data
+        return self._data(text[:20] + b"%020d" % self._fold)
 
     def _central_directory(self, data: memoryview) -> bytearray:
         directory = bytearray(data)
