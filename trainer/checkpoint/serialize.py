@@ -103,9 +103,9 @@ _PICKLE_MODULE = types.SimpleNamespace(Pickler=_Pickler, __name__=__name__)
 
 def save(obj: Any, f: str | IO[bytes]) -> None:
     """``torch.save(obj, f)``, faster for checkpoints of many small objects and tensors; for one of
-    large tensors, with their CRC-32s computed by zlib outside the GIL (``_CrcFiller``). Always
-    with the CRC-32s, which ``integrity.verify`` checks, whatever torch's process-wide
-    ``config.save.compute_crc32`` says."""
+    large tensors, with their CRC-32s computed by zlib outside the GIL (``_CrcFiller``). A file
+    object always gets the CRC-32s, which ``integrity.verify`` checks, whatever torch's
+    process-wide ``config.save.compute_crc32`` says."""
     if torch.save is not _TORCH_SAVE or not _OWN_ARCHIVE or _serialization._serialization_tls.skip_data:
         torch.save(obj, f, pickle_module=_PICKLE_MODULE)
         return
