@@ -3,7 +3,9 @@ the state of its own step, and a NaN is refused on the writer thread with the la
 
 from __future__ import annotations
 
+import io
 import os
+import zipfile
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import Callback, ModelCheckpoint
 from trainer import Trainer, TrainModule
+from trainer.checkpoint import integrity
 from trainer.checkpoint.background_save import snapshot
 from trainer.checkpoint.files import CheckpointError
 
@@ -87,3 +90,24 @@ def test_a_nan_in_a_big_state_is_refused_on_the_writer_thread_and_the_last_good_
     for name in ("epoch=0-step=2.ckpt", "last.ckpt"):
         saved = torch.load(tmp_path / name, weights_only=True)
         assert saved["global_step"] == 2 and all(torch.isfinite(v).all() for v in saved["state_dict"].values())
+
+
+def test_a_big_background_save_is_torch_saves_bytes_with_every_crc_and_resumes(tmp_path):
+    from torch.utils.serialization import config
+
+    before, config.save.compute_crc32 = config.save.compute_crc32, False  # a user's choice: torch.save skips CRCs
+    try:
+        _fit(tmp_path, Wide(), 2, ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2))
+    finally:
+        config.save.compute_crc32 = before
+    path = tmp_path / "epoch=0-step=2.ckpt"
+    saved = torch.load(path, weights_only=True)
+    expected = io.BytesIO()
+    torch.save(saved, expected)
+    assert path.read_bytes() == expected.getvalue()  # the CRCs zlib filled in on the writer thread are torch's
+    assert zipfile.ZipFile(path).testzip() is None and integrity.damage(path) is None
+    resumed = Trainer(max_steps=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      enable_checkpointing=False)
+    resumed.fit(Wide(), DataLoader(TensorDataset(torch.randn(24, WIDTH), torch.randn(24, 1)), batch_size=8),
+                ckpt_path=str(path))  # the load checks every CRC first
+    assert resumed.global_step == 3

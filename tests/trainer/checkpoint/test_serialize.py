@@ -5,13 +5,15 @@ from __future__ import annotations
 import collections
 import io
 import os
+import threading
+import zipfile
 
 import pytest
 import torch
 
 from tests._models import Classifier, loader
 from trainer import Trainer
-from trainer.checkpoint import serialize
+from trainer.checkpoint import integrity, serialize
 
 
 def torch_bytes(obj) -> bytes:
@@ -120,3 +122,92 @@ def test_a_replaced_torch_save_is_called_for_every_checkpoint_as_in_lightning(mo
     trainer.fit(Classifier(), loader())
     assert calls == [8, 16]  # the two epoch-end checkpoints, through the replacement
     assert torch.load(trainer.checkpoint_callback.best_model_path, weights_only=True)["global_step"] == 16
+
+
+# --- the CRC-32s of a big checkpoint, filled in by zlib ---------------------------------------
+def big_state() -> dict:
+    """Tensors of 1 MiB and more, so that ``save`` fills in the CRCs itself, beside small ones."""
+    torch.manual_seed(0)
+    return {"state_dict": {"w": torch.randn(512, 1024), "b": torch.randn(1024)}, "moments": [torch.randn(300_000)],
+            "global_step": 7, "names": ["a", "b"]}
+
+
+@pytest.fixture
+def torch_crcs_off():
+    """What a user may set for torch.save: our files must hold the CRCs all the same (our load checks them)."""
+    from torch.utils.serialization import config
+
+    before, config.save.compute_crc32 = config.save.compute_crc32, False
+    yield config
+    config.save.compute_crc32 = before
+
+
+def test_a_big_checkpoint_is_torch_saves_bytes_with_the_crcs_our_filler_computed(torch_crcs_off):
+    obj = big_state()
+    torch_crcs_off.save.compute_crc32 = True
+    expected = torch_bytes(obj)
+    torch_crcs_off.save.compute_crc32 = False  # now torch's writer would leave every CRC 0: these are the filler's
+    assert serialize._worth_filling({str(i): t.untyped_storage() for i, t in enumerate((obj["state_dict"]["w"],))})
+    written = our_bytes(obj)
+    assert written == expected
+    assert zipfile.ZipFile(io.BytesIO(written)).testzip() is None  # every CRC checked by Python's zipfile
+    loaded = torch.load(io.BytesIO(written), weights_only=True)
+    assert torch.equal(loaded["state_dict"]["w"], obj["state_dict"]["w"]) and loaded["global_step"] == 7
+    assert torch_bytes(obj) != expected  # (the user's setting is left as it was: torch.save still writes no CRCs)
+
+
+def test_a_small_checkpoint_holds_its_crcs_too_whatever_torchs_setting(torch_crcs_off):
+    obj = {"w": torch.ones(3), "step": 1}
+    assert zipfile.ZipFile(io.BytesIO(our_bytes(obj))).testzip() is None
+    assert zipfile.ZipFile(io.BytesIO(torch_bytes(obj))).testzip() is not None  # torch.save's, with the setting
+
+
+def test_every_kind_of_tensor_and_records_that_look_like_zip_descriptors_give_torch_saves_bytes(monkeypatch):
+    monkeypatch.setattr(serialize, "FILL_MIN_RECORD_BYTES", 0)  # the filler for every checkpoint
+    descriptor_like = b"PK\x07\x08\x01\x02\x03\x04" + bytes(8)  # torch folds such data into its serialization id
+    obj = many_kinds_of_tensor()
+    del obj["hooked"]
+    obj.update({
+        "like a descriptor": torch.frombuffer(bytearray(descriptor_like), dtype=torch.uint8),
+        "like an empty descriptor": torch.frombuffer(bytearray(descriptor_like[:4] + bytes(12)), dtype=torch.uint8),
+        "big": torch.randn(10_000),
+    })
+    for state in (obj, {}, {"empty": torch.empty(0)}):
+        written = our_bytes(state)
+        assert written == torch_bytes(state)
+        assert zipfile.ZipFile(io.BytesIO(written)).testzip() is None
+
+
+def test_a_zip_layout_the_filler_does_not_know_is_written_again_with_torchs_crcs(monkeypatch, torch_crcs_off):
+    obj = big_state()
+    torch_crcs_off.save.compute_crc32 = True
+    expected = torch_bytes(obj)
+    torch_crcs_off.save.compute_crc32 = False
+    monkeypatch.setattr(serialize, "_LOCAL", b"PK\x03\x05")  # as if a later torch wrote other local headers
+    buffer = io.BytesIO()
+    buffer.write(b"before")
+    serialize.save(obj, buffer)
+    assert buffer.getvalue() == b"before" + expected  # what the filler let through is gone; what was there stays
+
+
+def test_a_save_on_another_thread_leaves_torch_saves_on_this_one_with_their_crcs(tmp_path):
+    errors: list = []
+
+    def save_big() -> None:
+        try:
+            for i in range(3):
+                with open(tmp_path / f"big{i}.pt", "wb") as f:
+                    serialize.save(big_state(), f)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    thread = threading.Thread(target=save_big)
+    thread.start()
+    small = []
+    while thread.is_alive() or not small:
+        small.append(torch_bytes({"w": torch.randn(2000)}))
+    thread.join()
+    assert not errors
+    assert all(zipfile.ZipFile(io.BytesIO(b)).testzip() is None for b in small)
+    for i in range(3):
+        assert integrity.damage(tmp_path / f"big{i}.pt") is None
