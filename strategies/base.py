@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
+from trainer.checkpoint.files import save_atomic
 from trainer.checkpoint.state_dicts import load_plain_state_dict, optimizer_state_by_position
 from trainer.data.batches import move_to_device, on_cpu
 from trainer.data.device_copy import copied_ahead
@@ -256,6 +258,20 @@ class Strategy:
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Load a state keyed by position, or by parameter name (as an fsdp checkpoint holds it)."""
         optimizer.load_state_dict(optimizer_state_by_position(state, optimizer, self.module))
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: str | os.PathLike, storage_options: Any = None
+    ) -> None:
+        """Lightning's: write ``checkpoint`` (the dict ``trainer.checkpoint_state()`` builds) to
+        ``filepath``, on global rank 0, atomically. ``trainer.save_checkpoint`` calls it."""
+        if storage_options is not None:
+            name = type(self).__name__
+            raise TypeError(
+                f"`{name}.save_checkpoint(..., storage_options=...)` is not supported because `{name}` does not use "
+                "a `CheckpointIO`: checkpoints are local files written with torch.save. Write locally, then copy."
+            )
+        if self.is_global_zero:
+            save_atomic(checkpoint, filepath)
 
     #: True when each process holds only a shard of the parameters, so that a forward pass on
     #: one rank alone would wait for the others (ModelSummary's example forward is skipped then).

@@ -7,8 +7,6 @@ data sharding and collectives are ddp's: this strategy is a ``DDPStrategy`` that
 model instead of replicating it.
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import uuid
@@ -22,7 +20,10 @@ from torch.distributed.checkpoint.state_dict import (
     StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffload, CPUOffloadPolicy, FSDPModule, MixedPrecision, MixedPrecisionPolicy, OffloadPolicy, ShardingStrategy,
+    fully_shard,
+)
 
 from trainer.checkpoint.files import SHARDED_META, replace_folder, save_atomic
 from trainer.checkpoint.sharded_read import load_shards, saved_keys
@@ -30,6 +31,7 @@ from trainer.checkpoint.state_dicts import (
     optimizer_state_by_name, optimizer_state_by_position, param_names, plain_state_dict,
 )
 
+from . import _fsdp_options as lightning_options
 from .base import StepDispatcher
 from .ddp import DEFAULT_TIMEOUT, DDPStrategy
 from .precision import Precision
@@ -60,9 +62,19 @@ class FSDPStrategy(DDPStrategy):
     - ``reshard_after_forward``: free the gathered parameters after each group's forward
       (less memory, one more all-gather in backward); False keeps them until backward.
     - ``cpu_offload``: keep the parameter shards, gradients and optimizer state in CPU memory
-      (CUDA only): the most memory saved, at a large cost in speed.
+      (CUDA only): the most memory saved, at a large cost in speed. True, False or Lightning's
+      ``CPUOffload(offload_params=...)``; the attribute is always a ``CPUOffload``.
     - ``reduce_dtype``: the gradients' dtype in the reduce-scatter under ``precision="bf16-mixed"``
       (default float32; ``torch.bfloat16`` halves the traffic at some cost in accuracy).
+
+    Lightning's options, which name FSDP1's settings, mean the same here (strategies/_fsdp_options.py):
+    ``mixed_precision`` (a ``MixedPrecision``, or FSDP2's ``MixedPrecisionPolicy``) instead of the
+    one ``precision`` implies; ``sharding_strategy``: ``"FULL_SHARD"`` (the default), ``"SHARD_GRAD_OP"``
+    (``reshard_after_forward=False``), ``"NO_SHARD"`` (each process keeps everything, as ``ddp``),
+    ``"HYBRID_SHARD"`` with ``device_mesh=(replicas, shard size)``; ``auto_wrap_policy``, a set of
+    module classes, is ``shard``; ``state_dict_type`` is ``checkpoint``. Other keywords are kept in
+    ``.kwargs``: ``fully_shard``'s own, and FSDP1 options that FSDP2 does by itself
+    (``use_orig_params``, default True, and the prefetch options); any other is refused.
 
     Checkpoints hold the full state dict, gathered to CPU memory on rank 0 one tensor at a
     time, with the bare model's keys; the optimizer state is keyed by parameter name, so it
@@ -77,8 +89,8 @@ class FSDPStrategy(DDPStrategy):
     def __init__(
         self,
         shard: list[type[nn.Module]] | Callable[[nn.Module], bool] | None = None,
-        reshard_after_forward: bool = True,
-        cpu_offload: bool = False,
+        reshard_after_forward: bool | None = None,
+        cpu_offload: bool | CPUOffload | None = None,
         reduce_dtype: torch.dtype | None = None,
         checkpoint: str = "full",
         backend: str | None = None,
@@ -86,10 +98,23 @@ class FSDPStrategy(DDPStrategy):
         timeout: timedelta | float = DEFAULT_TIMEOUT,
         device_ids: list[int] | None = None,
         precision: Precision | None = None,
+        mixed_precision: MixedPrecision | MixedPrecisionPolicy | None = None,
+        sharding_strategy: ShardingStrategy | str | None = None,
+        device_mesh: tuple[int, int] | DeviceMesh | None = None,
+        auto_wrap_policy: set[type[nn.Module]] | list[type[nn.Module]] | None = None,
+        state_dict_type: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
             backend=backend, start_method=start_method, timeout=timeout, device_ids=device_ids, precision=precision,
         )
+        shard = lightning_options.shard_of(shard, auto_wrap_policy)
+        if state_dict_type is not None and checkpoint != "full" and state_dict_type != checkpoint:
+            raise ValueError(
+                f"FSDPStrategy(checkpoint={checkpoint!r}, state_dict_type={state_dict_type!r}): state_dict_type is "
+                "Lightning's name for checkpoint. Pass one of them."
+            )
+        checkpoint = state_dict_type if state_dict_type is not None else checkpoint
         if shard is not None and not callable(shard) and not (
             isinstance(shard, (list, tuple)) and all(isinstance(c, type) and issubclass(c, nn.Module) for c in shard)
         ):
@@ -97,9 +122,6 @@ class FSDPStrategy(DDPStrategy):
                 f"FSDPStrategy(shard={shard!r}) must be a list of module classes, e.g. shard=[TransformerBlock], "
                 "or a function that takes a module and returns True for those to shard on their own."
             )
-        for arg, value in (("reshard_after_forward", reshard_after_forward), ("cpu_offload", cpu_offload)):
-            if not isinstance(value, bool):
-                raise TypeError(f"FSDPStrategy({arg}={value!r}) must be True or False.")
         if reduce_dtype is not None and not (isinstance(reduce_dtype, torch.dtype) and reduce_dtype.is_floating_point):
             raise TypeError(
                 f"FSDPStrategy(reduce_dtype={reduce_dtype!r}) must be a floating torch.dtype, e.g. torch.float32."
@@ -109,11 +131,24 @@ class FSDPStrategy(DDPStrategy):
                 f"FSDPStrategy(checkpoint={checkpoint!r}): 'full' (one file with the full state, the default) or "
                 "'sharded' (one folder, each rank writing its shards: for states too large for one process's memory)."
             )
+        if reduce_dtype is not None and mixed_precision is not None:
+            raise ValueError(
+                f"FSDPStrategy(reduce_dtype={reduce_dtype!r}, mixed_precision=...): give the reduce dtype inside "
+                "mixed_precision (its reduce_dtype) and drop reduce_dtype."
+            )
         self.sharded_checkpoints = checkpoint == "sharded"
         self.shard = tuple(shard) if isinstance(shard, (list, tuple)) else shard
-        self.reshard_after_forward = reshard_after_forward
-        self.cpu_offload = cpu_offload
+        self.sharding_strategy = lightning_options.sharding_strategy_of(sharding_strategy, reshard_after_forward)
+        lightning_options.check_device_mesh(device_mesh, self.sharding_strategy)
+        self.reshard_after_forward = lightning_options.reshards(self.sharding_strategy)
+        self.cpu_offload = lightning_options.cpu_offload_config(cpu_offload)
         self.reduce_dtype = reduce_dtype
+        self.mixed_precision = mixed_precision
+        self._mp_policy = lightning_options.mp_policy_of(mixed_precision)
+        lightning_options.check_kwargs(kwargs)
+        self.kwargs: dict[str, Any] = {"use_orig_params": True, **kwargs}  # FSDP2 always keeps the original params
+        if device_mesh is not None:
+            self.kwargs["device_mesh"] = device_mesh
         self.mesh: DeviceMesh | None = None
         self._root: Any = None  # the sharded StepDispatcher around the user's module
 
@@ -128,23 +163,24 @@ class FSDPStrategy(DDPStrategy):
                 "precision='16-mixed' with strategy='fsdp': float16 gradients need a sharded gradient scaler, which "
                 "this strategy does not have. Use precision='bf16-mixed' (no scaler needed) or '32'."
             )
-        if self.cpu_offload and self.root_device.type != "cuda":
+        if self.cpu_offload.offload_params and self.root_device.type != "cuda":
             raise ValueError(
                 "FSDPStrategy(cpu_offload=True) moves shards from GPU to CPU memory; on a CPU run leave it off."
             )
         on_meta = any(t.is_meta for t in [*module.parameters(), *module.buffers()])
         self.module = module if on_meta else module.to(self.root_device)
-        # An explicit mesh of this process group's ranks: the device type decides the backend
-        # (cuda with NCCL, cpu with gloo); an implicit one can pick gloo for GPU tensors.
-        self.mesh = init_device_mesh(self.root_device.type, (self.world_size,))
+        self.mesh = self._device_mesh()
         if not on_meta:
             self._start_from_rank_zero(module)
         options: dict[str, Any] = dict(mesh=self.mesh, reshard_after_forward=self.reshard_after_forward)
-        if self.precision.dtype is not None:  # bf16-mixed: FSDP casts the parameters, no autocast
+        options.update({k: v for k, v in self.kwargs.items() if k in lightning_options.PASSED})
+        if self._mp_policy is not None:  # the user's, in place of the one precision implies
+            options["mp_policy"] = self._mp_policy
+        elif self.precision.dtype is not None:  # bf16-mixed: FSDP casts the parameters, no autocast
             options["mp_policy"] = MixedPrecisionPolicy(
                 param_dtype=self.precision.dtype, reduce_dtype=self.reduce_dtype or torch.float32
             )
-        options["offload_policy"] = CPUOffloadPolicy() if self.cpu_offload else OffloadPolicy()
+        options["offload_policy"] = CPUOffloadPolicy() if self.cpu_offload.offload_params else OffloadPolicy()
         # Children before parents: a group holds the parameters its shard groups did not take.
         listed = set() if self.shard is not None else _repeated_blocks(module)
         manual = not getattr(module, "automatic_optimization", True)
@@ -167,6 +203,28 @@ class FSDPStrategy(DDPStrategy):
         if on_meta:
             self._materialize(module)
 
+    def _device_mesh(self) -> DeviceMesh:
+        """An explicit mesh of this process group's ranks: the device type decides the backend
+        (cuda with NCCL, cpu with gloo); an implicit one can pick gloo for GPU tensors. A 2-D mesh
+        (replicas, shard size) makes fully_shard replicate across its rows (HSDP): NO_SHARD is (N, 1)."""
+        given = self.kwargs.get("device_mesh")
+        if isinstance(given, DeviceMesh):
+            return given
+        if given is None and self.sharding_strategy != ShardingStrategy.NO_SHARD:
+            return init_device_mesh(self.root_device.type, (self.world_size,))
+        shape = tuple(given) if given is not None else (self.world_size, 1)
+        if shape[0] * shape[1] != self.world_size:
+            raise ValueError(
+                f"FSDPStrategy(device_mesh={given!r}) spans {shape[0] * shape[1]} processes, but this run has "
+                f"{self.world_size}: make the product of (replicas, shard size) the number of processes."
+            )
+        return init_device_mesh(self.root_device.type, shape, mesh_dim_names=("replicate", "shard"))
+
+    @property
+    def mixed_precision_config(self) -> MixedPrecision | MixedPrecisionPolicy | None:
+        """Lightning's: the ``mixed_precision`` given, else None (the Trainer's ``precision`` decides)."""
+        return self.mixed_precision
+
     def _shards(self, sub: nn.Module, listed: set[int]) -> bool:
         if id(sub) in listed:
             return True
@@ -177,7 +235,7 @@ class FSDPStrategy(DDPStrategy):
     def _materialize(self, module: nn.Module) -> None:
         """A model built on the meta device: allocate the shards here, then let each submodule's
         ``reset_parameters()`` initialise its own (on every rank, each drawing its shard)."""
-        device = torch.device("cpu") if self.cpu_offload else self.root_device
+        device = torch.device("cpu") if self.cpu_offload.offload_params else self.root_device
         module.to_empty(device=device)
         with torch.no_grad():
             for sub in module.modules():

@@ -281,8 +281,8 @@ def test_any_package_can_be_imported_first(first, script_env):
 # `from strategies import ...` are what users write, whatever the rooms behind them.
 PUBLIC = {
     "trainer": [
-        "AttributeDict", "CheckpointError", "CombinedLoader", "DataModule", "Interrupted", "MisconfigurationException",
-        "PossibleUserWarning", "RunningStage", "TrainModule", "Trainer", "TrainerFn", "TrainerState",
+        "AttributeDict", "CheckpointError", "CombinedLoader", "DataModule", "Interrupted", "LightningOptimizer",
+        "MisconfigurationException", "PossibleUserWarning", "RunningStage", "TrainModule", "Trainer", "TrainerFn", "TrainerState",
         "TrainerStatus", "Tuner",
         "__version__", "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything",
     ],

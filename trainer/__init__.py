@@ -45,7 +45,8 @@ _log.setLevel(_logging.INFO)
 _honour_environment()  # POSSIBLE_USER_WARNINGS=0 silences PossibleUserWarning, as importing Lightning does
 
 __all__ = [
-    "AttributeDict", "CheckpointError", "CombinedLoader", "DataModule", "Interrupted", "MisconfigurationException",
+    "AttributeDict", "CheckpointError", "CombinedLoader", "DataModule", "Interrupted", "LightningOptimizer",
+    "MisconfigurationException",
     "PossibleUserWarning", "RunningStage", "TrainModule",
     "Trainer", "TrainerFn", "TrainerState", "TrainerStatus", "Tuner",
     "grad_norm", "rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn", "seed_everything",
@@ -66,8 +67,12 @@ def __getattr__(name: str) -> _Any:
         from trainer.data.combined_loader import CombinedLoader
 
         return CombinedLoader
+    if name == "LightningOptimizer":  # Lightning's lightning.pytorch.core.optimizer.LightningOptimizer
+        from trainer.loops.optimization.optimizer import LightningOptimizer
+
+        return LightningOptimizer
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"CombinedLoader", "Trainer", "Tuner"})
+    return sorted(set(globals()) | {"CombinedLoader", "LightningOptimizer", "Trainer", "Tuner"})

@@ -26,7 +26,6 @@ from strategies import Strategy
 from strategies.precision import check_precision_available
 
 from trainer.trainer_properties import RUN_SETTABLE, RUN_VALUES, LoggerAccess, TrainerProperties, forward, metrics_view
-from trainer.checkpoint import files as ckpt_io
 from trainer.checkpoint import layout
 from trainer.checkpoint.background_save import snapshot, take_hand_off
 from trainer.checkpoint.integrity import refuse_non_finite
@@ -307,7 +306,8 @@ class Trainer(TrainerProperties, LoggerAccess):
                     f"`Trainer.save_checkpoint()` before calling `Trainer.{{fit,validate,test,predict}}`? {why}"
                 )
             raise RuntimeError(why)
-        ours = type(self).save_checkpoint is Trainer.save_checkpoint and not self._strategy.sharded_checkpoints
+        ours = (type(self).save_checkpoint is Trainer.save_checkpoint and not self._strategy.sharded_checkpoints
+                and type(self._strategy).save_checkpoint is Strategy.save_checkpoint)  # else theirs writes it
         job = take_hand_off() if ours else None
         if job is not None:  # ModelCheckpoint's: written in the background
             checkpoint = self.checkpoint_state(weights_only=weights_only)  # (it refused a NaN model already)
@@ -325,7 +325,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         # CPU copies: a file written on a GPU loads with plain torch.load on a machine without one.
         checkpoint = self.checkpoint_state(copy=True, weights_only=weights_only)
         if checkpoint is not None:
-            ckpt_io.save_atomic(checkpoint, path)
+            self._strategy.save_checkpoint(checkpoint, path)
         self._strategy.barrier()
 
     def checkpoint_state(self, copy: bool = False, weights_only: bool = False) -> dict[str, Any] | None:

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.distributed.fsdp import MixedPrecisionPolicy
 
-from callbacks import ModelCheckpoint
+from callbacks import Callback, ModelCheckpoint
 from strategies import FSDPStrategy
 from tests._models import Classifier, TinyGAN, gan_loader, loader, quiet
 from tests.conftest import requires_cuda
@@ -219,3 +220,102 @@ def test_fsdp_on_two_gpus_matches_one_gpu_with_the_doubled_batch(options):
     Trainer(strategy=FSDPStrategy(**options), devices=2, max_epochs=2, **quiet()).fit(sharded, loader(n=96, batch_size=8))
     Trainer(strategy="single", devices=[0], max_epochs=2, **quiet()).fit(single, loader(n=96, batch_size=16))
     _close(sharded, single)
+
+
+# --- Lightning's options (FSDP1's names), as FSDP2 settings ---------------------------------------------------------
+def test_lightnings_options_are_kept_under_lightnings_names():
+    from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
+
+    default = FSDPStrategy()
+    assert default.sharding_strategy == ShardingStrategy.FULL_SHARD and default.reshard_after_forward
+    assert default.cpu_offload == CPUOffload(offload_params=False)
+    assert default.kwargs == {"use_orig_params": True} and default.mixed_precision_config is None
+    assert FSDPStrategy(cpu_offload=True).cpu_offload == CPUOffload(offload_params=True)
+    assert FSDPStrategy(sharding_strategy="shard_grad_op").reshard_after_forward is False
+    assert FSDPStrategy(reshard_after_forward=False).sharding_strategy == ShardingStrategy.SHARD_GRAD_OP
+    assert FSDPStrategy(sharding_strategy=ShardingStrategy.NO_SHARD).sharding_strategy.name == "NO_SHARD"
+    config = MixedPrecision(param_dtype=torch.bfloat16)
+    assert FSDPStrategy(mixed_precision=config).mixed_precision_config is config
+    hybrid = FSDPStrategy(sharding_strategy="HYBRID_SHARD", device_mesh=(2, 4), use_orig_params=False)
+    assert hybrid.kwargs == {"use_orig_params": False, "device_mesh": (2, 4)}
+    assert FSDPStrategy(state_dict_type="sharded").sharded_checkpoints
+    assert FSDPStrategy(auto_wrap_policy={nn.Linear}).shard == (nn.Linear,)
+
+
+def test_device_mesh_parses_from_the_command_line_as_a_pair():
+    import inspect
+
+    import jsonargparse
+
+    parser = jsonargparse.ArgumentParser()
+    parser.add_argument("--device_mesh", type=inspect.signature(FSDPStrategy).parameters["device_mesh"].annotation)
+    assert parser.parse_args(["--device_mesh=[2, 4]"]).device_mesh == (2, 4)
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        (dict(sharding_strategy="ZERO3"), ValueError, r"sharding_strategy='ZERO3'\): use one of 'FULL_SHARD'"),
+        (dict(sharding_strategy="FULL_SHARD", reshard_after_forward=False), ValueError, "contradict each other"),
+        (dict(sharding_strategy="HYBRID_SHARD"), ValueError, "The hybrid sharding strategy requires you to pass `device_mesh`"),
+        (dict(device_mesh=(2, 4)), ValueError, r"device_mesh=\(2, 4\)\) is for the hybrid sharding strategies"),
+        (dict(sharding_strategy="HYBRID_SHARD", device_mesh=(2, 0)), ValueError, r"must be \(replication size, sharding size\)"),
+        (dict(cpu_offload="yes"), TypeError, r"cpu_offload='yes'\) must be True, False or a torch.distributed.fsdp.CPUOffload"),
+        (dict(mixed_precision=torch.bfloat16), TypeError, r"mixed_precision=torch.bfloat16\) must be a torch.distributed.fsdp.MixedPrecision"),
+        (dict(process_group=1), TypeError, r"got process_group=1, an option this strategy does not take"),
+        (dict(mixed_precision=MixedPrecisionPolicy(), reduce_dtype=torch.bfloat16), ValueError, "give the reduce dtype inside mixed_precision"),
+        (dict(state_dict_type="full", checkpoint="sharded"), ValueError, "state_dict_type is Lightning's name for checkpoint"),
+        (dict(auto_wrap_policy=lambda module, recurse, numel: True), TypeError, "FSDP1's wrap-policy functions have no FSDP2 counterpart"),
+        (dict(shard=[nn.Linear], auto_wrap_policy={nn.Linear}), ValueError, "auto_wrap_policy is Lightning's name for shard"),
+    ],
+)
+def test_lightnings_options_that_cannot_apply_say_why(options, error, message):
+    with pytest.raises(error, match=message):
+        FSDPStrategy(**options)
+
+
+def test_save_checkpoint_refuses_storage_options_with_lightnings_words(tmp_path):
+    with pytest.raises(TypeError, match=r"`FSDPStrategy.save_checkpoint\(..., storage_options=...\)` is not supported"):
+        FSDPStrategy().save_checkpoint(checkpoint={}, filepath=tmp_path / "a.ckpt", storage_options={"anon": True})
+    assert not (tmp_path / "a.ckpt").exists()
+
+
+class _Holds(Callback):
+    """Fails the run unless each rank holds all of every parameter (``whole``) or a part of it."""
+
+    def __init__(self, whole: bool) -> None:
+        self.whole = whole
+
+    def on_train_start(self, trainer, module):
+        local = sum(p.to_local().numel() for p in module.parameters())
+        if (local == sum(p.numel() for p in module.parameters())) != self.whole:
+            raise AssertionError(f"rank {trainer.global_rank} holds {local} parameters; whole={self.whole}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options, whole",
+    [(dict(sharding_strategy="SHARD_GRAD_OP"), False), (dict(sharding_strategy="NO_SHARD"), True),
+     (dict(sharding_strategy="HYBRID_SHARD", device_mesh=(2, 1)), True),
+     (dict(sharding_strategy="HYBRID_SHARD", device_mesh=(1, 2)), False)],
+    ids=["shard-grad-op", "no-shard", "hybrid-replicated", "hybrid-sharded"],
+)
+def test_each_sharding_strategy_trains_to_the_weights_of_one_device(options, whole):
+    sharded, single = _pair(lr=0.5)
+    trainer = Trainer(strategy=FSDPStrategy(**options), devices=2, max_epochs=2, **quiet(callbacks=[_Holds(whole)]))
+    trainer.fit(sharded, loader(n=96, batch_size=8))
+    Trainer(max_epochs=2, **quiet()).fit(single, loader(n=96, batch_size=16))
+    _close(sharded, single)
+
+
+@pytest.mark.slow
+def test_a_mixed_precision_config_computes_in_its_dtype():
+    from torch.distributed.fsdp import MixedPrecision
+
+    sharded, single = _pair()
+    strategy = FSDPStrategy(mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+    Trainer(strategy=strategy, devices=2, max_epochs=2, **quiet()).fit(sharded, loader(n=96, batch_size=8))
+    Trainer(max_epochs=2, **quiet()).fit(single, loader(n=96, batch_size=16))
+    assert all(v.dtype == torch.float32 for v in sharded.state_dict().values())  # the sharded masters stay fp32
+    gaps = [(a - b).abs().max().item() for a, b in zip(sharded.state_dict().values(), single.state_dict().values())]
+    assert 0 < max(gaps) < 1e-2  # bf16 compute under precision="32": the config took effect

@@ -96,10 +96,11 @@ class TrainModule(HyperparametersMixin, nn.Module):
             )
 
     # --- manual optimization (trainer/loops/optimization/manual.py) ---------------------------------------
-    def optimizers(self) -> Any:
-        """The optimizers from configure_optimizers, in its order: one, or a list of several. Under
-        manual optimization their ``step()`` also syncs gradients (ddp) and runs the scaler."""
-        opts = self.trainer.optimizers if self._optimization is None else self._optimization.optimizers()
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizers from configure_optimizers, in its order (one, or a list), each a ``LightningOptimizer``
+        whose ``step()`` goes through the Trainer (optimizer.py); ``use_pl_optimizer=False``: unwrapped."""
+        optimization = self._optimization
+        opts = self.trainer.optimizers if optimization is None else optimization.optimizers(use_pl_optimizer)
         return opts[0] if len(opts) == 1 else list(opts)
 
     def lr_schedulers(self) -> Any:

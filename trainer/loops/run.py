@@ -77,6 +77,7 @@ class Run:
         # --- fit's -------------------------------------------------------------------------
         self.opt: OptimizerSetup | None = None
         self.manual: ManualOptimization | None = None  # under automatic_optimization=False
+        self.handed_out: list[Any] = []  # automatic optimization: the optimizers as the module sees them (optimizer.py)
         self.optimizer: torch.optim.Optimizer | None = None  # the first (automatic optimization: the only) one
         self.lr_scheduler: Any = None
         self.optimizers: list[torch.optim.Optimizer] = []  # all, in configure_optimizers' order

@@ -126,6 +126,7 @@ NAMES: dict[str, str] = {
     "lightning.pytorch.utilities.model_summary.ModelSummary": "trainer.core.summary.ModelSummary",
     "lightning.pytorch.utilities.model_summary.summarize": "trainer.core.summary.summarize",
     "lightning.pytorch.utilities.model_summary.LayerSummary": "trainer.core.summary.LayerSummary",
+    "lightning.pytorch.core.optimizer.LightningOptimizer": "trainer.LightningOptimizer",
 }
 
 

@@ -144,6 +144,23 @@ def test_a_gradient_clip_val_of_zero_clips_nothing_as_in_lightning():
         assert torch.equal(a, b)
 
 
+def test_clipping_by_norm_calls_torchs_clip_grad_norm_once_fsdp_has_loaded_dtensor(monkeypatch):
+    """Lightning clips with torch.nn.utils.clip_grad_norm_, which a user may wrap (to log, or to
+    patch it in a test); loading DTensor (any fsdp import) must not move plain runs off it."""
+    import torch.distributed.tensor  # noqa: F401  (what importing strategies.fsdp loads)
+
+    calls: list[float] = []
+    original = torch.nn.utils.clip_grad_norm_
+
+    def recording(params, max_norm, *args, **kwargs):
+        calls.append(max_norm)
+        return original(params, max_norm, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording)
+    fit(Classifier(lr=0.5), train=loader(32, 16), max_epochs=1, gradient_clip_val=10)
+    assert calls == [10] * 2  # one per step: 32 samples in batches of 16
+
+
 class ModeProbe(Classifier):
     def __init__(self) -> None:
         super().__init__()

@@ -30,6 +30,7 @@ import torch
 from trainer.core.exceptions import MisconfigurationException, misconfigured
 from trainer.core.module import overridden
 from trainer.loops.optimization.optim import clip
+from trainer.loops.optimization.optimizer import LightningOptimizer, handed_out
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
@@ -38,24 +39,15 @@ if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 
-class ManualOptimizer:
-    """What ``self.optimizers()`` returns under manual optimization: the optimizer, with a
-    ``step()`` that syncs gradients, runs the scaler and hooks, and counts for ``global_step``.
-
-    Everything else (``zero_grad``, ``param_groups``, ``state``, ``state_dict``...) is the
-    optimizer's own; ``.optimizer`` is the optimizer itself.
+class ManualOptimizer(LightningOptimizer):
+    """What ``self.optimizers()`` returns under manual optimization: the optimizer (optimizer.py),
+    with a ``step()`` that syncs gradients, runs the scaler and hooks, and counts for ``global_step``.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, manual: ManualOptimization) -> None:
-        self.optimizer = optimizer
+        super().__init__(optimizer)
         self._manual = manual
         self._prepared = False  # gradients synced and unscaled for the step about to happen
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
-
-    def __repr__(self) -> str:  # Lightning's LightningOptimizer prints as "Lightning" + the optimizer's repr
-        return f"Lightning{self.optimizer!r}"
 
     def prepare(self) -> None:
         """Sync (``ddp``) and unscale (float16) this optimizer's gradients, once per step."""
@@ -63,12 +55,12 @@ class ManualOptimizer:
             return
         manual = self._manual
         manual.trainer.strategy.sync_gradients(self.params())
-        manual.before_unscale(self.optimizer)
-        manual.run.precision.unscale_gradients(self.optimizer)
+        manual.before_unscale(self._optimizer)
+        manual.run.precision.unscale_gradients(self._optimizer)
         self._prepared = True
 
     def params(self) -> list[torch.nn.Parameter]:
-        return [p for group in self.optimizer.param_groups for p in group["params"]]
+        return [p for group in self._optimizer.param_groups for p in group["params"]]
 
     def step(self, closure: Any = None, **kwargs: Any) -> Any:
         """Lightning's ``LightningOptimizer.step``: ``kwargs`` go to the optimizer's ``step``; returns its output."""
@@ -79,10 +71,10 @@ class ManualOptimizer:
                     "optimizer.step(closure) with precision='16-mixed': the gradient scaler cannot step with "
                     "a closure. Use precision='bf16-mixed' or '32', or step without a closure."
                 )
-            result = self.optimizer.step(closure=lambda: self._closure(closure), **kwargs)
+            result = self._optimizer.step(closure=lambda: self._closure(closure), **kwargs)
             manual.trainer.state.global_step += 1
             return result
-        result = manual.sequence.manual_step(self.optimizer, self.prepare, **kwargs)
+        result = manual.sequence.manual_step(self._optimizer, self.prepare, **kwargs)
         self._prepared = False
         manual.trainer.state.global_step += 1
         return result
@@ -92,12 +84,12 @@ class ManualOptimizer:
             self._prepared = False
             self.prepare()
 
-        loss = self._manual.sequence.manual_closure(self.optimizer, prepare, closure)
+        loss = self._manual.sequence.manual_closure(self._optimizer, prepare, closure)
         self._prepared = False
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+        self._optimizer.zero_grad(set_to_none=set_to_none)
         self._prepared = False
 
 
@@ -145,10 +137,13 @@ class ModuleOptimization:
     def __init__(self, trainer: Trainer, run: Run) -> None:
         self.trainer, self.run = trainer, run
 
-    def optimizers(self) -> list[Any]:
-        """Under manual optimization the wrapped optimizers (their ``step()`` syncs and scales), else the Trainer's."""
+    def optimizers(self, use_pl_optimizer: bool = True) -> list[Any]:
+        """The wrapped optimizers (optimizer.py; under manual optimization their ``step()`` also syncs
+        and counts), or with ``use_pl_optimizer=False`` the Trainer's own."""
+        if not use_pl_optimizer:
+            return self.trainer.optimizers
         manual = self.run.manual
-        return self.trainer.optimizers if manual is None else manual.optimizers
+        return handed_out(self.run) if manual is None else manual.optimizers
 
     def backward(self, module: TrainModule, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         manual_backward(module, self.run, loss, *args, **kwargs)

@@ -326,10 +326,11 @@ def clip(params: list[torch.nn.Parameter], value: float, algorithm: str) -> torc
     """Clip the gradients by their global norm ('norm') or elementwise ('value'); returns the
     global norm before clipping. Sharded (DTensor) gradients give their norm over all shards."""
     dtensor = sys.modules.get("torch.distributed.tensor")  # only fsdp loads it (0.4 s): no DTensor without it
-    if algorithm == "norm" and dtensor is None:  # torch's own call, as Lightning's precision plugins make it
+    sharded = dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in params)
+    if algorithm == "norm" and not sharded:  # torch's own call, as Lightning's precision plugins make it
         return torch.nn.utils.clip_grad_norm_(params, value)
     norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-    if dtensor is not None and isinstance(norm, dtensor.DTensor):
+    if sharded and isinstance(norm, dtensor.DTensor):
         norm = norm.full_tensor()
     if algorithm == "norm":
         torch.nn.utils.clip_grads_with_norm_(params, value, norm)

@@ -21,6 +21,7 @@ from trainer.core.module import overridden
 from trainer.loops.optimization.closure import ClosureStep, closure_step
 from trainer.loops.optimization.manual import ManualOptimization
 from trainer.loops.optimization.optim import clip
+from trainer.loops.optimization.optimizer import handed_out
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
@@ -164,7 +165,7 @@ class StepSequence:
             run.precision.skip()
         elif "optimizer_step" in run.opt.own:  # e.g. a learning-rate warm-up around optimizer.step(closure=...)
             state = self.trainer.state
-            stepping = _Stepping(optimizer, run.precision)
+            stepping = next(w for w in handed_out(run) if w.optimizer is optimizer)  # steps through the precision
             run.opt.own["optimizer_step"](state.current_epoch, state.batch_in_epoch - 1, stepping, _closure(run))
         else:
             run.precision.optimizer_step(optimizer)
@@ -214,25 +215,6 @@ class StepSequence:
         prepare()
         self.before_step(optimizer, unscale=False, clipping=None)
         return loss
-
-
-class _Stepping:
-    """The optimizer ``optimizer_step`` gets: ``step(closure=...)`` goes through the precision
-    (the gradient scaler under 16-mixed); everything else is the optimizer's."""
-
-    def __init__(self, optimizer: Optimizer, precision: Any) -> None:
-        self.optimizer, self._precision = optimizer, precision
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = closure() if closure is not None else None
-        self._precision.optimizer_step(self.optimizer)
-        return loss
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
 
 
 def _closure(run: Run) -> Callable[[], Any]:
