@@ -45,6 +45,7 @@ from trainer.init_arguments import check_names, defaults_from_env_vars
 from trainer.options import WORKING_DIR, TrainerOptions, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 from trainer.utilities.compile import unwrap_compiled
+from trainer.utilities.parsing import clean_namespace
 
 
 class _NoModel(AttributeError, RuntimeError):
@@ -264,6 +265,7 @@ class Trainer(TrainerProperties, LoggerAccess):
     ) -> Any:
         """Run ``stage`` in the strategy's processes (``stage.run_stage``) and take back its results."""
         check_precision_available(self.precision)  # here, not in each of several DDP workers
+        clean_namespace(model.hparams)  # Lightning's: what cannot be pickled leaves hparams, with a warning
         data = StageData(loader, val_loader, datamodule, keep)
         try:
             # After a spawned stage, the caller's run records what rank 0 reported (trainer.lightning_module too).

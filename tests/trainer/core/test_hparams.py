@@ -265,3 +265,21 @@ def test_a_mapping_that_is_not_a_dict_is_recorded_as_its_plain_items_and_reaches
     assert model.hparams == {"lr": 0.1, "sizes": {"hidden": 8}} and type(model.hparams["sizes"]) is dict
     kept, left_out = checkpoint_hparams(model)
     assert kept == {"lr": 0.1, "sizes": {"hidden": 8}} and left_out == []
+
+
+class WithScore(Classifier):
+    def __init__(self, score=lambda x: x + 1, ignore: bool = False) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["score"] if ignore else None)
+
+
+def test_what_cannot_be_pickled_leaves_hparams_with_lightnings_warning_when_a_stage_starts():
+    model = WithScore()
+    assert "score" in model.hparams  # recorded as given, until a stage starts
+    trainer = Trainer(**quiet(max_steps=1))
+    with pytest.warns(UserWarning, match="Attribute 'score' removed from hparams because it cannot be pickled"):
+        trainer.fit(model, loader(16))
+    assert model.hparams == {"ignore": False}
+    with warnings.catch_warnings():  # ignored: nothing to remove, no warning
+        warnings.filterwarnings("error", message=".*cannot be pickled")
+        Trainer(**quiet(max_steps=1)).fit(WithScore(ignore=True), loader(16))
