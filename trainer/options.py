@@ -160,6 +160,8 @@ class Configured(NamedTuple):
 def configure(o: dict[str, Any]) -> Configured:
     """Check ``Trainer(...)``'s arguments ``o``; build the callbacks, profiler, strategy and loggers."""
     t = TrainerOptions()
+    if flag("barebones", o["barebones"]):
+        check_barebones(o)
     o = {k: _NONE_IS_DEFAULT[k] if v is None and k in _NONE_IS_DEFAULT else v for k, v in o.items()}
     t.max_epochs, t.min_epochs, t.max_steps, t.min_steps, t._endless = loop_limits(
         o["max_epochs"], o["min_epochs"], o["max_steps"], o["min_steps"]
@@ -251,11 +253,6 @@ def configure(o: dict[str, Any]) -> Configured:
         tell_whole(name, o[name])
     if t.overfit_batches:  # train and validate on the same first batches, in order
         t.limit_train_batches = t.limit_val_batches = t.overfit_batches
-    if flag("barebones", o["barebones"]) and o["profiler"] is not None:
-        raise ValueError(
-            f"`Trainer(barebones=True, profiler={o['profiler']!r})` was passed. Profiling can impact raw speed "
-            "so it is disabled in barebones mode: drop one of the two."
-        )
     if o["barebones"]:  # Lightning's: everything that costs time per run, off
         t.default_root_dir, t.enable_checkpointing = None, False
         t.enable_progress_bar, t.enable_model_summary = False, False
@@ -299,6 +296,26 @@ def configure(o: dict[str, Any]) -> Configured:
     t.callbacks = lightning_order(given + default_callbacks(t, given, max_time))
     return Configured(t, strategy, loggers)
 
+
+
+# Lightning's: what barebones=True turns off, or refuses to turn on, and why (each a ValueError when asked for).
+_BAREBONES_OFF = {
+    "enable_checkpointing": "Checkpointing", "logger": "Logging", "enable_progress_bar": "The progress bar",
+    "log_every_n_steps": "Logging", "enable_model_summary": "Model summary", "num_sanity_val_steps": "Sanity checking",
+    "fast_dev_run": "", "detect_anomaly": "Anomaly detection", "profiler": "Profiling",
+}
+
+
+def check_barebones(o: dict[str, Any]) -> None:
+    """``Trainer(barebones=True)`` with an option it turns off (given as anything but off or None) is
+    Lightning's ``ValueError``, in its words."""
+    for name, what in _BAREBONES_OFF.items():
+        value = o[name]
+        if value is None or value is False or (name != "logger" and isinstance(value, (int, float)) and value == 0):
+            continue
+        why = (f"{what} can impact raw speed so it is disabled in barebones mode." if what else
+               "Development run is not meant for raw speed evaluation so it is disabled in barebones mode.")
+        raise ValueError(f"`Trainer(barebones=True, {name}={value!r})` was passed. {why} Drop one of the two.")
 
 
 def check_bars(given: list[Callback], enabled: Any) -> None:

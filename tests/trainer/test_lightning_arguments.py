@@ -183,6 +183,23 @@ def test_lightnings_defaults_for_arguments_we_do_not_take_change_nothing():
 def test_barebones_turns_off_what_costs_time():
     trainer = Trainer(barebones=True)
     assert trainer.callbacks == [] and trainer.default_root_dir is None and trainer.num_sanity_val_steps == 0
+    Trainer(barebones=True, enable_checkpointing=False, logger=False, enable_progress_bar=False, fast_dev_run=False,
+            enable_model_summary=False, num_sanity_val_steps=0, detect_anomaly=False)  # off, said again: accepted
+
+
+@pytest.mark.parametrize("option, value, why", [
+    ("enable_checkpointing", True, "Checkpointing can impact raw speed"),
+    ("logger", True, "Logging can impact raw speed"),
+    ("enable_progress_bar", True, "The progress bar can impact raw speed"),
+    ("enable_model_summary", True, "Model summary can impact raw speed"),
+    ("log_every_n_steps", 1, "Logging can impact raw speed"),
+    ("num_sanity_val_steps", 1, "Sanity checking can impact raw speed"),
+    ("fast_dev_run", 1, "Development run is not meant for raw speed evaluation"),
+    ("detect_anomaly", True, "Anomaly detection can impact raw speed"),
+])
+def test_barebones_refuses_what_it_turns_off_in_lightnings_words(option, value, why):
+    with pytest.raises(ValueError, match=rf"^`Trainer\(barebones=True, {option}={value}\)` was passed. {why}"):
+        Trainer(barebones=True, **{option: value})
 
 
 # --- loop limits ----------------------------------------------------------------------------
