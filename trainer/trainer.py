@@ -80,7 +80,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         fast_dev_run: bool | int = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
-        max_steps: int | None = None,
+        max_steps: int = -1,
         min_steps: int | None = None,
         max_time: str | timedelta | dict[str, int] | None = None,
         limit_train_batches: int | float | None = None,

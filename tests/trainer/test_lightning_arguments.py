@@ -204,7 +204,15 @@ def test_barebones_refuses_what_it_turns_off_in_lightnings_words(option, value, 
 
 # --- loop limits ----------------------------------------------------------------------------
 def test_lightnings_no_limit_spellings():
-    assert Trainer(max_steps=-1, max_epochs=2).max_steps is None
+    # Lightning's values read back: -1 is no step limit (the default; None too) and max_epochs=-1 is endless
+    assert Trainer().max_steps == -1 and Trainer(max_steps=None).max_steps == -1 and Trainer().max_epochs is None
+    assert Trainer(max_epochs=-1).max_epochs == -1
+    trainer = Trainer(max_steps=3, **quiet())
+    trainer.fit(Classifier(), loader(64))  # 4 batches an epoch
+    assert trainer.global_step == 3 and trainer.max_epochs == -1 and trainer.current_epoch == 0  # the steps end it
+    trainer = Trainer(max_epochs=-1, max_steps=10, **quiet())
+    trainer.fit(Classifier(), loader(64))
+    assert trainer.global_step == 10 and trainer.current_epoch == 2  # ended by max_steps in the third epoch
     with pytest.raises(ValueError, match=r"min_epochs=3 is more than max_epochs=2"):
         Trainer(min_epochs=3, max_epochs=2)
 
