@@ -23,7 +23,8 @@ from strategies.precision import Precision, normalize_precision
 from trainer.core.exceptions import PossibleUserWarning, misconfigured
 from trainer.core.distributed import rank_zero_info, rank_zero_warn
 from trainer.core.checks import (
-    compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
+    check_barebones, compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int,
+    positive_number,
 )
 from trainer.loops.hooks import check_callbacks, lightning_order
 from trainer.profilers import PassThroughProfiler, Profiler
@@ -295,26 +296,6 @@ def configure(o: dict[str, Any]) -> Configured:
     t.callbacks = lightning_order(given + default_callbacks(t, given, max_time))
     return Configured(t, strategy, loggers)
 
-
-
-# Lightning's: what barebones=True turns off, or refuses to turn on, and why (each a ValueError when asked for).
-_BAREBONES_OFF = {
-    "enable_checkpointing": "Checkpointing", "logger": "Logging", "enable_progress_bar": "The progress bar",
-    "log_every_n_steps": "Logging", "enable_model_summary": "Model summary", "num_sanity_val_steps": "Sanity checking",
-    "fast_dev_run": "", "detect_anomaly": "Anomaly detection", "profiler": "Profiling",
-}
-
-
-def check_barebones(o: dict[str, Any]) -> None:
-    """``Trainer(barebones=True)`` with an option it turns off (given as anything but off or None) is
-    Lightning's ``ValueError``, in its words."""
-    for name, what in _BAREBONES_OFF.items():
-        value = o[name]
-        if value is None or value is False or (name != "logger" and isinstance(value, (int, float)) and value == 0):
-            continue
-        why = (f"{what} can impact raw speed so it is disabled in barebones mode." if what else
-               "Development run is not meant for raw speed evaluation so it is disabled in barebones mode.")
-        raise ValueError(f"`Trainer(barebones=True, {name}={value!r})` was passed. {why} Drop one of the two.")
 
 
 def check_bars(given: list[Callback], enabled: Any) -> None:

@@ -182,7 +182,7 @@ class HyperparametersMixin:
             self.__dict__["_hparams"] = value
             return
         if not isinstance(value, dict):
-            raise TypeError(f"hparams = {value!r:.80} must be a dict (or argparse.Namespace, or an OmegaConf DictConfig).")
+            raise TypeError(f"hparams = {value!r:.80} must be a dict, argparse.Namespace or DictConfig.")
         self.__dict__["_hparams"] = AttributeDict(value)
 
     @property
