@@ -150,7 +150,9 @@ class Trainer(TrainerProperties, LoggerAccess):
             "gradient_clip_algorithm", "check_val_every_n_epoch", "val_check_interval", "log_every_n_steps",
             "limit_train_batches", "limit_val_batches", "seed", "deterministic",
         )
-        options = {n: getattr(self, n) for n in names}
+        # Lightning's -1 (no limit) is left out, as an option left unset is: one type a column
+        options = {n: None if n in ("max_epochs", "max_steps") and getattr(self, n) == -1 else getattr(self, n)
+                   for n in names}
         options["strategy"] = self._strategy.name
         options["world_size"] = self._strategy.world_size
         return options
