@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import warnings
 from typing import Any
 
 from trainer.core.checks import positive_int
@@ -22,7 +23,9 @@ class ExperimentWriter:
 
     NAME_METRICS_FILE = "metrics.csv"
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, *, resumed: bool = False) -> None:
+        """``resumed``: a fit resumed from a checkpoint goes on after the rows already there (the logger's
+        ``drop_after_step`` cut them at its step); else, as Lightning's, an old ``metrics.csv`` is deleted."""
         self.log_dir = log_dir
         self.metrics_file_path = os.path.join(log_dir, self.NAME_METRICS_FILE)
         self.hparams: dict[str, Any] = {}
@@ -32,6 +35,8 @@ class ExperimentWriter:
         self._last_offset = 0
         self._reopened = False  # self._rows[0] replaces the last row on disk
         self._fs = remote_fs(log_dir)  # None: a local folder
+        if not resumed:
+            self._clear_old_run()
         if self._fs is not None:
             self._fs.makedirs(log_dir, exist_ok=True)
             return
@@ -40,6 +45,27 @@ class ExperimentWriter:
             with open(self.metrics_file_path, newline="", encoding="utf-8") as f:
                 self._header = next(csv.reader(f), [])
             self._last_offset = os.path.getsize(self.metrics_file_path)
+
+    def _clear_old_run(self) -> None:
+        """Lightning's: a version folder used before (``CSVLogger(version=0)`` again) is warned about,
+        and its ``metrics.csv`` deleted, so that the new run's rows are not mixed with the old ones."""
+        fs = self._fs
+        # Files only: the run's own empty checkpoints/ folder is made before the logger's first write here
+        # (Lightning makes it at the first save), and is no old run.
+        if fs is None and not any(files for _, _, files in os.walk(self.log_dir)):
+            return
+        if fs is not None and not (fs.isdir(self.log_dir) and fs.find(self.log_dir)):
+            return
+        warnings.warn(
+            f"Experiment logs directory {self.log_dir} exists and is not empty. Previous log files in this "
+            "directory will be deleted when the new ones are saved! To go on after the rows of a run you "
+            "resume, pass its checkpoint: trainer.fit(model, ckpt_path=...).",
+            UserWarning, stacklevel=4,
+        )
+        if fs is None and os.path.isfile(self.metrics_file_path):
+            os.remove(self.metrics_file_path)
+        elif fs is not None and fs.isfile(self.metrics_file_path):
+            fs.rm_file(self.metrics_file_path)
 
     @property
     def metrics(self) -> list[dict[str, Any]]:
@@ -166,13 +192,14 @@ class CSVLogger(FolderLogger):
         self._prefix = prefix
         self._flush_every = positive_int("CSVLogger(flush_logs_every_n_steps)", flush_logs_every_n_steps)
         self._experiment: ExperimentWriter | None = None
+        self._resumed = False  # a fit resumed past step 0: metrics.csv goes on after its kept rows
 
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
         """The writer of ``metrics.csv`` (its folder is made on first use)."""
         if self._experiment is None:
-            self._experiment = ExperimentWriter(self.log_dir)
+            self._experiment = ExperimentWriter(self.log_dir, resumed=self._resumed)
         return self._experiment
 
     @rank_zero_only
@@ -198,6 +225,7 @@ class CSVLogger(FolderLogger):
     def drop_after_step(self, step: int) -> None:
         """Before a fit that resumes at ``step``: rows the crashed run wrote after it go."""
         path = os.path.join(self.log_dir, ExperimentWriter.NAME_METRICS_FILE)
+        self._resumed = self._resumed or bool(step)
         if not step or not os.path.exists(path):
             return
         with open(path, newline="", encoding="utf-8") as f:

@@ -23,7 +23,8 @@ from strategies.precision import Precision, normalize_precision
 from trainer.core.exceptions import PossibleUserWarning, misconfigured
 from trainer.core.distributed import rank_zero_info, rank_zero_warn
 from trainer.core.checks import (
-    compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int, positive_number,
+    check_barebones, compile_options, fast_dev_run_batches, flag, interval, limit, one_of, positive_int,
+    positive_number,
 )
 from trainer.loops.hooks import check_callbacks, lightning_order
 from trainer.profilers import PassThroughProfiler, Profiler
@@ -60,23 +61,22 @@ def root_dir(default_root_dir: Any, log_dir: Any) -> str | None:
 
 
 def loop_limits(max_epochs: Any, min_epochs: Any, max_steps: Any, min_steps: Any) -> tuple[Any, ...]:
-    """(max_epochs, min_epochs, max_steps, min_steps, endless). Lightning's "no limit" spellings
-    are accepted: max_steps=-1 (its default) is None; max_epochs=-1 trains until something
-    else (max_time, EarlyStopping, should_stop) ends it."""
+    """(max_epochs, min_epochs, max_steps, min_steps, endless), with Lightning's values: max_steps=-1
+    (its default; None too) is no step limit; max_epochs=-1 trains until something else (max_time,
+    EarlyStopping, should_stop) ends it, and None is decided when fit starts (:func:`default_max_epochs`)."""
     endless = max_epochs == -1 and not isinstance(max_epochs, bool)
-    max_epochs = None if endless else positive_int(
+    max_epochs = -1 if endless else positive_int(
         "max_epochs", max_epochs, allow_none=True,
         lightning=f"`max_epochs` must be a non-negative integer or -1. You passed in {max_epochs}.",
     )
-    max_steps = None if max_steps == -1 and not isinstance(max_steps, bool) else max_steps
-    max_steps = positive_int(
-        "max_steps", max_steps, allow_none=True,
+    max_steps = -1 if max_steps is None or max_steps == -1 and not isinstance(max_steps, bool) else positive_int(
+        "max_steps", max_steps,
         lightning=f"`max_steps` must be a non-negative integer or -1 (infinite steps). You passed in {max_steps}.",
     )
     min_epochs = positive_int("min_epochs", min_epochs, allow_none=True, minimum=0)
     min_steps = positive_int("min_steps", min_steps, allow_none=True, minimum=0)
     for low, high, what in ((min_epochs, max_epochs, "epochs"), (min_steps, max_steps, "steps")):
-        if low is not None and high is not None and low > high:
+        if low is not None and high not in (None, -1) and low > high:
             raise ValueError(f"min_{what}={low} is more than max_{what}={high}: training cannot do both.")
     return max_epochs, min_epochs, max_steps, min_steps, endless
 
@@ -160,6 +160,8 @@ class Configured(NamedTuple):
 def configure(o: dict[str, Any]) -> Configured:
     """Check ``Trainer(...)``'s arguments ``o``; build the callbacks, profiler, strategy and loggers."""
     t = TrainerOptions()
+    if flag("barebones", o["barebones"]):
+        check_barebones(o)
     o = {k: _NONE_IS_DEFAULT[k] if v is None and k in _NONE_IS_DEFAULT else v for k, v in o.items()}
     t.max_epochs, t.min_epochs, t.max_steps, t.min_steps, t._endless = loop_limits(
         o["max_epochs"], o["min_epochs"], o["max_steps"], o["min_steps"]
@@ -251,11 +253,6 @@ def configure(o: dict[str, Any]) -> Configured:
         tell_whole(name, o[name])
     if t.overfit_batches:  # train and validate on the same first batches, in order
         t.limit_train_batches = t.limit_val_batches = t.overfit_batches
-    if flag("barebones", o["barebones"]) and o["profiler"] is not None:
-        raise ValueError(
-            f"`Trainer(barebones=True, profiler={o['profiler']!r})` was passed. Profiling can impact raw speed "
-            "so it is disabled in barebones mode: drop one of the two."
-        )
     if o["barebones"]:  # Lightning's: everything that costs time per run, off
         t.default_root_dir, t.enable_checkpointing = None, False
         t.enable_progress_bar, t.enable_model_summary = False, False
@@ -263,7 +260,7 @@ def configure(o: dict[str, Any]) -> Configured:
     n = fast_dev_run_batches(o["fast_dev_run"])
     t.fast_dev_run = True if n == 1 else n  # Lightning's: 1 reads back as True
     if n:  # n batches of each loader, one epoch, nothing written
-        t.max_epochs, t.max_steps, t.num_sanity_val_steps, max_time = 1, None, 0, None
+        t.max_epochs, t.max_steps, t.num_sanity_val_steps, max_time = 1, -1, 0, None
         t.limit_train_batches = t.limit_val_batches = t.limit_test_batches = t.limit_predict_batches = n
         t.check_val_every_n_epoch, t.val_check_interval = 1, None
         t.default_root_dir, t.enable_checkpointing = None, False  # the bar and the summary stay, as in Lightning
@@ -358,9 +355,12 @@ def tell_whole(name: str, value: Any) -> None:
 
 def default_max_epochs(t: Trainer) -> None:
     """Lightning's: a fit with neither ``max_epochs`` nor ``max_steps`` (nor a Timer or ``max_time``)
-    trains 1000 epochs, and says so; ``max_epochs=-1`` trains until something else ends it."""
+    trains 1000 epochs, and says so; with one of those, ``max_epochs`` unset reads -1 (endless:
+    they end it), as in Lightning."""
     timed = any(isinstance(cb, Timer) for cb in t.callbacks)
-    if t.max_epochs is None and t.max_steps is None and not t._endless and not timed:
+    if t.max_epochs is None and (t.max_steps not in (None, -1) or timed):
+        t.max_epochs = -1
+    if t.max_epochs is None and not t._endless:
         rank_zero_warn(
             "`max_epochs` was not set. Setting it to 1000 epochs. "
             "To train without an epoch limit, set `max_epochs=-1`.",

@@ -44,6 +44,7 @@ from trainer.init_arguments import check_names, defaults_from_env_vars
 from trainer.options import WORKING_DIR, TrainerOptions, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 from trainer.utilities.compile import unwrap_compiled
+from trainer.utilities.parsing import clean_namespace
 
 
 class _NoModel(AttributeError, RuntimeError):
@@ -78,7 +79,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         fast_dev_run: bool | int = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
-        max_steps: int | None = None,
+        max_steps: int = -1,
         min_steps: int | None = None,
         max_time: str | timedelta | dict[str, int] | None = None,
         limit_train_batches: int | float | None = None,
@@ -88,11 +89,11 @@ class Trainer(TrainerProperties, LoggerAccess):
         overfit_batches: int | float = 0,
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
-        num_sanity_val_steps: int = 2,
-        log_every_n_steps: int = 50,
-        enable_checkpointing: bool = True,
-        enable_progress_bar: bool = True,
-        enable_model_summary: bool = True,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
+        enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None,
+        enable_model_summary: bool | None = None,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
@@ -106,7 +107,7 @@ class Trainer(TrainerProperties, LoggerAccess):
         sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0,
         default_root_dir: str | os.PathLike | None = None,
-        logger: bool | Logger | Iterable[Logger] | None = True,
+        logger: bool | Logger | Iterable[Logger] | None = None,
         # This trainer's own options:
         log_dir: str | os.PathLike | None = WORKING_DIR,
         name: str = "lightning_logs",
@@ -148,7 +149,9 @@ class Trainer(TrainerProperties, LoggerAccess):
             "gradient_clip_algorithm", "check_val_every_n_epoch", "val_check_interval", "log_every_n_steps",
             "limit_train_batches", "limit_val_batches", "seed", "deterministic",
         )
-        options = {n: getattr(self, n) for n in names}
+        # Lightning's -1 (no limit) is left out, as an option left unset is: one type a column
+        options = {n: None if n in ("max_epochs", "max_steps") and getattr(self, n) == -1 else getattr(self, n)
+                   for n in names}
         options["strategy"] = self._strategy.name
         options["world_size"] = self._strategy.world_size
         return options
@@ -263,6 +266,7 @@ class Trainer(TrainerProperties, LoggerAccess):
     ) -> Any:
         """Run ``stage`` in the strategy's processes (``stage.run_stage``) and take back its results."""
         check_precision_available(self.precision)  # here, not in each of several DDP workers
+        clean_namespace(model.hparams)  # Lightning's: what cannot be pickled leaves hparams, with a warning
         data = StageData(loader, val_loader, datamodule, keep)
         try:
             # After a spawned stage, the caller's run records what rank 0 reported (trainer.lightning_module too).

@@ -178,13 +178,13 @@ class TrainerProperties:
             )
         if run.load_train is not None:  # read in configure_optimizers: fit loads its training loader now
             run.load_train()
-        batches, epochs = self.num_training_batches, range(self.max_epochs or 0)
+        batches, epochs = self.num_training_batches, range(max(self.max_epochs or 0, 0))
         scheduler = next((cb for cb in self.callbacks if isinstance(cb, GradientAccumulationScheduler)), None)
         every = self.accumulate_grad_batches
         groups = [every if scheduler is None else scheduler.get_accumulate_grad_batches(e) for e in epochs]
-        endless = self.max_epochs is None or batches == math.inf
+        endless = self.max_epochs in (None, -1) or batches == math.inf
         by_epochs = math.inf if endless else sum(math.ceil(batches / g) for g in groups)
-        return min(math.inf if self.max_steps is None else self.max_steps, by_epochs)
+        return min(math.inf if self.max_steps in (None, -1) else self.max_steps, by_epochs)
 
     # --- the run's objects --------------------------------------------------------------
     @property

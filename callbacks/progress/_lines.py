@@ -15,7 +15,7 @@ def _stop_reason(trainer: Trainer) -> str | None:
     reason = trainer.state.stop_reason
     if reason is not None and reason != "max_steps":  # a callback's reason, even if max_steps was also reached
         return reason
-    if trainer.max_steps is not None and trainer.global_step >= trainer.max_steps:
+    if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
         return f"max_steps={trainer.max_steps}"
     return "should_stop" if trainer.should_stop else None  # set by the user's code, with no reason given
 
@@ -27,7 +27,7 @@ def _time_left(trainer: Trainer, batches_done: int, rate: float) -> str:
     if total == float("inf") or rate <= 0:
         return ""
     left, until = total - batches_done, "in this one"
-    if trainer.max_steps is not None:
+    if trainer.max_steps not in (None, -1):
         accumulate = trainer.accumulate_grad_batches  # the current group's micro-batches count towards its step
         to_stop = (trainer.max_steps - trainer.global_step) * accumulate - batches_done % accumulate
         if to_stop < left:

@@ -76,7 +76,7 @@ class StochasticWeightAveraging(Callback):
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage != "fit":
             return
-        if trainer.max_epochs is None:
+        if trainer.max_epochs in (None, -1):
             raise ValueError("StochasticWeightAveraging needs Trainer(max_epochs=...): it averages the last epochs.")
         start = self._swa_epoch_start
         self.swa_start = start - 1 if isinstance(start, int) else int(trainer.max_epochs * start)  # an epoch index

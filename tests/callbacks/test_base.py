@@ -210,14 +210,17 @@ def test_on_train_log_runs_every_log_every_n_steps_optimizer_steps_with_the_logg
     assert all(set(m) == {"train_loss"} and type(m["train_loss"]) is float for _, m in watcher.calls)
 
 
-def test_two_stateful_callbacks_with_one_state_key_are_warned_about_and_generated_keys_tell_them_apart():
+def test_two_stateful_callbacks_with_one_state_key_are_refused_and_generated_keys_tell_them_apart():
     import pytest
 
     from callbacks import EarlyStopping
     from trainer import Trainer
 
-    with pytest.warns(UserWarning, match=r"state_key \"EarlyStopping\{'monitor': 'val_loss', 'mode': 'min'\}\""):
+    # Lightning's RuntimeError, at construction: a checkpoint would keep only one of the two states
+    with pytest.raises(RuntimeError, match=r"Found more than one stateful callback of type `EarlyStopping`.*"
+                       r"state_key \"EarlyStopping\{'monitor': 'val_loss', 'mode': 'min'\}\""):
         Trainer(callbacks=[EarlyStopping("val_loss"), EarlyStopping("val_loss", patience=5)])
+    Trainer(callbacks=[EarlyStopping("val_loss"), EarlyStopping("val_acc")])  # two keys: accepted
 
     class Counter(EarlyStopping):
         @property

@@ -1,4 +1,4 @@
-"""CSVLogger on a remote filesystem (fsspec's in-memory one stands in for s3://, gcs://)."""
+"""CSVLogger: a version folder used again, and a remote filesystem (fsspec's in-memory one stands in for s3://)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import uuid
 import fsspec
 import pytest
 
+from callbacks import ModelCheckpoint
 from loggers import CSVLogger
 from tests._models import Classifier, loader, quiet
 from trainer import Trainer
@@ -50,3 +51,36 @@ def test_remote_rows_of_one_step_share_a_row(remote_dir):
     logger.save()
     rows = _rows(fsspec.filesystem("memory"), os.path.join(logger.log_dir, "metrics.csv"))
     assert rows == [{"step": "0", "loss": "0.5", "val_loss": "0.25"}, {"step": "1", "loss": "0.4", "val_loss": ""}]
+
+
+def test_a_version_folder_used_again_warns_and_the_new_run_starts_a_new_metrics_csv(tmp_path):
+    old = tmp_path / "exp" / "version_0" / "metrics.csv"
+    old.parent.mkdir(parents=True)
+    old.write_text("step,old_loss\n0,1.0\n")
+    logger = CSVLogger(save_dir=tmp_path, name="exp", version=0)
+    with pytest.warns(UserWarning, match="Experiment logs directory .* exists and is not empty"):
+        logger.experiment  # Lightning's: the old file goes when the writer opens the folder
+    assert not old.exists()
+    logger.log_metrics({"loss": 0.5}, step=3)
+    logger.save()
+    assert _local_rows(old) == [{"step": "3", "loss": "0.5"}]  # no row, nor column, of the old run
+
+
+def test_a_fit_that_resumes_goes_on_after_the_kept_rows_without_the_warning(tmp_path, recwarn):
+    def make(epochs: int) -> Trainer:
+        return Trainer(max_epochs=epochs, log_every_n_steps=2, enable_progress_bar=False, enable_model_summary=False,
+                       logger=CSVLogger(tmp_path), callbacks=[ModelCheckpoint(save_last=True)])
+
+    first = make(2)
+    first.fit(Classifier(), loader(64), loader(32))
+    ckpt = os.path.join(first.log_dir, "checkpoints", "last.ckpt")
+    again = make(3)
+    again.fit(Classifier(), loader(64), loader(32), ckpt_path=ckpt)
+    assert again.log_dir == first.log_dir
+    assert [r["step"] for r in _local_rows(os.path.join(first.log_dir, "metrics.csv"))] == ["1", "3", "5", "7", "9", "11"]
+    assert not [w for w in recwarn if "exists and is not empty" in str(w.message)]
+
+
+def _local_rows(path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))

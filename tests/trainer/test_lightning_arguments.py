@@ -183,11 +183,36 @@ def test_lightnings_defaults_for_arguments_we_do_not_take_change_nothing():
 def test_barebones_turns_off_what_costs_time():
     trainer = Trainer(barebones=True)
     assert trainer.callbacks == [] and trainer.default_root_dir is None and trainer.num_sanity_val_steps == 0
+    Trainer(barebones=True, enable_checkpointing=False, logger=False, enable_progress_bar=False, fast_dev_run=False,
+            enable_model_summary=False, num_sanity_val_steps=0, detect_anomaly=False)  # off, said again: accepted
+
+
+@pytest.mark.parametrize("option, value, why", [
+    ("enable_checkpointing", True, "Checkpointing can impact raw speed"),
+    ("logger", True, "Logging can impact raw speed"),
+    ("enable_progress_bar", True, "The progress bar can impact raw speed"),
+    ("enable_model_summary", True, "Model summary can impact raw speed"),
+    ("log_every_n_steps", 1, "Logging can impact raw speed"),
+    ("num_sanity_val_steps", 1, "Sanity checking can impact raw speed"),
+    ("fast_dev_run", 1, "Development run is not meant for raw speed evaluation"),
+    ("detect_anomaly", True, "Anomaly detection can impact raw speed"),
+])
+def test_barebones_refuses_what_it_turns_off_in_lightnings_words(option, value, why):
+    with pytest.raises(ValueError, match=rf"^`Trainer\(barebones=True, {option}={value}\)` was passed. {why}"):
+        Trainer(barebones=True, **{option: value})
 
 
 # --- loop limits ----------------------------------------------------------------------------
 def test_lightnings_no_limit_spellings():
-    assert Trainer(max_steps=-1, max_epochs=2).max_steps is None
+    # Lightning's values read back: -1 is no step limit (the default; None too) and max_epochs=-1 is endless
+    assert Trainer().max_steps == -1 and Trainer(max_steps=None).max_steps == -1 and Trainer().max_epochs is None
+    assert Trainer(max_epochs=-1).max_epochs == -1
+    trainer = Trainer(max_steps=3, **quiet())
+    trainer.fit(Classifier(), loader(64))  # 4 batches an epoch
+    assert trainer.global_step == 3 and trainer.max_epochs == -1 and trainer.current_epoch == 0  # the steps end it
+    trainer = Trainer(max_epochs=-1, max_steps=10, **quiet())
+    trainer.fit(Classifier(), loader(64))
+    assert trainer.global_step == 10 and trainer.current_epoch == 2  # ended by max_steps in the third epoch
     with pytest.raises(ValueError, match=r"min_epochs=3 is more than max_epochs=2"):
         Trainer(min_epochs=3, max_epochs=2)
 

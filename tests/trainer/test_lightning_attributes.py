@@ -88,7 +88,7 @@ def test_what_callbacks_read_during_and_after_fit():
     assert all("train_loss" in bar for bar in rec.seen["bar"])  # logged with prog_bar=True
     assert "val_loss/dataloader_idx_0" not in rec.seen["bar"][-1]  # not prog_bar
     # After fit.
-    assert (trainer.current_epoch, trainer.global_step, trainer.max_epochs, trainer.max_steps) == (2, 6, 2, None)
+    assert (trainer.current_epoch, trainer.global_step, trainer.max_epochs, trainer.max_steps) == (2, 6, 2, -1)  # Lightning's -1: no step limit
     assert isinstance(trainer.checkpoint_callback, ModelCheckpoint) and trainer.checkpoint_callbacks == [trainer.checkpoint_callback]
     assert trainer.early_stopping_callback is stop and trainer.early_stopping_callbacks == [stop]
     assert {"train_loss", "val_loss/dataloader_idx_0", "val_acc/dataloader_idx_1"} <= set(trainer.callback_metrics)

@@ -16,7 +16,7 @@ import torch
 from trainer.checkpoint import files, layout
 from trainer.checkpoint.paths import local_file
 from trainer.checkpoint.state_dicts import load_plain_state_dict, load_sharded_model, plain_state_dict
-from trainer.core.hparams import CHECKPOINT_READER
+from trainer.core.hparams import CHECKPOINT_READER, as_hparams_type
 from trainer.core.module import overridden
 
 
@@ -40,7 +40,7 @@ def load_from_checkpoint(
         if weights_only is False and cls.CHECKPOINT_HYPER_PARAMS_KEY == "hyper_parameters":  # asked for: unpickle
             for name, blob in (layout.ours(ckpt).get("hparams_pickled") or {}).items():
                 recorded.setdefault(name, torch.load(io.BytesIO(blob), map_location=map_location, weights_only=False))
-    saved = {**recorded, **kwargs}
+    saved = as_hparams_type({**recorded, **kwargs}, layout.ours(ckpt).get(cls.CHECKPOINT_HYPER_PARAMS_TYPE))
     ckpt[cls.CHECKPOINT_HYPER_PARAMS_KEY] = saved  # what on_load_checkpoint sees, as in Lightning
     obj = _build(cls, path, ckpt, saved, kwargs, bool(recorded))
     if not isinstance(obj, torch.nn.Module):  # a DataModule

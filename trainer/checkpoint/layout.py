@@ -81,6 +81,8 @@ def to_file(state: dict[str, Any]) -> dict[str, Any]:
         "trainer": state.get("trainer", {}),
         "hparams_left_out": state.get("hparams_left_out", []),
         "hparams_pickled": state.get("hparams_pickled") or {},  # bytes: loaded only with weights_only=False
+        # the hyperparameters' type where not a dict (an OmegaConf config): Lightning pickles the class there
+        **{k: state[k] for k in ("hparams_type", "datamodule_hparams_type") if state.get(k)},
     }
     if not weights_only:
         ours.update({k: state[k] for k in _OUR_TRAINING_KEYS if k in state})

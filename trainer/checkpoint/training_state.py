@@ -27,7 +27,7 @@ from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import load_good
 from trainer.data.pipeline import StartPoint
 from trainer.core.exceptions import misconfigured
-from trainer.core.hparams import checkpoint_hparams, pickled_hparams
+from trainer.core.hparams import checkpoint_hparams, hparams_type, pickled_hparams
 from trainer.core.module import TrainModule
 from trainer.checkpoint.state_dicts import check_optimizers_fit, check_weights_fit, key_mismatch, optimizer_class
 
@@ -306,6 +306,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
         "strategy": strategy.name,
         "hparams": hparams,  # the plain ones: weights_only=True loads them
         "hparams_name": getattr(module, "_hparams_name", None),
+        "hparams_type": hparams_type(module),  # "DictConfig": load_from_checkpoint gives an OmegaConf config back
         "hparams_left_out": left_out,  # load_from_checkpoint asks for these
         "hparams_pickled": pickled_hparams(module, left_out),  # unless it is given weights_only=False
         **_datamodule_state(run.datamodule),
@@ -321,5 +322,5 @@ def _datamodule_state(datamodule: Any) -> dict[str, Any]:
     return {
         "datamodule": datamodule.state_dict(), "datamodule_name": type(datamodule).__qualname__,
         "datamodule_hparams": hparams, "datamodule_hparams_name": getattr(datamodule, "_hparams_name", None),
-        "datamodule_hparams_left_out": left_out,
+        "datamodule_hparams_left_out": left_out, "datamodule_hparams_type": hparams_type(datamodule),
     }

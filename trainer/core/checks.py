@@ -295,3 +295,23 @@ def check_eval_model(model: Any, stage: str) -> None:
         lightning = f"No `{step}()` method defined to run `Trainer.{stage}`."
     if not callable(getattr(model, step, None)):
         raise misconfigured(ours, lightning, type_error=True)
+
+
+# Lightning's: what barebones=True turns off, or refuses to turn on, and why (each a ValueError when asked for).
+_BAREBONES_OFF = {
+    "enable_checkpointing": "Checkpointing", "logger": "Logging", "enable_progress_bar": "The progress bar",
+    "log_every_n_steps": "Logging", "enable_model_summary": "Model summary", "num_sanity_val_steps": "Sanity checking",
+    "fast_dev_run": "", "detect_anomaly": "Anomaly detection", "profiler": "Profiling",
+}
+
+
+def check_barebones(o: dict[str, Any]) -> None:
+    """``Trainer(barebones=True)`` with an option it turns off (given as anything but off or None) is
+    Lightning's ``ValueError``, in its words."""
+    for name, what in _BAREBONES_OFF.items():
+        value = o[name]
+        if value is None or value is False or (name != "logger" and isinstance(value, (int, float)) and value == 0):
+            continue
+        why = (f"{what} can impact raw speed so it is disabled in barebones mode." if what else
+               "Development run is not meant for raw speed evaluation so it is disabled in barebones mode.")
+        raise ValueError(f"`Trainer(barebones=True, {name}={value!r})` was passed. {why} Drop one of the two.")

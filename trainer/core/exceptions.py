@@ -25,6 +25,11 @@ def misconfigured(message: str, lightning: str = "", type_error: bool = False) -
     return MisconfigurationTypeError(text) if type_error else MisconfigurationException(text)
 
 
+class LightningDeprecationWarning(DeprecationWarning):
+    """Lightning's category for what Lightning deprecated (``to_torchscript``): a filter or a
+    ``pytest.warns`` on Lightning's name catches the same warnings here."""
+
+
 class PossibleUserWarning(UserWarning):
     """Lightning's warning about a setting that is often, not always, a mistake (a logging interval
     longer than the epoch, an unset ``max_epochs``). ``trainer.utilities.disable_possible_user_warnings()``,

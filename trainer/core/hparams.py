@@ -18,6 +18,7 @@ import dataclasses
 import inspect
 import io
 import pickle
+import sys
 import types
 import warnings
 from collections.abc import Mapping, Sequence
@@ -115,7 +116,10 @@ class HyperparametersMixin:
         # Lightning's hparams_name, which load_from_checkpoint reads: "kwargs" for arguments by name,
         # else the name of the argument that held the dict given.
         self._hparams_name = "kwargs"
-        if len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):  # an OmegaConf DictConfig too
+        if len(args) == 1 and is_dict_config(args[0]):  # Lightning's: an OmegaConf config stays one
+            given = args[0]
+            self._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
+        elif len(args) == 1 and isinstance(args[0], (Mapping, argparse.Namespace)):
             given = vars(args[0]) if isinstance(args[0], argparse.Namespace) else _plain_mapping(args[0])
             self._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
         elif args:
@@ -137,7 +141,13 @@ class HyperparametersMixin:
             given = {name: init_args[name] for name in args}
         else:
             given = init_args
-        given = {k: v for k, v in given.items() if k not in ignored}
+        if is_dict_config(given):
+            if ignored & set(given):  # the caller's config stays as it is
+                given = copy.deepcopy(given)
+                for name in ignored & set(given):
+                    del given[name]
+        else:
+            given = {k: v for k, v in given.items() if k not in ignored}
         if not args and not given:
             self._hparams_name = None
         modules = [k for k, v in given.items() if isinstance(v, nn.Module)]
@@ -168,8 +178,11 @@ class HyperparametersMixin:
     def hparams(self, value: Any) -> None:
         if isinstance(value, argparse.Namespace):
             value = vars(value)
+        if is_dict_config(value):  # kept as it is, as in Lightning
+            self.__dict__["_hparams"] = value
+            return
         if not isinstance(value, dict):
-            raise TypeError(f"hparams = {value!r:.80} must be a dict (or argparse.Namespace).")
+            raise TypeError(f"hparams = {value!r:.80} must be a dict, argparse.Namespace or DictConfig.")
         self.__dict__["_hparams"] = AttributeDict(value)
 
     @property
@@ -215,6 +228,43 @@ def _plain_mapping(mapping: Mapping) -> dict[str, Any]:
     return {k: plain(v) for k, v in mapping.items()}
 
 
+def is_dict_config(value: Any) -> bool:
+    """Whether ``value`` is an OmegaConf ``DictConfig`` (omegaconf is not imported here: a config
+    exists only where its user imported it)."""
+    omegaconf = sys.modules.get("omegaconf")
+    return omegaconf is not None and isinstance(value, omegaconf.DictConfig)
+
+
+def plain_hparams(hparams: Any) -> dict[str, Any]:
+    """``hparams`` as a dict: an OmegaConf config as its plain, resolved items (what a checkpoint and
+    the loggers keep); any other mapping as its items."""
+    if is_dict_config(hparams):
+        return sys.modules["omegaconf"].OmegaConf.to_container(hparams, resolve=True)
+    return dict(hparams)
+
+
+def hparams_type(owner: Any) -> str | None:
+    """What a checkpoint records of the type of ``owner.hparams``, for ``load_from_checkpoint``
+    to give the same back: ``"DictConfig"`` for an OmegaConf config, else None (a dict)."""
+    return "DictConfig" if is_dict_config(getattr(owner, "__dict__", {}).get("_hparams")) else None
+
+
+def as_hparams_type(hparams: dict[str, Any], recorded: str | None) -> Any:
+    """The hyperparameters a checkpoint kept as plain data, as the type it ``recorded``
+    (:func:`hparams_type`): an OmegaConf config built from plain data runs nothing from the file."""
+    if recorded != "DictConfig":
+        return hparams
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:
+        warnings.warn(
+            "The checkpoint's hyperparameters were an OmegaConf DictConfig, and omegaconf is not installed: "
+            "they are given as a dict. pip install omegaconf", UserWarning, stacklevel=3,
+        )
+        return hparams
+    return OmegaConf.create(hparams)
+
+
 def _builds(owner: Any, obj: Any, frame: types.FrameType) -> bool:
     return owner is obj or (isinstance(owner, HyperparametersMixin) and "__class__" in frame.f_locals)
 
@@ -237,6 +287,7 @@ def checkpoint_hparams(owner: Any) -> tuple[dict[str, Any], list[str]]:
     hparams = owner.__dict__.get("_hparams") if hasattr(owner, "__dict__") else None
     if not hparams:
         return {}, []
+    hparams = plain_hparams(hparams)
     kept, left_out = {}, []
     for k, v in hparams.items():
         if is_plain(v):

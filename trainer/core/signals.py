@@ -20,7 +20,8 @@ class StopSignals:
     A SIGINT that is ignored when fit starts (``SIG_IGN``: a job that a script or another
     non-interactive shell started in the background with ``&``) stays ignored, as Python
     itself leaves it at startup: a Ctrl-C meant for the foreground must not stop this job.
-    SIGTERM is always caught.
+    SIGTERM is always caught, and a SIGTERM handler installed before (the user's, a cluster
+    library's) is called as well, as Lightning's signal handling does.
     """
 
     SIGINT_ECHO_S = 1.0
@@ -50,6 +51,9 @@ class StopSignals:
                 raise KeyboardInterrupt
         if self.received is None:  # the first signal names the stop
             self.received = signum
+        previous = self._previous.get(signum)
+        if signum == signal.SIGTERM and callable(previous):  # Lightning's: a SIGTERM handler of the user's runs too
+            previous(signum, frame)
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():

@@ -51,7 +51,7 @@ def train_epoch(loop: FitLoop, sink: MetricSink) -> bool:
     val_before = loop._batches_before if trainer.check_val_every_n_epoch is None else 0
     batch_start, batch_end, optimizer = run.hooks.on_train_batch_start, run.hooks.on_train_batch_end, run.opt.optimizer
     steps, manual = loop.steps, run.manual
-    max_steps = float("inf") if trainer.max_steps is None else trainer.max_steps
+    max_steps = float("inf") if trainer.max_steps in (None, -1) else trainer.max_steps
     sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0
     sink.batch_size = None  # self.log must say it (Lightning's rule)
     fetched = feed.fetched

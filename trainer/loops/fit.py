@@ -254,7 +254,7 @@ class FitLoop:
         stepper, zero_grad = steps.stepper, steps.zero_grad
         backward_batch, step_batch = steps.backward_batch, steps.step_batch  # picked once per fit (step.py)
         transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
-        max_steps = math.inf if trainer.max_steps is None else trainer.max_steps
+        max_steps = math.inf if trainer.max_steps in (None, -1) else trainer.max_steps
         sync_every = STOP_SYNC_EVERY if strategy.world_size > 1 else 0  # steps where the ranks agree on stop requests
         sizes = uniform_batches(loader)  # a DataLoader's batch sizes are known in advance; others are measured
         full_size, last_size, last_idx = sizes if sizes is not None else (0, 0, -1)

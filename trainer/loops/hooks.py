@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks.base import HOOKS, Callback
@@ -166,13 +165,19 @@ def check_callbacks(callbacks: Any) -> list[Callback]:
         raise TypeError(f"callbacks={callbacks!r:.80} must be a list of callbacks.Callback instances (or None).")
     callbacks = list(callbacks)
     instances_of("callbacks", callbacks, Callback, "callbacks.Callback", hint=_callback_fix(callbacks))
-    keys = [cb.state_key for cb in callbacks if overrides_state(cb)]
-    for key in sorted({k for k in keys if keys.count(k) > 1}):
-        warnings.warn(
-            f"Two callbacks keep state under state_key {key!r}: a checkpoint holds only one of them, and a resumed "
-            "run gives it to both. Give them different arguments (e.g. another monitor), or a state_key of their own.",
-            stacklevel=3,
-        )
+    seen: set[str] = set()
+    for cb in (cb for cb in callbacks if overrides_state(cb)):
+        if cb.state_key in seen:  # a checkpoint would hold the state of one of them only: Lightning's words first
+            name = type(cb).__name__
+            raise RuntimeError(
+                f"Found more than one stateful callback of type `{name}`. In the current configuration, this callback "
+                "does not support being saved alongside other instances of the same type. Please consult the "
+                f"documentation of `{name}` regarding valid settings for the callback state to be checkpointable. "
+                "HINT: The `callback.state_key` must be unique among all callbacks in the Trainer. "
+                f"Two callbacks keep state under state_key {cb.state_key!r}: give them different arguments "
+                "(e.g. another monitor), or a state_key of their own."
+            )
+        seen.add(cb.state_key)
     return callbacks
 
 

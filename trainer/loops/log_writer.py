@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from callbacks.base import Callback
 from loggers import Logger
 from trainer.core.exceptions import PossibleUserWarning
-from trainer.core.hparams import is_plain
+from trainer.core.hparams import is_plain, plain_hparams
 
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
@@ -180,7 +180,7 @@ def _hparams(trainer: Trainer, module: TrainModule) -> dict[str, Any] | None:
     owners = [o for o in (module, datamodule) if o is not None and getattr(o, "_log_hyperparams", False)]
     if not owners:
         return None
-    recorded = [dict(getattr(o, "hparams_initial", None) or getattr(o, "hparams", None) or {}) for o in owners]
+    recorded = [plain_hparams(getattr(o, "hparams_initial", None) or getattr(o, "hparams", None) or {}) for o in owners]
     if len(recorded) == 2:
         clash = [k for k in recorded[0].keys() & recorded[1].keys() if k != "_class_path" and (
             type(recorded[0][k]) is not type(recorded[1][k])

@@ -61,7 +61,7 @@ class StopRules:
 
     def _reached_max_steps(self) -> bool:
         trainer = self.trainer
-        if trainer.max_steps is None or trainer.state.global_step < trainer.max_steps:
+        if trainer.max_steps in (None, -1) or trainer.state.global_step < trainer.max_steps:
             return False
         trainer.state.stop_reason = trainer.state.stop_reason or "max_steps"
         return True
@@ -80,10 +80,10 @@ class StopRules:
         )
 
     def done(self) -> bool:
-        t, s = self.trainer, self.trainer.state  # max_epochs and max_steps are None or >= 1
+        t, s = self.trainer, self.trainer.state  # max_epochs and max_steps are -1 (or None: no limit) or >= 1
         return (
             (s.should_stop and self.can_stop_early())
-            or s.current_epoch >= (t.max_epochs or math.inf) or s.global_step >= (t.max_steps or math.inf)
+            or s.current_epoch >= _limit(t.max_epochs) or s.global_step >= _limit(t.max_steps)
         )
 
     def can_stop_early(self) -> bool:
@@ -101,3 +101,8 @@ class StopRules:
                     t.min_epochs, t.min_steps, s.current_epoch, s.global_step,
                 )
         return False
+
+
+def _limit(value: int | None) -> float:
+    """A loop limit as a number to compare with: Lightning's -1 (and None, and 0 as before) is none."""
+    return math.inf if not value or value == -1 else value

@@ -111,6 +111,10 @@ NAMES: dict[str, str] = {
     "lightning.pytorch.utilities.warnings.PossibleUserWarning": "trainer.PossibleUserWarning",
     "lightning.pytorch.utilities.disable_possible_user_warnings": "trainer.utilities.disable_possible_user_warnings",
     "lightning.fabric.utilities.warnings.PossibleUserWarning": "trainer.PossibleUserWarning",
+    "lightning.pytorch.utilities.rank_zero.LightningDeprecationWarning":
+        "trainer.utilities.warnings.LightningDeprecationWarning",
+    "lightning.fabric.utilities.rank_zero.LightningDeprecationWarning":
+        "trainer.utilities.warnings.LightningDeprecationWarning",
     "lightning.fabric.utilities.disable_possible_user_warnings": "trainer.utilities.disable_possible_user_warnings",
     "lightning.fabric.utilities.throughput.Throughput": "trainer.utilities.Throughput",
     "lightning.fabric.utilities.throughput.measure_flops": "trainer.utilities.measure_flops",

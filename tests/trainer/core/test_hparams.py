@@ -265,3 +265,52 @@ def test_a_mapping_that_is_not_a_dict_is_recorded_as_its_plain_items_and_reaches
     assert model.hparams == {"lr": 0.1, "sizes": {"hidden": 8}} and type(model.hparams["sizes"]) is dict
     kept, left_out = checkpoint_hparams(model)
     assert kept == {"lr": 0.1, "sizes": {"hidden": 8}} and left_out == []
+
+
+class WithScore(Classifier):
+    def __init__(self, score=lambda x: x + 1, ignore: bool = False) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["score"] if ignore else None)
+
+
+def test_what_cannot_be_pickled_leaves_hparams_with_lightnings_warning_when_a_stage_starts():
+    model = WithScore()
+    assert "score" in model.hparams  # recorded as given, until a stage starts
+    trainer = Trainer(**quiet(max_steps=1))
+    with pytest.warns(UserWarning, match="Attribute 'score' removed from hparams because it cannot be pickled"):
+        trainer.fit(model, loader(16))
+    assert model.hparams == {"ignore": False}
+    with warnings.catch_warnings():  # ignored: nothing to remove, no warning
+        warnings.filterwarnings("error", message=".*cannot be pickled")
+        Trainer(**quiet(max_steps=1)).fit(WithScore(ignore=True), loader(16))
+
+
+class FromOmegaConf(Classifier):
+    def __init__(self, config) -> None:
+        super().__init__(hidden=config.hidden)
+        self.save_hyperparameters(config)
+
+
+class OmegaConfData(DataModule):
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.save_hyperparameters(config)
+
+    def train_dataloader(self):
+        return loader(16)
+
+
+def test_an_omegaconf_config_stays_one_in_hparams_and_comes_back_one_from_a_default_load(tmp_path):
+    import omegaconf  # the dev extra's: the package itself never imports it
+    config = omegaconf.OmegaConf.create({"hidden": 4, "sizes": [8, {"a": 1}], "name": "${hidden}-wide"})
+    model, data = FromOmegaConf(config), OmegaConfData(config)
+    assert isinstance(model.hparams, omegaconf.DictConfig) and model.hparams.sizes[1].a == 1  # as in Lightning
+    assert isinstance(data.hparams, omegaconf.DictConfig) and data.hparams == config
+    trainer = Trainer(**quiet(max_steps=1, callbacks=[ModelCheckpoint(dirpath=tmp_path)]))
+    trainer.fit(model, datamodule=data)
+    path = os.path.join(tmp_path, "epoch=0-step=1.ckpt")
+    raw = torch.load(path, weights_only=True)  # plain data in the file, resolved: no pickled class
+    assert raw["hyper_parameters"] == {"hidden": 4, "sizes": [8, {"a": 1}], "name": "4-wide"}
+    loaded, loaded_data = FromOmegaConf.load_from_checkpoint(path), OmegaConfData.load_from_checkpoint(path)
+    assert isinstance(loaded.hparams, omegaconf.DictConfig) and loaded.hparams.sizes[0] == 8
+    assert isinstance(loaded_data.hparams, omegaconf.DictConfig) and loaded_data.hparams.name == "4-wide"

@@ -15,6 +15,8 @@ from typing import IO, TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from trainer.core.exceptions import LightningDeprecationWarning
+
 if TYPE_CHECKING:
     from trainer.core.module import TrainModule
 
@@ -47,7 +49,7 @@ def to_torchscript(
     """``module`` as a ``ScriptModule`` (in eval mode), also saved to ``file_path`` when one is given; ``kwargs`` go
     to ``torch.jit.script`` or ``torch.jit.trace``. ``method="trace"`` runs ``forward`` on ``example_inputs``
     (default: ``module.example_input_array``), moved to the module's device as a batch is."""
-    warnings.warn(_DEPRECATION, DeprecationWarning, stacklevel=3)
+    warnings.warn(_DEPRECATION, LightningDeprecationWarning, stacklevel=3)
     if method not in ("script", "trace"):
         raise ValueError(
             f"The 'method' parameter only supports 'script' or 'trace', but value given was: {method!r}. "

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from trainer import TrainModule, Trainer
+from trainer.utilities.warnings import LightningDeprecationWarning
 
 DEPRECATED = "has been deprecated in v2.7 and will be removed in v2.8"
 
@@ -34,7 +35,8 @@ class Net(TrainModule):
 def test_the_scripted_module_gives_forwards_outputs_in_eval_mode_and_the_module_keeps_its_mode(method, tmp_path):
     model = Net()
     x = torch.randn(3, 8)
-    with pytest.warns(DeprecationWarning, match=DEPRECATED):
+    # Lightning's category, a DeprecationWarning: a filter on either name catches it
+    with pytest.warns(LightningDeprecationWarning, match=DEPRECATED):
         scripted = model.to_torchscript(file_path=tmp_path / "net.pt", method=method)
     assert isinstance(scripted, torch.jit.ScriptModule) and not scripted.training
     assert model.training  # put back as it was
