@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from trainer.core.checks import bad_loss, loss_of, none_batch
+from trainer.core.checks import bad_loss, loss_of, none_batch, warn_eval_modules
 from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.checkpoint.training_state import Resume, read_for_fit
 from trainer.core.signals import Interrupted
@@ -64,7 +64,7 @@ class FitLoop:
         sanity check: on_sanity_check_start, val_dataloader(), num_sanity_val_steps validation
             batches with their hooks, on_sanity_check_end; the RNG left as it was
         if max_epochs or max_steps is reached already (a second fit): on_fit_end, and no more
-        on_train_start
+        on_train_start (after a PossibleUserWarning if submodules are in eval mode)
         for each epoch until max_epochs, max_steps or a stop request (honoured once
         min_epochs and min_steps are met):
             every reload_dataloaders_every_n_epochs epochs: train_dataloader() again (the first
@@ -168,6 +168,8 @@ class FitLoop:
             if stops.done() or trainer.limit_train_batches == 0:  # or a second fit of a finished run: nothing to train
                 hooks.call("on_fit_end", trainer, model)
                 return
+            if trainer.is_global_zero:
+                warn_eval_modules(model)
             publisher.train_start()  # on_train_start
             while not stops.done():
                 self.train_loader = self._loaders.train_now()  # again every reload_dataloaders_every_n_epochs

@@ -312,3 +312,23 @@ def test_a_scaled_manual_optimization_ends_with_the_weights_of_an_unscaled_one()
     assert trainer.scaler.get_scale() == 2.0**16  # no overflow, and growth waits 2000 steps
     for a, b in zip(scaled.state_dict().values(), plain.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_a_submodule_left_in_eval_mode_is_warned_about_and_stays_in_eval_mode():
+    model = Classifier()
+    model.net[2].eval()  # the Dropout, frozen on purpose or by mistake
+    seen = []
+
+    class Modes(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(pl_module.net[2].training)
+
+    from trainer.core.exceptions import PossibleUserWarning
+    with pytest.warns(PossibleUserWarning, match=r"Found 1 module\(s\) in eval mode at the start of training.*net\.2"):
+        Trainer(max_epochs=1, limit_train_batches=2, callbacks=[Modes()], **quiet()).fit(model, loader(32))
+    assert seen == [False, False]
+
+
+def test_a_model_whose_modules_all_train_gets_no_eval_mode_warning(recwarn):
+    Trainer(max_epochs=1, limit_train_batches=2, **quiet()).fit(Classifier(), loader(32))
+    assert not [w for w in recwarn if "eval mode" in str(w.message)]
