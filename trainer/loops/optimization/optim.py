@@ -95,14 +95,17 @@ class OptimizerSetup:
     def needs_metric_at(self, interval: str) -> bool:
         return any(s.interval == interval and s.needs_metric for s in self.schedulers)
 
-    def step_schedulers(self, interval: str, metrics: dict[str, float], index: int) -> None:
+    def step_schedulers(
+        self, interval: str, metrics: dict[str, float], index: int, plateau: bool | None = None
+    ) -> None:
         """Step the ``interval`` schedulers due at ``index``: the batch in the epoch ("step", from 1)
-        or the epoch ("epoch", from 1), a multiple of each one's ``frequency``, as Lightning's."""
+        or the epoch ("epoch", from 1), a multiple of each one's ``frequency``, as Lightning's.
+        ``plateau``: only the ReduceLROnPlateau ones (True), only the others (False), or all (None)."""
         if not self.automatic:
             return
         own_step = self.own.get("lr_scheduler_step")
         for config in self.schedulers:
-            if config.interval == interval and index % config.frequency == 0:
+            if config.interval == interval and index % config.frequency == 0 and plateau in (None, config.needs_metric):
                 config.step(metrics, own_step)
 
 
