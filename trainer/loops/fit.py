@@ -123,6 +123,7 @@ class FitLoop:
         check_manual(trainer, model, len(opt.optimizers))
         run.optimizer, run.lr_scheduler = opt.optimizer, opt.scheduler
         run.optimizers, run.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
+        trainer.strategy.optimizers = list(opt.optimizers)  # Lightning's strategy.optimizers
         self.steps = StepSequence(trainer, run, model)  # the events around a step, in order; the fast ones picked
         run.manual = self.steps.manual
         self.resume = Resume.load(trainer, run, resume_from)
