@@ -7,11 +7,12 @@ import contextlib
 import logging
 import math
 import signal
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from trainer.core.checks import bad_loss, loss_of, none_batch, warn_eval_modules
+from trainer.core.checks import bad_loss, loss_of, warn_eval_modules
 from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.checkpoint.training_state import Resume, read_for_fit
 from trainer.core.signals import Interrupted
@@ -70,7 +71,8 @@ class FitLoop:
             every reload_dataloaders_every_n_epochs epochs: train_dataloader() again (the first
                 validation loads val_dataloader(), then the first every n epochs after the last)
             on_train_epoch_start
-            for each batch (a resumed run skips the consumed ones at the sampler):
+            for each batch (a resumed run skips the consumed ones at the sampler; a batch of None
+            is warned of and gets on_train_batch_end(outputs=None) only):
                 on_train_batch_start
                 strategy.no_backward_sync() held from an accumulation group's first
                 micro-batch until its last one starts (no gradient sync until then)
@@ -277,6 +279,15 @@ class FitLoop:
                     samples += size  # published to trainer.samples_seen at the logging cadence and the epoch's end
                     if transfer is not None:
                         batch = transfer(batch, 0)
+                    if batch is None:  # Lightning's: a warning, no step, and on_train_batch_end(outputs=None)
+                        warnings.warn("train_dataloader yielded None. If this was on purpose, ignore this warning...",
+                                      stacklevel=2)
+                        state.batch_in_epoch = batch_idx + 1
+                        for fn in batch_end:
+                            fn(trainer, model, None, batch, batch_idx)
+                        if val_every and (val_before + batch_idx + 1) % val_every == 0:
+                            self._validate()
+                        continue
                     if training_step is None:  # picked at the epoch's first batch
                         training_step = self._training_step(batch, stepper)
                     if batch_start and -1 in [fn(trainer, model, batch, batch_idx) for fn in batch_start]:
@@ -290,12 +301,7 @@ class FitLoop:
                         elif first and sized:  # unsized: the epoch may end in a group, so all sync
                             no_sync.enter_context(strategy.no_backward_sync())
 
-                    try:
-                        output = training_step(batch, batch_idx)
-                    except Exception as err:  # costs nothing until a step fails
-                        if batch is None:
-                            raise none_batch("The training loader", batch_idx, "training_step", err) from err
-                        raise
+                    output = training_step(batch, batch_idx)
                     if stepper is not None:  # stepped by hand (or LBFGS's closure did); a batch that stepped counts one
                         loss, completes = stepper.end_batch(output)
                     else:
