@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from trainer._version import __version__
 from trainer.checkpoint import files as ckpt_io
-from trainer.data.rng import generator_states, rng_state
+from trainer.data.rng import generator_states, loader_state, rng_state
 from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import load_good
@@ -264,6 +264,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
     # During a stop's own validation: the state from before it, which the validation puts back when it ends.
     local_rng = dict(run.training_rng) if run.training_rng is not None else rng_state()
     local_rng["loader"] = generator_states(run.epoch_loader)  # a DataLoader(generator=g)
+    local_rng["loader_state"] = loader_state(run.epoch_loader)  # a Stateful loader's own position
     rng = strategy.gather_objects(local_rng)
     start = run.epoch_start
     if batch == 0 and start:  # the next epoch draws from "rng"; only a DistributedSampler's seed carries over
