@@ -36,7 +36,7 @@ from trainer.data.batches import SkipBatches, in_lockstep, loader_length, rebuil
 from trainer.data.fetch import Fetching, batches
 from trainer.data.rng import (
     check_resumable, epoch_start_state, seeded_sampler, set_epoch, set_epoch_start_state, set_generator_states,
-    set_rng_state,
+    set_rng_state, stateful,
 )
 
 log = logging.getLogger("trainer")
@@ -160,6 +160,12 @@ def skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: bo
     if stream:  # its order is the dataset's own: the same batches come again, and are dropped
         log.info("Resuming mid-epoch: drawing the %d consumed batches of the IterableDataset again, and dropping them.",
                  n)
+    elif n < (loader_length(loader) or math.inf) and stateful(loader):  # a checkpoint of another loader
+        warnings.warn(
+            f"The checkpoint holds no state of this {type(loader).__name__}, which has state_dict/load_state_dict "
+            f"(was it saved with another loader?): its {n} consumed batches are loaded again and dropped.",
+            stacklevel=3,
+        )
     elif n < (loader_length(loader) or math.inf):  # (a checkpoint saved at the epoch's end leaves nothing to skip)
         warnings.warn(
             "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not "

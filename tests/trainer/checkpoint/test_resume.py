@@ -763,3 +763,14 @@ def test_a_resume_at_the_end_of_a_plain_iterables_epoch_does_not_warn(tmp_path):
         warnings.simplefilter("always")
         Trainer(**quiet(max_epochs=1)).fit(Classifier(), Batches6(), ckpt_path=tmp_path / "epoch=0-step=6.ckpt")
     assert not [w for w in caught if "resuming from a checkpoint" in str(w.message)]
+
+
+def test_a_stateful_loader_resumed_from_a_checkpoint_without_its_state_says_so(tmp_path):
+    saves = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1)
+    Trainer(**quiet(max_epochs=1, callbacks=[saves])).fit(Classifier(), Batches6())  # a plain iterable's checkpoint
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(**quiet(max_epochs=1)).fit(Classifier(), StatefulBatches6(), ckpt_path=tmp_path / "epoch=0-step=2.ckpt")
+    messages = [str(w.message) for w in caught]
+    assert any("The checkpoint holds no state of this StatefulBatches6" in m for m in messages)
+    assert not any("resuming from a checkpoint that ended before" in m for m in messages)
