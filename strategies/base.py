@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -65,6 +65,8 @@ class Strategy:
         self.module: nn.Module | None = None  # the user's TrainModule, unwrapped
         # Set by Trainer(sync_batchnorm=True): BatchNorm statistics over all processes' batches.
         self.sync_batchnorm = False
+        #: Lightning's: the fit's optimizers, in ``configure_optimizers``' order (set as fit builds them)
+        self.optimizers: list[torch.optim.Optimizer] = []
 
     @property
     def is_global_zero(self) -> bool:
@@ -255,8 +257,19 @@ class Strategy:
         """The optimizer's state as the checkpoint holds it: torch's own form, keyed by position."""
         return optimizer.state_dict()
 
-    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-        """Load a state keyed by position, or by parameter name (as an fsdp checkpoint holds it)."""
+    @property
+    def lightning_restore_optimizer(self) -> bool:
+        """Lightning's switch: False when the strategy restores the optimizers and schedulers
+        itself, and a resumed fit leaves them as ``configure_optimizers`` built them."""
+        return True
+
+    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
+        """Lightning's: the checkpoint's ``optimizer_states`` into :attr:`optimizers`, in order."""
+        for optimizer, state in zip(self.optimizers, checkpoint.get("optimizer_states") or ()):
+            self.load_optimizer_state(optimizer, state)
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Load one optimizer's state keyed by position, or by parameter name (as an fsdp checkpoint holds it)."""
         optimizer.load_state_dict(optimizer_state_by_position(state, optimizer, self.module))
 
     def save_checkpoint(

@@ -355,7 +355,7 @@ class FSDPStrategy(DDPStrategy):
             state["state"] = {name: per_param for name, per_param in state["state"].items() if per_param}
         return state
 
-    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         by_name = optimizer_state_by_name(state, optimizer, self.module)  # a ddp or single run's checkpoint too
         self._set_optimizer_state(optimizer, by_name, StateDictOptions(full_state_dict=True))
 

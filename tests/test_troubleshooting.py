@@ -170,6 +170,9 @@ def _situations(tmp: Path) -> dict[str, list]:
         ],
         "A loader yields `None` (a `__getitem__` or `collate_fn` that gave up on a sample)": [
             _fit(data=DataLoader(NoneAtBatch5(), batch_size=1, collate_fn=lambda b: b[0])),
+            lambda: Trainer(**quiet()).validate(
+                Classifier(), [loader(16), DataLoader(NoneAtBatch5(), batch_size=1, collate_fn=lambda b: b[0])],
+                verbose=False),
         ],
         "`callbacks=[...]` holds something else": [lambda: Trainer(callbacks=[object()]), _lightning_callback],
         "NaN or Inf loss": [_fit(NaNLoss(), log_every_n_steps=1)],

@@ -290,12 +290,25 @@ def _none_loader(bad: int) -> DataLoader:
     return DataLoader(NoneAt(bad), batch_size=None)
 
 
-def test_a_training_loader_that_yields_none_names_the_loader_the_batch_and_what_the_step_got():
-    with pytest.raises(TypeError, match=r"The training loader yielded None as batch 5, so training_step received "
-                                        r"batch=None \(batch_idx=5\) and raised TypeError: cannot unpack non-iterable "
-                                        r"NoneType object\. The Dataset's __getitem__ or the DataLoader's collate_fn returned None") as info:
-        Trainer(**quiet(max_epochs=1)).fit(Classifier(), _none_loader(5))
-    assert isinstance(info.value.__cause__, TypeError)  # the step's own error, with its traceback, is kept
+def test_a_training_loader_that_yields_none_skips_that_batch_with_lightnings_warning():
+    seen = []
+
+    class Seen(Classifier):
+        def training_step(self, batch, batch_idx):
+            seen.append(batch_idx)
+            return super().training_step(batch, batch_idx)
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            seen.append((batch_idx, outputs is None))
+
+    model = Seen()
+    before = [p.clone() for p in model.parameters()]
+    with pytest.warns(UserWarning, match=r"train_dataloader yielded None\. If this was on purpose, ignore this warning"):
+        trainer = Trainer(**quiet(max_epochs=1, limit_train_batches=3))
+        trainer.fit(model, _none_loader(1))
+    assert seen == [0, (0, False), (1, True), 2, (2, False)]  # no step for batch 1, and its outputs are None
+    assert trainer.global_step == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
 def test_an_evaluation_loader_that_yields_none_names_which_of_several():

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from trainer._version import __version__
 from trainer.checkpoint import files as ckpt_io
-from trainer.data.rng import generator_states, rng_state
+from trainer.data.rng import generator_states, loader_state, rng_state
 from trainer.checkpoint import layout
 from trainer.checkpoint.files import CheckpointError
 from trainer.checkpoint.paths import load_good
@@ -180,13 +180,14 @@ def restore(trainer: Trainer, run: Run, ckpt: dict[str, Any]) -> None:
                             f"You restored a checkpoint with current_epoch={trainer.current_epoch}, but you have set "
                             f"Trainer(max_epochs={trainer.max_epochs}).")
     trainer.state.batch_in_epoch = _batch_position(loop, trainer.strategy.world_size)
-    check_optimizers_fit(ckpt, opt.optimizers)  # after BaseFinetuning put its param groups back
-    if "sharded" not in ours:  # a sharded folder's optimizer states were read with the weights
-        _load_states("optimizer", opt.optimizers, ckpt, "optimizer_states", strategy.load_optimizer_state_dict)
-    _load_states(
-        "scheduler", [s.scheduler for s in opt.schedulers], ckpt, "lr_schedulers",
-        lambda sched, state: sched.load_state_dict(state),
-    )
+    if strategy.lightning_restore_optimizer:  # else the strategy restores them itself (Lightning's switch)
+        check_optimizers_fit(ckpt, opt.optimizers)  # after BaseFinetuning put its param groups back
+        if "sharded" not in ours:  # a sharded folder's optimizer states were read with the weights
+            _check_count("optimizer", len(opt.optimizers), ckpt, "optimizer_states")
+            strategy.load_optimizer_state_dict(ckpt)
+        _check_count("scheduler", len(opt.schedulers), ckpt, "lr_schedulers")
+        for config, state in zip(opt.schedulers, ckpt.get("lr_schedulers") or []):
+            config.scheduler.load_state_dict(state)
     run.callback_metrics.update(ours.get("metrics", {}))
 
 
@@ -240,18 +241,14 @@ def evaluate_checkpoint(trainer: Trainer, run: Run, path: str | None) -> None:
         log.info("Evaluating %s (step %d, epoch %d).", path, loop.get("global_step", 0), loop.get("epoch", 0))
 
 
-def _load_states(
-    kind: str, objects: list[Any], ckpt: dict[str, Any], key: str, load: Callable[[Any, Any], None]
-) -> None:
-    """Load each optimizer's (or scheduler's) state, in ``configure_optimizers``' order."""
+def _check_count(kind: str, count: int, ckpt: dict[str, Any], key: str) -> None:
+    """The checkpoint's optimizer (or scheduler) states are as many as ``configure_optimizers`` returns."""
     states = ckpt.get(key) or []
-    if states and len(states) != len(objects):
+    if states and len(states) != count:
         raise ValueError(
             f"The checkpoint holds {len(states)} {kind} state(s), and configure_optimizers() now returns "
-            f"{len(objects)} {kind}(s). Resume with the same optimizers and schedulers it was trained with."
+            f"{count} {kind}(s). Resume with the same optimizers and schedulers it was trained with."
         )
-    for obj, state in zip(objects, states):
-        load(obj, state)
 
 
 def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
@@ -267,6 +264,7 @@ def capture(trainer: Trainer, run: Run, tensors: bool = True) -> dict[str, Any]:
     # During a stop's own validation: the state from before it, which the validation puts back when it ends.
     local_rng = dict(run.training_rng) if run.training_rng is not None else rng_state()
     local_rng["loader"] = generator_states(run.epoch_loader)  # a DataLoader(generator=g)
+    local_rng["loader_state"] = loader_state(run.epoch_loader)  # a Stateful loader's own position
     rng = strategy.gather_objects(local_rng)
     start = run.epoch_start
     if batch == 0 and start:  # the next epoch draws from "rng"; only a DistributedSampler's seed carries over

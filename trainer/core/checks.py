@@ -11,7 +11,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from trainer.core.exceptions import misconfigured
+from trainer.core.exceptions import PossibleUserWarning, misconfigured
 from trainer.core.module import TrainModule, overridden
 
 
@@ -315,3 +315,15 @@ def check_barebones(o: dict[str, Any]) -> None:
         why = (f"{what} can impact raw speed so it is disabled in barebones mode." if what else
                "Development run is not meant for raw speed evaluation so it is disabled in barebones mode.")
         raise ValueError(f"`Trainer(barebones=True, {name}={value!r})` was passed. {why} Drop one of the two.")
+
+
+def warn_eval_modules(model: nn.Module) -> None:
+    """Lightning's warning at the start of training: submodules left in eval mode (a frozen
+    BatchNorm, say) stay so while the rest trains, which is often, not always, a mistake."""
+    frozen = [name for name, module in model.named_modules() if not module.training]
+    if frozen:
+        warnings.warn(
+            f"Found {len(frozen)} module(s) in eval mode at the start of training. This may lead to unexpected "
+            f"behavior during training. If this is intentional, you can ignore this warning. ({', '.join(frozen[:5])}"
+            f"{', ...' if len(frozen) > 5 else ''})", PossibleUserWarning, stacklevel=user_stacklevel(),
+        )

@@ -30,12 +30,13 @@ from typing import Any, Callable, Iterator
 import torch
 
 from trainer.core.datamodule import DataModule
+from trainer.core.exceptions import PossibleUserWarning
 from trainer.core.module import overridden
-from trainer.data.batches import SkipBatches, in_lockstep, rebuild_loader
+from trainer.data.batches import SkipBatches, in_lockstep, loader_length, rebuild_loader
 from trainer.data.fetch import Fetching, batches
 from trainer.data.rng import (
     check_resumable, epoch_start_state, seeded_sampler, set_epoch, set_epoch_start_state, set_generator_states,
-    set_rng_state,
+    set_rng_state, stateful,
 )
 
 log = logging.getLogger("trainer")
@@ -116,9 +117,12 @@ class BatchPipeline:
             if start.then is not None:
                 start.then()
 
-        if start.batch == 0:
+        own_state = rng.get("loader_state")
+        if start.batch == 0 or own_state is not None:  # a Stateful loader goes on from the state it saved
+            if start.batch:
+                loader.load_state_dict(own_state)
             put_back_rng()
-            self.epoch_start = epoch_start_state(loader)
+            self.epoch_start = epoch_start_state(loader) if not start.batch else start.epoch_start
             return batches(loader, self.fetching)
         # Re-create the interrupted epoch's order, skip what it consumed, then continue its RNG.
         set_epoch_start_state(loader, start.epoch_start)
@@ -156,11 +160,20 @@ def skip(loader: Any, n: int, after: Callable[[], None] | None = None, fetch: bo
     if stream:  # its order is the dataset's own: the same batches come again, and are dropped
         log.info("Resuming mid-epoch: drawing the %d consumed batches of the IterableDataset again, and dropping them.",
                  n)
-    else:
+    elif n < (loader_length(loader) or math.inf) and stateful(loader):  # a checkpoint of another loader
         warnings.warn(
-            f"Resuming mid-epoch: cannot skip the {n} consumed batches at the sampler of this "
-            f"{type(loader).__name__}, so they are loaded and dropped. Use a plain torch DataLoader to avoid that.",
+            f"The checkpoint holds no state of this {type(loader).__name__}, which has state_dict/load_state_dict "
+            f"(was it saved with another loader?): its {n} consumed batches are loaded again and dropped.",
             stacklevel=3,
+        )
+    elif n < (loader_length(loader) or math.inf):  # (a checkpoint saved at the epoch's end leaves nothing to skip)
+        warnings.warn(
+            "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not "
+            "resumable. This can cause unreliable results if further training is done. Consider using an "
+            "end-of-epoch checkpoint or make your dataloader resumable by implementing the `state_dict` / "
+            f"`load_state_dict` interface. (The {n} consumed batches of this {type(loader).__name__} are loaded "
+            "again and dropped: the same ones only if it yields the same batches each pass. A torch DataLoader "
+            "resumes exactly.)", PossibleUserWarning, stacklevel=3,
         )
     it = iter(loader)
     for _ in range(n):

@@ -121,3 +121,14 @@ def check_resumable(loader: Any, batch: int, epoch: int) -> None:
             "(ModelCheckpoint's default), or join the datasets into one loader (torch.utils.data.ConcatDataset), "
             "whose mid-epoch resume is exact."
         )
+
+
+def loader_state(loader: Any) -> Any:
+    """A Lightning ``Stateful`` loader's own position (``state_dict()``, which ``load_state_dict``
+    takes back): None for any other loader, which a mid-epoch resume skips into instead."""
+    return loader.state_dict() if stateful(loader) else None
+
+
+def stateful(loader: Any) -> bool:
+    """Whether ``loader`` has Lightning's ``Stateful`` interface (``state_dict``/``load_state_dict``)."""
+    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))

@@ -75,6 +75,8 @@ def train_epoch(loop: FitLoop, sink: MetricSink) -> bool:
         state.batch_in_epoch += feed.fetched - fetched
         fetched = feed.fetched
         run.is_last_batch = feed.done
+        if feed.done:  # as in fit's own loop: before on_train_batch_end
+            steps.step_epoch_schedulers(plateau=False)
         due = bool(val_every) and (feed.done or (val_before + feed.batch_idx + 1) % val_every == 0)
         if batch_end:
             outputs = step_outputs(output, 1)
@@ -86,6 +88,7 @@ def train_epoch(loop: FitLoop, sink: MetricSink) -> bool:
         if due or val_every and state.should_stop and loop.stops.can_stop_early():
             run.val_pending = False
             loop._validate(keep_rng=not due)
+        steps.step_plateau_schedulers()
         if (
             state.global_step >= max_steps
             or (state.global_step % sync_every == 0 if sync_every else state.should_stop or run.signals.received)

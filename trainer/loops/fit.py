@@ -7,11 +7,12 @@ import contextlib
 import logging
 import math
 import signal
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from trainer.core.checks import bad_loss, loss_of, none_batch
+from trainer.core.checks import bad_loss, loss_of, warn_eval_modules
 from trainer.checkpoint.paths import resolve_ckpt_path
 from trainer.checkpoint.training_state import Resume, read_for_fit
 from trainer.core.signals import Interrupted
@@ -64,13 +65,14 @@ class FitLoop:
         sanity check: on_sanity_check_start, val_dataloader(), num_sanity_val_steps validation
             batches with their hooks, on_sanity_check_end; the RNG left as it was
         if max_epochs or max_steps is reached already (a second fit): on_fit_end, and no more
-        on_train_start
+        on_train_start (after a PossibleUserWarning if submodules are in eval mode)
         for each epoch until max_epochs, max_steps or a stop request (honoured once
         min_epochs and min_steps are met):
             every reload_dataloaders_every_n_epochs epochs: train_dataloader() again (the first
                 validation loads val_dataloader(), then the first every n epochs after the last)
             on_train_epoch_start
-            for each batch (a resumed run skips the consumed ones at the sampler):
+            for each batch (a resumed run skips the consumed ones at the sampler; a batch of None
+            is warned of and gets on_train_batch_end(outputs=None) only):
                 on_train_batch_start
                 strategy.no_backward_sync() held from an accumulation group's first
                 micro-batch until its last one starts (no gradient sync until then)
@@ -82,7 +84,7 @@ class FitLoop:
                 if the group is complete:
                     unscale, on_before_optimizer_step, clip (or the model's configure_gradient_clipping),
                     optimizer step (or the model's optimizer_step)
-                    scheduler step (interval="step")
+                    scheduler step (interval="step"; at the epoch's last batch, interval="epoch" too)
                     at step 1 and every log_every_n_steps steps: NaN/Inf loss check
                 (manual optimization: training_step runs its own backward passes and steps,
                 and the loop none of the above from zero_grad; each optimizer step counts
@@ -91,15 +93,15 @@ class FitLoop:
                 every log_every_n_steps-th step: on_train_log (the loggers' row, at the step before)
                 validation loop after every val_check_interval-th batch (counted across epochs
                     when check_val_every_n_epoch=None; the epoch's last one by default), or on
-                    should_stop once min_epochs/min_steps are met
+                    should_stop once min_epochs/min_steps are met; then ReduceLROnPlateau (interval="step")
                 stop on max_steps, should_stop, or SIGTERM/SIGINT (saves last.ckpt)
             (an unsized loader that ran out inside an accumulation group: optimizer step)
             if the epoch was cut short: save last.ckpt, stop
             epoch means of self.log values
             (an unsized loader: the validation loop if check_val_every_n_epoch is due)
-            on_train_epoch_end: the callbacks, the model, scheduler step (interval="epoch"),
-                ModelCheckpoint and EarlyStopping, the loggers' writer; what each logs joins
-                the epoch means
+            on_train_epoch_end: the callbacks, the model, ModelCheckpoint and EarlyStopping, the
+                loggers' writer; what each logs joins the epoch means; then the ReduceLROnPlateau
+                schedulers of interval="epoch"
         on_train_end
         on_fit_end
         teardown("fit")                           (fit_stage, through run.stage_hooks)
@@ -123,6 +125,7 @@ class FitLoop:
         check_manual(trainer, model, len(opt.optimizers))
         run.optimizer, run.lr_scheduler = opt.optimizer, opt.scheduler
         run.optimizers, run.lr_schedulers = list(opt.optimizers), [s.scheduler for s in opt.schedulers]
+        trainer.strategy.optimizers = list(opt.optimizers)  # Lightning's strategy.optimizers
         self.steps = StepSequence(trainer, run, model)  # the events around a step, in order; the fast ones picked
         run.manual = self.steps.manual
         self.resume = Resume.load(trainer, run, resume_from)
@@ -168,11 +171,15 @@ class FitLoop:
             if stops.done() or trainer.limit_train_batches == 0:  # or a second fit of a finished run: nothing to train
                 hooks.call("on_fit_end", trainer, model)
                 return
+            if trainer.is_global_zero:
+                warn_eval_modules(model)
             publisher.train_start()  # on_train_start
             while not stops.done():
                 self.train_loader = self._loaders.train_now()  # again every reload_dataloaders_every_n_epochs
                 run.train_sink = sink = publisher.epoch_sink()
                 previous_sink = set_sink(sink)
+                # a checkpoint saved at the epoch's last batch (its schedulers stepped) resumes past all its batches
+                self.steps.epoch_stepped = state.batch_in_epoch >= trainer.num_training_batches
                 try:
                     hooks.call("on_train_epoch_start", trainer, model)
                     cut_short = self._train_epoch(sink)
@@ -201,19 +208,16 @@ class FitLoop:
         trainer, run, hooks = self.trainer, self.run, self.run.hooks
         sink = run.train_sink
         run.epoch_complete = True  # a checkpoint taken from here on resumes at the next epoch
+        self.steps.step_epoch_schedulers(plateau=False)  # unless its last batch did
         self.publisher.publish_epoch_means(sink)
         if self._epoch_val_due() and trainer.num_training_batches == math.inf:  # unsized: its last batch is known now
             self._validate()
         self._batches_before += trainer.state.batch_in_epoch
-        fns, monitors = hooks.on_train_epoch_end, hooks.epoch_end_monitors
         previous = set_sink(sink.open_epoch_end())  # what the hooks log: epoch values
         try:
-            for i, fn in enumerate(fns):
-                if i == monitors:
-                    run.opt.step_schedulers("epoch", run.callback_metrics, trainer.current_epoch + 1)
+            for fn in hooks.on_train_epoch_end:
                 self._epoch_end_hook(fn, sink)
-            if len(fns) <= monitors:  # no monitoring callback
-                run.opt.step_schedulers("epoch", run.callback_metrics, trainer.current_epoch + 1)
+            self.steps.step_epoch_schedulers(plateau=True)
         finally:
             set_sink(previous)
             sink.reset_metrics()  # after the hooks, whose compute() saw the epoch (Lightning's order)
@@ -252,6 +256,8 @@ class FitLoop:
         batch_start, batch_end, signals = run.hooks.on_train_batch_start, run.hooks.on_train_batch_end, run.signals
         steps, optimizer, accumulate = self.steps, run.opt.optimizer, trainer.accumulate_grad_batches
         stepper, zero_grad = steps.stepper, steps.zero_grad
+        epoch_schedulers = run.opt.steps_at("epoch")
+        plateau_steps = run.opt.automatic and run.opt.needs_metric_at("step")
         backward_batch, step_batch = steps.backward_batch, steps.step_batch  # picked once per fit (step.py)
         transfer = batch_transfer(model, strategy, trainer.datamodule)  # None unless a transfer hook is overridden
         max_steps = math.inf if trainer.max_steps in (None, -1) else trainer.max_steps
@@ -273,6 +279,15 @@ class FitLoop:
                     samples += size  # published to trainer.samples_seen at the logging cadence and the epoch's end
                     if transfer is not None:
                         batch = transfer(batch, 0)
+                    if batch is None:  # Lightning's: a warning, no step, and on_train_batch_end(outputs=None)
+                        warnings.warn("train_dataloader yielded None. If this was on purpose, ignore this warning...",
+                                      stacklevel=2)
+                        state.batch_in_epoch = batch_idx + 1
+                        for fn in batch_end:
+                            fn(trainer, model, None, batch, batch_idx)
+                        if val_every and (val_before + batch_idx + 1) % val_every == 0:
+                            self._validate()
+                        continue
                     if training_step is None:  # picked at the epoch's first batch
                         training_step = self._training_step(batch, stepper)
                     if batch_start and -1 in [fn(trainer, model, batch, batch_idx) for fn in batch_start]:
@@ -286,12 +301,7 @@ class FitLoop:
                         elif first and sized:  # unsized: the epoch may end in a group, so all sync
                             no_sync.enter_context(strategy.no_backward_sync())
 
-                    try:
-                        output = training_step(batch, batch_idx)
-                    except Exception as err:  # costs nothing until a step fails
-                        if batch is None:
-                            raise none_batch("The training loader", batch_idx, "training_step", err) from err
-                        raise
+                    output = training_step(batch, batch_idx)
                     if stepper is not None:  # stepped by hand (or LBFGS's closure did); a batch that stepped counts one
                         loss, completes = stepper.end_batch(output)
                     else:
@@ -309,6 +319,8 @@ class FitLoop:
                     state.batch_in_epoch = batch_idx + 1
                     if completes and stepper is None:  # unscale, hooks, clip, step, count
                         step_batch(optimizer, loss)
+                    if batch_idx + 1 == limit and epoch_schedulers:  # Lightning's: before on_train_batch_end
+                        steps.step_epoch_schedulers(plateau=False)
                     due = val_every and (val_before + batch_idx + 1) % val_every == 0
                     if batch_end:  # Lightning's outputs: {"loss": the loss, detached, ...}
                         outputs = {"loss": output.detach()} if type(output) is tensor and accumulate == 1 else (
@@ -322,6 +334,8 @@ class FitLoop:
                     if due or val_every and state.should_stop and self.stops.can_stop_early():
                         run.val_pending = False  # Lightning's _should_check_val_fx: after on_train_batch_end
                         self._validate(keep_rng=not due)
+                    if completes and plateau_steps:  # on the step's values, after its validation (Lightning's)
+                        steps.step_plateau_schedulers()
                     if completes and (
                         state.global_step >= max_steps
                         or (state.global_step % sync_every == 0 if sync_every

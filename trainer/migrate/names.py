@@ -104,6 +104,7 @@ NAMES: dict[str, str] = {
     "lightning.pytorch.utilities.seed.isolate_rng": "trainer.utilities.seed.isolate_rng",
     "lightning.pytorch.utilities.compile.from_compiled": "trainer.utilities.compile.from_compiled",
     "lightning.pytorch.utilities.compile.to_uncompiled": "trainer.utilities.compile.to_uncompiled",
+    "lightning.pytorch.utilities.types.LRSchedulerConfig": "trainer.utilities.types.LRSchedulerConfig",
     "lightning.pytorch.utilities.find_shared_parameters": "trainer.utilities.find_shared_parameters",
     "lightning.pytorch.utilities.set_shared_parameters": "trainer.utilities.set_shared_parameters",
     "lightning.pytorch.utilities.is_picklable": "trainer.utilities.is_picklable",

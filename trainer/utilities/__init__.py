@@ -14,10 +14,11 @@ from trainer.utilities.parameter_tying import find_shared_parameters, set_shared
 from trainer.utilities.parsing import is_picklable
 from trainer.utilities.seed import isolate_rng
 from trainer.utilities.throughput import Throughput, measure_flops
+from trainer.utilities.types import LRSchedulerConfig
 from trainer.utilities.warnings import PossibleUserWarning, disable_possible_user_warnings
 
 __all__ = [
-    "AttributeDict", "PossibleUserWarning", "Throughput", "disable_possible_user_warnings", "find_shared_parameters",
-    "grad_norm", "is_picklable", "isolate_rng", "measure_flops", "rank_zero_info", "rank_zero_only", "rank_zero_warn",
-    "recursive_detach", "set_shared_parameters",
+    "AttributeDict", "LRSchedulerConfig", "PossibleUserWarning", "Throughput", "disable_possible_user_warnings",
+    "find_shared_parameters", "grad_norm", "is_picklable", "isolate_rng", "measure_flops", "rank_zero_info",
+    "rank_zero_only", "rank_zero_warn", "recursive_detach", "set_shared_parameters",
 ]

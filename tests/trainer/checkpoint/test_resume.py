@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ from tests._models import Classifier, dataset, loader, quiet
 from tests.conftest import requires_cuda
 from trainer import Interrupted, Trainer, seed_everything
 from trainer.core.signals import StopSignals
+from trainer.checkpoint import layout
 
 SCRIPT = str(Path(__file__).with_name("_resume_script.py"))
 DDP = ["--strategy", "ddp", "--devices", "2"]
@@ -488,7 +490,7 @@ def test_resume_with_a_dataloader_subclass_skips_by_loading_and_is_bit_exact():
     class MyLoader(DataLoader):
         pass
 
-    with pytest.warns(UserWarning, match="cannot skip the 3 consumed batches at the sampler of this MyLoader"):
+    with pytest.warns(UserWarning, match="The 3 consumed batches of this MyLoader are loaded again and dropped"):
         assert_resumes_exactly(("batch_end", 4), loader_cls=MyLoader)
 
 
@@ -699,3 +701,76 @@ def test_last_takes_the_latest_fits_checkpoint_even_when_an_older_runs_file_is_n
 
     assert start.step == 4
     assert trainer.run_dir.endswith(os.path.join("lightning_logs", "version_1"))  # carries on in its own folder
+
+
+class Batches6:
+    """A plain iterable of 6 batches (no sampler to skip at); ``Stateful`` adds Lightning's interface."""
+
+    def __init__(self) -> None:
+        x, y = dataset(48).tensors
+        self.batches, self.index = list(zip(x.split(8), y.split(8))), 0
+
+    def __iter__(self):
+        while self.index < len(self.batches):
+            self.index += 1
+            yield self.batches[self.index - 1]
+        self.index = 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class StatefulBatches6(Batches6):
+    def state_dict(self):
+        return {"index": self.index}
+
+    def load_state_dict(self, state):
+        self.index = state["index"]
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_a_mid_epoch_resume_of_a_plain_iterable_warns_as_lightning_unless_it_is_stateful(tmp_path, stateful):
+    from trainer.core.exceptions import PossibleUserWarning
+
+    data = StatefulBatches6() if stateful else Batches6()
+    saves = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1)
+    Trainer(**quiet(max_epochs=1, callbacks=[saves])).fit(Classifier(), data)
+    saved = torch.load(tmp_path / "epoch=0-step=2.ckpt", weights_only=False)
+
+    class Seen(Classifier):
+        first: list[float] = []
+
+        def training_step(self, batch, batch_idx):
+            self.first.append(float(batch[0][0, 0]))
+            return super().training_step(batch, batch_idx)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(**quiet(max_epochs=1)).fit(Seen(), data, ckpt_path=tmp_path / "epoch=0-step=2.ckpt")
+    lightnings = [w for w in caught if "resuming from a checkpoint that ended before the epoch ended" in str(w.message)]
+    assert [w.category for w in lightnings] == ([] if stateful else [PossibleUserWarning])
+    expected = [float(b[0][0, 0]) for b in data.batches]
+    if stateful:  # it goes on from the position it saved (what its iterator had handed out by then)
+        assert Seen.first == expected[layout.ours(saved)["rng"][0]["loader_state"]["index"]:]
+    else:  # the 2 consumed batches drawn again and dropped
+        assert Seen.first == expected[2:]
+
+
+def test_a_resume_at_the_end_of_a_plain_iterables_epoch_does_not_warn(tmp_path):
+    saves = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1)
+    Trainer(**quiet(max_epochs=1, callbacks=[saves])).fit(Classifier(), Batches6())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(**quiet(max_epochs=1)).fit(Classifier(), Batches6(), ckpt_path=tmp_path / "epoch=0-step=6.ckpt")
+    assert not [w for w in caught if "resuming from a checkpoint" in str(w.message)]
+
+
+def test_a_stateful_loader_resumed_from_a_checkpoint_without_its_state_says_so(tmp_path):
+    saves = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1)
+    Trainer(**quiet(max_epochs=1, callbacks=[saves])).fit(Classifier(), Batches6())  # a plain iterable's checkpoint
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(**quiet(max_epochs=1)).fit(Classifier(), StatefulBatches6(), ckpt_path=tmp_path / "epoch=0-step=2.ckpt")
+    messages = [str(w.message) for w in caught]
+    assert any("The checkpoint holds no state of this StatefulBatches6" in m for m in messages)
+    assert not any("resuming from a checkpoint that ended before" in m for m in messages)

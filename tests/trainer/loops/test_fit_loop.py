@@ -312,3 +312,69 @@ def test_a_scaled_manual_optimization_ends_with_the_weights_of_an_unscaled_one()
     assert trainer.scaler.get_scale() == 2.0**16  # no overflow, and growth waits 2000 steps
     for a, b in zip(scaled.state_dict().values(), plain.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_a_submodule_left_in_eval_mode_is_warned_about_and_stays_in_eval_mode():
+    model = Classifier()
+    model.net[2].eval()  # the Dropout, frozen on purpose or by mistake
+    seen = []
+
+    class Modes(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(pl_module.net[2].training)
+
+    from trainer.core.exceptions import PossibleUserWarning
+    with pytest.warns(PossibleUserWarning, match=r"Found 1 module\(s\) in eval mode at the start of training.*net\.2"):
+        Trainer(max_epochs=1, limit_train_batches=2, callbacks=[Modes()], **quiet()).fit(model, loader(32))
+    assert seen == [False, False]
+
+
+def test_a_model_whose_modules_all_train_gets_no_eval_mode_warning(recwarn):
+    Trainer(max_epochs=1, limit_train_batches=2, **quiet()).fit(Classifier(), loader(32))
+    assert not [w for w in recwarn if "eval mode" in str(w.message)]
+
+
+class StepLRModel(Classifier):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=1.0)
+        return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)]
+
+
+def test_epoch_schedulers_step_at_the_last_batch_so_a_checkpoint_there_holds_them_and_resumes_exactly(tmp_path):
+    from callbacks import ModelCheckpoint
+
+    torch.manual_seed(0)
+    whole = StepLRModel()
+    start = {k: v.clone() for k, v in whole.state_dict().items()}
+    Trainer(max_epochs=3, **quiet()).fit(whole, loader(64))  # 4 batches an epoch
+
+    torch.manual_seed(0)
+    first = StepLRModel()
+    first.load_state_dict(start)
+    saves = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1, save_on_train_epoch_end=False)
+    Trainer(max_epochs=1, **quiet(callbacks=[saves])).fit(first, loader(64))
+    ckpt = torch.load(tmp_path / "epoch=0-step=4.ckpt", weights_only=False)  # saved in on_train_batch_end
+    assert ckpt["lr_schedulers"][0]["_last_lr"] == [0.5]  # stepped before it, as in Lightning
+
+    resumed = StepLRModel()
+    trainer = Trainer(max_epochs=3, **quiet())
+    trainer.fit(resumed, loader(64), ckpt_path=tmp_path / "epoch=0-step=4.ckpt")
+    assert trainer.lr_scheduler_configs[0].scheduler.get_last_lr() == [0.125]  # stepped once per epoch, not twice
+    for key, value in whole.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+
+
+def test_a_plateau_scheduler_per_step_steps_after_the_validation_that_follows_the_step(tmp_path):
+    seen = []
+
+    class Plateau(Classifier):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+            return [opt], [{"scheduler": sched, "interval": "step", "monitor": "train_loss"}]
+
+        def on_validation_end(self):
+            seen.append(self.trainer.lr_scheduler_configs[0].scheduler.last_epoch)
+
+    Trainer(max_epochs=1, val_check_interval=2, **quiet()).fit(Plateau(), loader(64), loader(16))
+    assert seen == [0, 1, 3]  # the sanity check, then the validations after steps 2 and 4: the steps before

@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 
 from trainer.core.exceptions import MisconfigurationException, misconfigured
 from trainer.core.module import overridden
+from trainer.utilities.types import LRSchedulerConfig
 
 _INTERVALS = ("epoch", "step")
 _SHAPES = (
@@ -26,46 +27,35 @@ _SHAPES = (
 )
 
 
-@dataclass
-class SchedulerConfig:
-    scheduler: Any
-    interval: str = "epoch"
-    monitor: str | None = None
-    name: str | None = None  # Lightning's: LearningRateMonitor's key for it
-    frequency: int = 1  # Lightning's: stepped at every frequency-th batch of the epoch ("step") or epoch
-    strict: bool = True  # Lightning's: a monitor not logged is an error; False: a warning, and no step
-
-    @property
-    def needs_metric(self) -> bool:
-        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-
-    def step(self, metrics: dict[str, float], own_step: Callable[[Any, Any], None] | None = None) -> None:
-        """Step the scheduler; ``own_step`` is the model's ``lr_scheduler_step(scheduler, metric)``."""
-        if not self.needs_metric and (own_step is None or self.monitor is None):
-            if own_step is None:
-                self.scheduler.step()
-            else:
-                own_step(self.scheduler, None)
-            return
-        if self.monitor not in metrics:
-            if not self.strict:
-                warnings.warn(
-                    f"ReduceLROnPlateau conditioned on metric {self.monitor} which is not available but strict is set "
-                    "to `False`. Skipping learning rate update.", RuntimeWarning, stacklevel=2,
-                )
-                return
-            raise misconfigured(
-                f"lr_scheduler monitor={self.monitor!r} was not logged. Logged metrics: {sorted(metrics) or 'none'}. "
-                f"Log it with self.log({self.monitor!r}, value), "
-                "or give the scheduler dict 'strict': False to skip the step.",
-                f"ReduceLROnPlateau conditioned on metric {self.monitor} which is not available. "
-                f"Available metrics are: {list(metrics)}. "
-                "Condition can be set using `monitor` key in lr scheduler dict.",
-            )
+def _step_one(
+    config: LRSchedulerConfig, metrics: dict[str, float], own_step: Callable[[Any, Any], None] | None = None
+) -> None:
+    """Step ``config``'s scheduler; ``own_step`` is the model's ``lr_scheduler_step(scheduler, metric)``."""
+    if not config.reduce_on_plateau and (own_step is None or config.monitor is None):
         if own_step is None:
-            self.scheduler.step(metrics[self.monitor])
+            config.scheduler.step()
         else:
-            own_step(self.scheduler, metrics[self.monitor])
+            own_step(config.scheduler, None)
+        return
+    if config.monitor not in metrics:
+        if not config.strict:
+            warnings.warn(
+                f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available but strict is set "
+                "to `False`. Skipping learning rate update.", RuntimeWarning, stacklevel=3,
+            )
+            return
+        raise misconfigured(
+            f"lr_scheduler monitor={config.monitor!r} was not logged. Logged metrics: {sorted(metrics) or 'none'}. "
+            f"Log it with self.log({config.monitor!r}, value), "
+            "or give the scheduler dict 'strict': False to skip the step.",
+            f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available. "
+            f"Available metrics are: {list(metrics)}. "
+            "Condition can be set using `monitor` key in lr scheduler dict.",
+        )
+    if own_step is None:
+        config.scheduler.step(metrics[config.monitor])
+    else:
+        own_step(config.scheduler, metrics[config.monitor])
 
 
 @dataclass
@@ -74,7 +64,7 @@ class OptimizerSetup:
     Trainer steps each scheduler at its interval; under manual optimization the module does."""
 
     optimizers: list[Optimizer]
-    schedulers: list[SchedulerConfig] = field(default_factory=list)
+    schedulers: list[LRSchedulerConfig] = field(default_factory=list)
     automatic: bool = True
     # The model's overrides of Lightning's optimization hooks (optimizer_step, optimizer_zero_grad,
     # lr_scheduler_step, configure_gradient_clipping): name -> bound method; empty for most models.
@@ -93,17 +83,22 @@ class OptimizerSetup:
         return self.automatic and any(s.interval == interval for s in self.schedulers)
 
     def needs_metric_at(self, interval: str) -> bool:
-        return any(s.interval == interval and s.needs_metric for s in self.schedulers)
+        return any(s.interval == interval and s.reduce_on_plateau for s in self.schedulers)
 
-    def step_schedulers(self, interval: str, metrics: dict[str, float], index: int) -> None:
+    def step_schedulers(
+        self, interval: str, metrics: dict[str, float], index: int, plateau: bool | None = None
+    ) -> None:
         """Step the ``interval`` schedulers due at ``index``: the batch in the epoch ("step", from 1)
-        or the epoch ("epoch", from 1), a multiple of each one's ``frequency``, as Lightning's."""
+        or the epoch ("epoch", from 1), a multiple of each one's ``frequency``, as Lightning's.
+        ``plateau``: only the ReduceLROnPlateau ones (True), only the others (False), or all (None)."""
         if not self.automatic:
             return
         own_step = self.own.get("lr_scheduler_step")
         for config in self.schedulers:
-            if config.interval == interval and index % config.frequency == 0:
-                config.step(metrics, own_step)
+            if config.interval == interval and index % config.frequency == 0 and plateau in (
+                None, config.reduce_on_plateau
+            ):
+                _step_one(config, metrics, own_step)
 
 
 def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer] | None) -> OptimizerSetup:
@@ -146,7 +141,7 @@ def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer
     if not setup.automatic:
         _warn_ignored_keys(result)
     # The Trainer steps a ReduceLROnPlateau on its monitor; under manual optimization the module steps it.
-    if setup.automatic and any(c.needs_metric and c.monitor is None for c in setup.schedulers):
+    if setup.automatic and any(c.reduce_on_plateau and c.monitor is None for c in setup.schedulers):
         raise MisconfigurationException(
             "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used. For example: "
             '{"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "metric_to_track"}. '
@@ -244,7 +239,7 @@ def _from_dicts(items: list[dict[str, Any]], where: str) -> OptimizerSetup:
     return _checked(setup, where)
 
 
-def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> SchedulerConfig:
+def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> LRSchedulerConfig:
     if isinstance(sched, dict):  # Lightning's nested form: {"scheduler": s, "interval": ...}
         unsupported = sched.keys() - {
             "scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict"
@@ -254,6 +249,7 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
                           "output of `configure_optimizers`.", RuntimeWarning, stacklevel=2)
         interval, monitor, name = sched.get("interval", interval), sched.get("monitor", monitor), sched.get("name")
         frequency, strict = sched.get("frequency", 1), sched.get("strict", True)
+        plateau = sched.get("reduce_on_plateau")
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(
                 f"{where}: frequency={frequency!r} must be an int >= 1 (step the scheduler every n {interval}s)."
@@ -265,7 +261,7 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
             )
         sched = sched.get("scheduler")
     else:
-        name, frequency, strict = None, 1, True
+        name, frequency, strict, plateau = None, 1, True, None
     if interval not in _INTERVALS:
         raise misconfigured(f"{where}: interval={interval!r} must be 'epoch' or 'step'.",
                             f'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "{interval}".')
@@ -276,7 +272,12 @@ def _scheduler(sched: Any, interval: str, monitor: str | None, where: str) -> Sc
         )
     if not callable(getattr(sched, "step", None)):
         raise TypeError(f"{where}: the scheduler {sched!r} has no step() method.")
-    return SchedulerConfig(sched, interval, monitor, name, frequency, bool(strict))
+    if plateau is None:  # Lightning's default: a ReduceLROnPlateau steps on its monitor
+        plateau = isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    return LRSchedulerConfig(
+        scheduler=sched, name=name, interval=interval, frequency=frequency, reduce_on_plateau=bool(plateau),
+        monitor=monitor, strict=bool(strict),
+    )
 
 
 def _checked(setup: OptimizerSetup, where: str) -> OptimizerSetup:

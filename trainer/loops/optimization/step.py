@@ -57,7 +57,7 @@ class StepSequence:
                          configure_gradient_clipping)
             optimizer step through the precision (or the model's optimizer_step, with a
             closure that returns the loss), or none after skip_optimizer_step()
-            count_step: global_step += 1, the per-step schedulers
+            count_step: global_step += 1, the per-step schedulers (ReduceLROnPlateau: after validation)
 
     What each path takes of it:
 
@@ -96,6 +96,8 @@ class StepSequence:
         #: what the loop calls for a batch's loss, and when its group is complete: chosen here, once
         self.backward_batch = self._plain_backward if plain_backward else self.backward
         self.step_batch = self._plain_step if plain_step else self.step
+        #: whether this epoch's schedulers other than ReduceLROnPlateau have stepped (at its last batch)
+        self.epoch_stepped = False
 
     # --- around backward ------------------------------------------------------------------
     def backward(
@@ -134,13 +136,31 @@ class StepSequence:
 
     def count_step(self) -> None:
         """One more optimizer step: ``global_step``, then the schedulers stepped per step (under
-        automatic optimization), whose monitor must be this step's value."""
+        automatic optimization) but the ReduceLROnPlateau ones (:meth:`step_plateau_schedulers`)."""
         self.trainer.state.global_step += 1
         opt = self.run.opt
         if opt.steps_at("step"):
-            if opt.needs_metric_at("step"):
-                self.run.publish_step_metrics()
-            opt.step_schedulers("step", self.run.callback_metrics, self.trainer.state.batch_in_epoch)
+            opt.step_schedulers("step", self.run.callback_metrics, self.trainer.state.batch_in_epoch, plateau=False)
+
+    def step_plateau_schedulers(self) -> None:
+        """The ReduceLROnPlateau schedulers stepped per step, after the step's validation, on the
+        step's values (Lightning's order: a checkpoint saved in that validation holds them unstepped)."""
+        opt = self.run.opt
+        if opt.automatic and opt.needs_metric_at("step"):
+            self.run.publish_step_metrics()
+            opt.step_schedulers("step", self.run.callback_metrics, self.trainer.state.batch_in_epoch, plateau=True)
+
+    def step_epoch_schedulers(self, plateau: bool) -> None:
+        """The schedulers stepped per epoch, in Lightning's order: the others once, at the epoch's
+        last batch before on_train_batch_end (so a checkpoint saved there holds them stepped), or at
+        the epoch's end if no last batch was seen (an unsized loader, on_train_batch_start's -1);
+        the ReduceLROnPlateau ones after every on_train_epoch_end hook, on the epoch's values."""
+        if not plateau:
+            if self.epoch_stepped:
+                return
+            self.epoch_stepped = True
+        epoch = self.trainer.state.current_epoch + 1
+        self.run.opt.step_schedulers("epoch", self.run.callback_metrics, epoch, plateau=plateau)
 
     def before_step(self, optimizer: Optimizer, unscale: bool = True, clipping: str | None = "model") -> None:
         """Unscale (hooks and clipping see the true gradients), on_before_optimizer_step, clip:
