@@ -111,8 +111,8 @@ class Encoded:
         self.data = data
 
 
-_PLAIN_LEAVES = (type(None), bool, int, float, str, bytes, torch.dtype, torch.device, torch.Size)
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_PLAIN_LEAVES = frozenset((type(None), bool, int, float, str, bytes, torch.dtype, torch.device, torch.Size))
+_PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))
 
 
 def _plainly_loadable(value: Any) -> bool:
@@ -131,13 +131,24 @@ def plain_size(value: Any, cpu_only: bool = False) -> int | None:
     if kind in _PLAIN_LEAVES:
         return 0
     if kind is dict or kind is collections.OrderedDict:
-        if not all(type(k) in _PLAIN_LEAVES for k in value):
-            return None
+        for k in value:
+            if type(k) not in _PLAIN_LEAVES:
+                return None
         value = value.values()
     elif kind is not list and kind is not tuple:
         return None
     total = 0
+    # Leaves and tensors are looked at here, not in a call each: an epoch-end checkpoint is
+    # hundreds of them (the loop counters), walked on the training thread (benchmarks/fit_cost.py).
     for v in value:
+        kind = type(v)
+        if kind in _PLAIN_LEAVES:
+            continue
+        if kind in _PLAIN_TENSORS:
+            if cpu_only and not v.is_cpu:
+                return None
+            total += v.untyped_storage().nbytes()
+            continue
         size = plain_size(v, cpu_only)
         if size is None:
             return None

@@ -266,14 +266,18 @@ def python_numbers(file: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Values ``_plain`` keeps as they are without a call each: most of a checkpoint's leaves.
+_KEPT = frozenset((int, float, str, bool, type(None)))
+
+
 def _plain(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: v if type(v) in _KEPT else _plain(v) for k, v in value.items()}
     if kind is list:
-        return [_plain(v) for v in value]
+        return [v if type(v) in _KEPT else _plain(v) for v in value]
     if kind is tuple:
-        return tuple(_plain(v) for v in value)
+        return tuple([v if type(v) in _KEPT else _plain(v) for v in value])
     if kind.__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return value.item()  # np.float64(0.1) -> 0.1
     return value

@@ -42,8 +42,10 @@ _TypedStorage = torch.storage.TypedStorage
 _OrderedDict = collections.OrderedDict
 # The dtypes that torch pickles through _rebuild_tensor_v3 (e.g. the unsigned 16 to 64 bits).
 _V3_DTYPES = frozenset(torch.storage._new_dtypes())
-# Never a storage: persistent_id answers None for these without a look (most of a checkpoint).
-_NOT_STORAGES = frozenset((dict, _OrderedDict, list, tuple, str, int, float, bool, type(None), torch.Tensor))
+# Never a storage: persistent_id answers None for these without a look (most of a checkpoint). The
+# answer depends on the type alone, so each other type found not to be one joins them (torch.Size,
+# torch.dtype, the functions that rebuild tensors): one set lookup per object after the first.
+_NOT_STORAGES = {dict, _OrderedDict, list, tuple, str, int, float, bool, type(None), torch.Tensor}
 _serialization = torch.serialization
 # torch.save's own pieces that ``save`` writes its archive with; a torch without one of them
 # gets torch.save itself (with the faster tensor pickling).
@@ -54,23 +56,55 @@ _OWN_ARCHIVE = all(hasattr(_serialization, name) for name in (
 _TORCH_SAVE = torch.save
 
 
+class _Storage:
+    """What ``reducer_override`` pickles for a plain CPU tensor's storage in place of the
+    ``TypedStorage`` torch's reduction makes: ``persistent_id`` writes for it the id torch's
+    writes for that ``TypedStorage``, without building one (two Python calls and its checks) or
+    asking it its size and type (five more), per tensor of every checkpoint."""
+
+    __slots__ = ("dtype", "storage")
+
+    def __init__(self, storage: torch.UntypedStorage, dtype: torch.dtype) -> None:
+        self.storage, self.dtype = storage, dtype
+
+
+# dtype -> (the storage class torch's persistent id names, the element size), as TypedStorage says.
+_STORAGE_INFO: dict[torch.dtype, tuple[Any, int]] = {}
+
+
+def _storage_info(storage: torch.UntypedStorage, dtype: torch.dtype) -> tuple[Any, int]:
+    typed = _TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+    info = _STORAGE_INFO[dtype] = (getattr(torch, typed._pickle_storage_type()), typed._element_size())
+    return info
+
+
 class _Pickler(pickle.Pickler):
     def __init__(self, file: IO[bytes], protocol: int = _serialization.DEFAULT_PROTOCOL) -> None:
         super().__init__(file, protocol=protocol)
         self.storages: dict[str, torch.UntypedStorage] = {}  # by key, in the order torch writes them
         self._keys: dict[int, str] = {}
         self._dtypes: dict[int, torch.dtype] = {}
+        # torch.save(pickle_module=...) subclasses this with its own persistent_id, which knows no _Storage
+        self._marks = type(self).persistent_id is _OUR_PERSISTENT_ID
 
     def persistent_id(self, obj: Any) -> Any:
-        if type(obj) in _NOT_STORAGES:
+        kind = type(obj)
+        if kind in _NOT_STORAGES:
             return None
-        if isinstance(obj, _TypedStorage):  # what torch.serialization._save's persistent_id does
+        if kind is _Storage:  # a plain CPU tensor's (reducer_override): what follows, for its TypedStorage
+            storage, dtype = obj.storage, obj.dtype
+            storage_type, element_size = _STORAGE_INFO.get(dtype) or _storage_info(storage, dtype)
+            numel, fake = storage.nbytes() // element_size, None
+        elif isinstance(obj, _TypedStorage):  # what torch.serialization._save's persistent_id does
             storage, dtype, numel = obj._untyped_storage, obj.dtype, obj._size()
             storage_type = getattr(torch, obj._pickle_storage_type())
+            fake = getattr(obj, "_fake_device", None)
         elif torch.is_storage(obj):
             storage, dtype, numel = obj, torch.uint8, obj.nbytes()
             storage_type = _serialization.normalize_storage_type(type(obj))
+            fake = getattr(obj, "_fake_device", None)
         else:
+            _NOT_STORAGES.add(kind)
             return None
         if storage.device.type != "meta" and storage.data_ptr() != 0:
             if self._dtypes.setdefault(storage.data_ptr(), dtype) != dtype:
@@ -78,7 +112,6 @@ class _Pickler(pickle.Pickler):
                     "Cannot save multiple tensors or storages that view the same data as different types"
                 )
         key = self._keys.setdefault(storage._cdata, str(len(self._keys)))
-        fake = getattr(obj, "_fake_device", None)
         self.storages[key] = storage
         location = str(fake) if fake is not None else _serialization.location_tag(storage)
         return ("storage", storage_type, key, location, numel)
@@ -86,15 +119,25 @@ class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         # What Tensor._reduce_ex_internal returns for a plain CPU tensor, without its
         # branches; anything else takes the usual path.
+        if type(obj) is _OrderedDict and not obj and not obj.__dict__:
+            # Each tensor's empty hooks: what OrderedDict.__reduce_ex__ returns for one, without its
+            # look for slots (a Python call, copyreg's, every time: it cannot cache them on a built-in type).
+            return _OrderedDict, (), None, None, iter(())
         if (
             type(obj) is not torch.Tensor or not obj.is_cpu or obj.layout is not _strided or obj.is_quantized
             or obj.dtype in _V3_DTYPES or obj._backward_hooks or _tensor_metadata(obj) or obj.__dict__
         ):
             return NotImplemented
-        storage = _TypedStorage(wrap_storage=obj.untyped_storage(), dtype=obj.dtype, _internal=True)
+        if self._marks:
+            storage: Any = _Storage(obj.untyped_storage(), obj.dtype)
+        else:
+            storage = _TypedStorage(wrap_storage=obj.untyped_storage(), dtype=obj.dtype, _internal=True)
         # A new OrderedDict per tensor, as torch writes it: a loaded tensor's hooks are its own.
         args = (storage, obj.storage_offset(), tuple(obj.size()), obj.stride(), obj.requires_grad, _OrderedDict())
         return _rebuild_tensor_v2, args
+
+
+_OUR_PERSISTENT_ID = _Pickler.persistent_id
 
 
 # What torch.save(pickle_module=...) reads: a Pickler class (which it subclasses) and a name.

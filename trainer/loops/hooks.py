@@ -49,9 +49,18 @@ class Hooks:
         monitoring = [cb for cb in callbacks if isinstance(cb, MONITORING)]
         ordinary = [cb for cb in callbacks if not isinstance(cb, MONITORING)]
         self.epoch_end_monitors = 0
+        if not self.callbacks and module is None and profiling is None:  # a run's placeholder, before any stage
+            for name in HOOKS:
+                setattr(self, name, [])
+            return
+        # Which hooks each callback overrides and wants, asked once per callback (not once per hook).
+        wanted = {} if profiling is not None else {id(cb): _hooks_of(cb) for cb in self.callbacks}
         for name in HOOKS:
             before, after = (ordinary, monitoring + tail) if name == "on_train_epoch_end" else (callbacks, tail)
-            fns = _overriding(before, name) if profiling is None else profiled_callbacks(profiling, before, name)
+            if profiling is None:
+                fns = _overriding(before, name, wanted)
+            else:
+                fns = profiled_callbacks(profiling, before, name)
             own = _module_hook(module, name) if profiling is None else profiled_module_hook(profiling, module, name)
             if own is not None:
                 self.module_hooks[name] = own
@@ -61,7 +70,7 @@ class Hooks:
             if name == "on_train_end":  # background saves are on disk before any callback's hook reads them
                 fns = [_waiting_for_saves(cb) for cb in callbacks if getattr(type(cb), "wait_for_saves", None)] + fns
             if profiling is None:
-                fns += _overriding(after, name)
+                fns += _overriding(after, name, wanted)
             else:
                 fns += profiled_callbacks(profiling, after, name, tail)
             setattr(self, name, fns)
@@ -79,8 +88,27 @@ class Hooks:
 MONITORING = (EarlyStopping, ModelCheckpoint)
 
 
-def _overriding(callbacks: list[Callback], name: str) -> list[Callable[..., Any]]:
-    return [getattr(cb, name) for cb in callbacks if overrides(cb, name) and wants_hook(cb, name)]
+def _overriding(callbacks: list[Callback], name: str, wanted: dict[int, frozenset[str]]) -> list[Callable[..., Any]]:
+    return [getattr(cb, name) for cb in callbacks if name in wanted[id(cb)]]
+
+
+_HOOK_NAMES = frozenset(HOOKS)
+
+
+def _hooks_of(callback: Callback) -> frozenset[str]:
+    """The hooks ``callback`` overrides (``overrides``) and wants this run (``wants_hook``). Only
+    the names its instance or its classes below ``Callback`` define can override one: one walk
+    of those, instead of a look in every class for every hook, at each stage's start."""
+    kind = type(callback)
+    if issubclass(kind, Callback):
+        found = set(_HOOK_NAMES.intersection(getattr(callback, "__dict__", ())))
+        for klass in kind.__mro__:
+            if klass is Callback:
+                break
+            found.update(_HOOK_NAMES.intersection(vars(klass)))
+    else:
+        found = _HOOK_NAMES
+    return frozenset([n for n in HOOKS if n in found and overrides(callback, n) and wants_hook(callback, n)])
 
 
 def _waiting_for_saves(cb: Callback) -> Callable[..., Any]:

@@ -111,3 +111,23 @@ def test_a_big_background_save_is_torch_saves_bytes_with_every_crc_and_resumes(t
     resumed.fit(Wide(), DataLoader(TensorDataset(torch.randn(24, WIDTH), torch.randn(24, 1)), batch_size=8),
                 ckpt_path=str(path))  # the load checks every CRC first
     assert resumed.global_step == 3
+
+
+def test_freeze_serializes_a_plain_cpu_state_and_copies_anything_else():
+    import numpy as np
+
+    from trainer.checkpoint.background_save import SERIALIZE_INLINE_MAX, freeze
+    from trainer.checkpoint.files import Encoded, plain_size
+
+    w = torch.zeros(4, 4)
+    loops = {"fit_loop": {"epoch_progress": {"total": {"ready": 3, "completed": 3}}, "flags": [True, None, 1.5, "a"]}}
+    state = {"state_dict": {"w": w, "tied": w}, "loops": loops, "shape": (torch.Size([4]), torch.float32, b"x")}
+    assert plain_size(state) == 2 * w.untyped_storage().nbytes()  # each tensor counted, as the check for size wants
+    assert isinstance(freeze(state), Encoded)
+    for odd in ({"x": np.float64(0.5)}, {1.5j: 1}, {"x": [1, {"y": object()}]}, {"x": (1, [2, np.int64(3)])}):
+        assert plain_size({"loops": loops, **odd}) is None
+        assert not isinstance(freeze({"loops": loops, **odd}), Encoded)  # not plain: a copy, checked by loading back
+    meta = {"w": torch.zeros(2, device="meta")}
+    assert plain_size(meta) == 8 and plain_size(meta, cpu_only=True) is None
+    assert plain_size({"big": torch.zeros(SERIALIZE_INLINE_MAX // 4 + 1)}) > SERIALIZE_INLINE_MAX
+    assert not isinstance(freeze({"big": torch.zeros(SERIALIZE_INLINE_MAX // 4 + 1)}), Encoded)

@@ -155,6 +155,15 @@ def test_python_numbers_leaves_the_tensors_alone_and_converts_numpys():
     assert plain["lr_schedulers"][0]["base_lrs"] == [0.1] and plain["extra"] == (3, "a") and type(plain["extra"][0]) is int
 
 
+
+def test_python_numbers_converts_numpys_among_plain_values_and_copies_the_containers():
+    import numpy as np
+    state = {"a": [1, np.bool_(True), (2.0, np.float32(1.5), None)], "b": {"c": "s", "d": np.int64(7)}}
+    plain = layout.python_numbers({"loops": state})["loops"]
+    assert plain == {"a": [1, True, (2.0, 1.5, None)], "b": {"c": "s", "d": 7}}
+    assert [type(v) for v in (plain["a"][1], plain["a"][2][1], plain["b"]["d"])] == [bool, float, int]
+    assert plain is not state and plain["a"] is not state["a"] and plain["b"] is not state["b"]
+
 def test_callbacks_holds_only_states_that_say_something_and_a_resume_without_one_of_them_says_which():
     stop = EarlyStopping("val_loss", patience=5)
     saver = ModelCheckpoint(dirpath="ck", save_last=True)

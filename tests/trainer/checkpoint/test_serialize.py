@@ -95,6 +95,22 @@ def test_plain_tensors_take_the_short_path_and_the_others_the_usual_one():
         assert pickler.reducer_override(other) is NotImplemented
 
 
+
+def test_empty_ordered_dicts_shared_storages_and_every_dtype_give_torch_saves_bytes_and_its_error():
+    named = collections.OrderedDict()
+    named.note = "kept"  # an attribute: pickled with its state, the usual way
+    base = torch.arange(8, dtype=torch.float64)
+    obj = {"hooks": collections.OrderedDict(), "named": named, "size": torch.Size([2]), "dtype": torch.float16,
+           "same storage": [base, base[2:], base.view(2, 4)], "device": torch.device("cpu"),
+           **{str(d): torch.ones(3, dtype=d) for d in (torch.float16, torch.int8, torch.uint8, torch.complex128)}}
+    for _ in range(2):  # the second time, every type and dtype is known
+        assert our_bytes(obj) == torch_bytes(obj)
+    with pytest.raises(RuntimeError, match="view the same data as different types") as ours:
+        our_bytes([base, base.view(torch.int64)])
+    with pytest.raises(RuntimeError, match="view the same data as different types") as theirs:
+        torch_bytes([base, base.view(torch.int64)])
+    assert str(ours.value) == str(theirs.value)
+
 def test_a_fits_checkpoint_file_is_what_torch_save_writes(tmp_path):
     torch.manual_seed(0)
     model = Classifier(optimizer="adam")
