@@ -142,10 +142,11 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 def overrides(callback: Callback, name: str) -> bool:
     """True if ``callback`` defines hook ``name`` itself: in its class, or as an instance
     attribute (how ``LambdaCallback`` attaches plain functions)."""
-    # (a Mock(spec=Callback): all)
-    if name in getattr(callback, "__dict__", ()) or not issubclass(type(callback), Callback):
+    if name in getattr(callback, "__dict__", ()):
         return True
-    base = getattr(Callback, name)
+    if not issubclass(type(callback), Callback):  # a Mock(spec=Callback): each hook it has
+        return hasattr(callback, name)
+    base = getattr(Callback, name, None)  # None: a hook of ours, which the base class lacks
     return getattr(type(callback), name, base) is not base
 
 
