@@ -121,6 +121,8 @@ class TensorBoardLogger(FolderLogger):
         metrics = add_prefix(metrics, self._prefix)
         self._pending.append((0 if step is None else int(step), time.time(), tuple(metrics.items())))
         # The first values open the writer (after a fit's first step): the run shows up at once.
+        if self._deferring:  # a fit's start: its hp_metric waits for the first step
+            return
         if self._experiment is None or time.perf_counter() - self._handed_off >= _HAND_OFF_S:
             self._hand_off()
 
@@ -145,10 +147,9 @@ class TensorBoardLogger(FolderLogger):
         chosen = metrics is not None  # the metrics for the HParams tab (not the placeholder)
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
-        if metrics:  # queued with the session, for the first hand-off
-            metrics = add_prefix(metrics, self._prefix)
-            self._declared += list(metrics) if chosen else []
-            self._pending.append((0, time.time(), tuple(metrics.items())))
+        if metrics:  # queued with the session, for the first hand-off; through log_metrics, as Lightning's
+            self._declared += list(add_prefix(metrics, self._prefix)) if chosen else []
+            self.log_metrics(metrics, None)
         if not self._deferring:  # a call of the user's: on disk now, as in Lightning (a fit's start defers it)
             self._hand_off()
 

@@ -405,3 +405,19 @@ def test_an_event_is_on_disk_without_a_flush_once_flush_secs_have_passed(tmp_pat
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 0.5)]
     writer.close()
+
+
+def test_the_hp_metric_placeholder_goes_through_log_metrics_as_lightnings(tmp_path):
+    class Records(TensorBoardLogger):
+        def log_metrics(self, metrics, step=None):
+            calls.append((dict(metrics), step))
+            super().log_metrics(metrics, step)
+
+    calls = []
+    trainer = Trainer(max_epochs=1, logger=Records(tmp_path), log_every_n_steps=2, enable_progress_bar=False,
+                      enable_checkpointing=False)
+    trainer.fit(RecordsLosses(), loader(64))
+    # Lightning's call, the first one a subclass (or a mock of log_metrics) sees; then the training rows.
+    assert calls[0] == ({"hp_metric": -1}, None)
+    assert [step for _, step in calls[1:]] == [1, 3]
+    assert [e.step for e in _read(trainer.run_dir).Scalars("hp_metric")] == [0]
