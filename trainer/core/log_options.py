@@ -261,6 +261,10 @@ def outside(name: Any) -> LogOutsideError | None:
     running = trainer.state.status in ("running", "interrupted")
     lightnings = (f"You can't `self.log()` inside `{hook or 'this hook'}`." if running else
                   "You are trying to `self.log()` but it is not managed by the `Trainer` control flow.")
+    if running and trainer.state.fn == "predict":
+        lightnings = ("You are trying to `self.log()` but the loop's result collection is not registered yet. "
+                      "This is most likely because you are trying to log in a `predict` hook, but it doesn't "
+                      "support logging.")
     called = f" was called from {where}, where nothing is logged" if where else " was called outside a step"
     return LogOutsideError(
         f"{lightnings} self.log({name!r}, ...){called}. Call it from training_step, validation_step, test_step, "

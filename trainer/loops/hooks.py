@@ -3,10 +3,11 @@ callbacks override which hook."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from callbacks.base import HOOKS, Callback
 from callbacks.early_stopping import EarlyStopping
@@ -15,6 +16,7 @@ from callbacks.model_checkpoint import ModelCheckpoint
 from trainer.core.checks import instances_of
 
 from trainer.core.datamodule import DataModule
+from trainer.core.metrics import set_sink
 from trainer.core.module import TrainModule, overridden
 
 if TYPE_CHECKING:
@@ -74,6 +76,18 @@ class Hooks:
         fns: list[Callable[..., Any]] = getattr(self, name)
         for fn in fns:
             fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def refusing_logs() -> Iterator[None]:
+    """Around hooks where Lightning refuses ``self.log`` (its ``_FxValidator``: ``on_validation_end``,
+    ``on_save_checkpoint``, the ``*_model_eval`` hooks, ...): no sink, so ``self.log`` raises
+    Lightning's "You can't `self.log()` inside ..." error instead of recording a value."""
+    previous = set_sink(None)
+    try:
+        yield
+    finally:
+        set_sink(previous)
 
 
 # Lightning's "monitoring callbacks": at on_train_epoch_end they run after the model's hook.

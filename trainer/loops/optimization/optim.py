@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 
 from trainer.core.exceptions import MisconfigurationException, misconfigured
 from trainer.core.module import overridden
+from trainer.loops.hooks import refusing_logs
 
 _INTERVALS = ("epoch", "step")
 _SHAPES = (
@@ -103,7 +104,11 @@ class OptimizerSetup:
         own_step = self.own.get("lr_scheduler_step")
         for config in self.schedulers:
             if config.interval == interval and index % config.frequency == 0:
-                config.step(metrics, own_step)
+                if own_step is None:
+                    config.step(metrics)
+                    continue
+                with refusing_logs():  # Lightning's: self.log raises in lr_scheduler_step
+                    config.step(metrics, own_step)
 
 
 def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer] | None) -> OptimizerSetup:
