@@ -73,6 +73,42 @@ def is_metric(value: Any) -> bool:
             and callable(getattr(value, "reset", None)))
 
 
+def first_kind(name: str, value: Any, add_dataloader_idx: bool, reduce_fx: Any, metric_attribute: str | None) -> str:
+    """At a name's first value in a phase: the name checked, and how its values are kept: "metric" (a
+    torchmetrics Metric), else ``reduce_fx``'s "mean", "sum", "max" or "min"."""
+    check_name(name, add_dataloader_idx)
+    if not is_metric(value):
+        return reduce_name(name, reduce_fx)
+    if not metric_attribute:
+        check_metric_attribute(name, value)
+    return "metric"
+
+
+def check_metric_attribute(name: str, metric: Any) -> None:
+    """Lightning's rule for a torchmetrics Metric logged without ``metric_attribute``: it must be one
+    of the module's attributes (its state is the module's, reset and saved with it). The module is
+    the caller's ``self`` (read from the stack)."""
+    module = next((f.frame.f_locals.get("self") for f in inspect.stack(0)[2:8]
+                   if isinstance(f.frame.f_locals.get("self"), torch.nn.Module)
+                   and not is_metric(f.frame.f_locals.get("self"))), None)
+    if module is None:
+        return
+    names = {id(m): n for n, m in module.named_modules() if is_metric(m)}
+    lightnings = "Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged."
+    if not names:
+        raise misconfigured(
+            f"self.log({name!r}, metric): make the metric an attribute in __init__ (self.{name} = Accuracy(...)) "
+            "and log that one.",
+            f"{lightnings} You can fix this by setting an attribute for the metric in your `LightningModule`.",
+        )
+    if id(metric) not in names:
+        raise misconfigured(
+            f"self.log({name!r}, metric) got a metric that is none of the module's attributes: log one of them.",
+            f"{lightnings} You can fix this by calling `self.log({name}, ..., metric_attribute=name)` where `name` "
+            f"is one of {list(names.values())}",
+        )
+
+
 def options_for(
     name: str, training: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
     add_dataloader_idx: bool, rank_zero_only: bool,

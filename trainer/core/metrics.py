@@ -14,8 +14,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.core.log_options import (
-    LogOptions, Reduced, check_name, is_metric, no_batch_size, not_a_number, not_scalar, options_for, outside,
-    reduce_name,
+    LogOptions, Reduced, first_kind, no_batch_size, not_a_number, not_scalar, options_for, outside,
 )
 
 _local = threading.local()  # the active sink; DataParallel replica threads set their own
@@ -96,7 +95,7 @@ class MetricSink:
 
     def first_log(
         self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
-        reduce_fx: Any, add_dataloader_idx: bool, rank_zero_only: bool,
+        reduce_fx: Any, add_dataloader_idx: bool, rank_zero_only: bool, metric_attribute: str | None = None,
     ) -> "_Series | None":
         """A name's first value in this sink, or any value of a name that is not a plain running
         mean: its options are read (once), and the series to add to is returned, or None when
@@ -105,8 +104,7 @@ class MetricSink:
         if reduced is not None:
             reduced.add(name, value)
             return None
-        check_name(name, add_dataloader_idx)
-        kind = "metric" if is_metric(value) else reduce_name(name, reduce_fx)
+        kind = first_kind(name, value, add_dataloader_idx, reduce_fx, metric_attribute)
         steps = self.training and not self.epoch_end  # Lightning's defaults: a step value, else an epoch value
         opts = options_for(name, steps, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
         if opts is None and (kind != "mean" or self.epoch_end):  # published under its own name
@@ -331,7 +329,8 @@ def log_metric(
     series = sink._series.get(name)
     if series is None:
         series = sink.first_log(
-            name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, add_dataloader_idx, rank_zero_only)
+            name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, add_dataloader_idx, rank_zero_only,
+            metric_attribute)
         if series is None:  # taken there (reduce_fx sum/max/min, a Metric)
             return
     weight = sink.batch_size if batch_size is None else batch_size

@@ -203,3 +203,36 @@ def test_lightnings_misconfiguration_for_a_bad_reduce_fx_and_a_name_with_its_loa
     trainer = Trainer(max_steps=1, **quiet())
     trainer.fit(_NamedLoader(False), loader(16))  # the user's own name, kept as given
     assert float(trainer.callback_metrics["foo/dataloader_idx_0"]) == 1.0
+
+
+
+class LogsAMetric(Classifier):
+    """Logs a torchmetrics Metric under "acc": its own ``self.acc``, or one held in a list, which
+    is none of the module's attributes (a list's items are not submodules)."""
+
+    def __init__(self, own: bool, logs_own: bool, metric_attribute: str | None = None) -> None:
+        super().__init__()
+        if own:
+            self.acc = torchmetrics.classification.BinaryAccuracy()
+        self.logged = [self.acc if logs_own else torchmetrics.classification.BinaryAccuracy()]
+        self.metric_attribute = metric_attribute
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.logged[0](self(x).argmax(-1), y)
+        self.log("acc", self.logged[0], metric_attribute=self.metric_attribute)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_logged_metric_must_be_an_attribute_of_the_module_as_lightnings():
+    from trainer.core.exceptions import MisconfigurationException
+
+    lightnings = "Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged. "
+    with pytest.raises(MisconfigurationException, match=re.escape(lightnings + "You can fix this by setting an attribute")):
+        Trainer(max_steps=1, **quiet()).fit(LogsAMetric(own=False, logs_own=False), loader(16))
+    with pytest.raises(MisconfigurationException, match=re.escape("metric_attribute=name)` where `name` is one of ['acc']")):
+        Trainer(max_steps=1, **quiet()).fit(LogsAMetric(own=True, logs_own=False), loader(16))
+    for model in (LogsAMetric(own=True, logs_own=True), LogsAMetric(own=False, logs_own=False, metric_attribute="x")):
+        trainer = Trainer(max_steps=1, **quiet())
+        trainer.fit(model, loader(16))  # the module's own metric, or one named by metric_attribute
+        assert "acc" in trainer.callback_metrics
