@@ -13,6 +13,7 @@ call, computed and reset at the epoch's end). Read back, the values are Lightnin
 from __future__ import annotations
 
 import inspect
+import sys
 import warnings
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
@@ -73,10 +74,19 @@ def is_metric(value: Any) -> bool:
             and callable(getattr(value, "reset", None)))
 
 
-def first_kind(name: str, value: Any, add_dataloader_idx: bool, reduce_fx: Any, metric_attribute: str | None) -> str:
-    """At a name's first value in a phase: the name checked, and how its values are kept: "metric" (a
-    torchmetrics Metric), else ``reduce_fx``'s "mean", "sum", "max" or "min"."""
+def first_kind(
+    name: str, value: Any, add_dataloader_idx: bool, reduce_fx: Any, metric_attribute: str | None, logger: bool | None,
+) -> str:
+    """At a name's first value in a phase: the name and options checked, and how its values are kept:
+    "metric" (a torchmetrics Metric), else ``reduce_fx``'s "mean", "sum", "max" or "min"."""
     check_name(name, add_dataloader_idx)
+    if logger:  # given: Lightning warns when there is no logger to send it to
+        trainer = getattr(_calling_module(), "_trainer", None)
+        if trainer is not None and trainer.logger is None:
+            warnings.warn(
+                f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured. You can enable one "
+                "by doing `Trainer(logger=ALogger(...))`", UserWarning, stacklevel=5,
+            )
     if not is_metric(value):
         return reduce_name(name, reduce_fx)
     if not metric_attribute:
@@ -88,9 +98,7 @@ def check_metric_attribute(name: str, metric: Any) -> None:
     """Lightning's rule for a torchmetrics Metric logged without ``metric_attribute``: it must be one
     of the module's attributes (its state is the module's, reset and saved with it). The module is
     the caller's ``self`` (read from the stack)."""
-    module = next((f.frame.f_locals.get("self") for f in inspect.stack(0)[2:8]
-                   if isinstance(f.frame.f_locals.get("self"), torch.nn.Module)
-                   and not is_metric(f.frame.f_locals.get("self"))), None)
+    module = _calling_module()
     if module is None:
         return
     names = {id(m): n for n, m in module.named_modules() if is_metric(m)}
@@ -107,6 +115,20 @@ def check_metric_attribute(name: str, metric: Any) -> None:
             f"{lightnings} You can fix this by calling `self.log({name}, ..., metric_attribute=name)` where `name` "
             f"is one of {list(names.values())}",
         )
+
+
+def _calling_module() -> torch.nn.Module | None:
+    """The module whose code called ``self.log``: the first ``self`` up the stack that is a module
+    (and not a Metric). Read only at a name's first value, where a check needs it."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return None
+        own = frame.f_locals.get("self")
+        if isinstance(own, torch.nn.Module) and not is_metric(own):
+            return own
+        frame = frame.f_back
+    return None
 
 
 def options_for(

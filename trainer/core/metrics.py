@@ -94,7 +94,7 @@ class MetricSink:
             set_sink(previous)
 
     def first_log(
-        self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
+        self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None, on_epoch: bool | None,
         reduce_fx: Any, add_dataloader_idx: bool, rank_zero_only: bool, metric_attribute: str | None = None,
     ) -> "_Series | None":
         """A name's first value in this sink, or any value of a name that is not a plain running
@@ -104,7 +104,8 @@ class MetricSink:
         if reduced is not None:
             reduced.add(name, value)
             return None
-        kind = first_kind(name, value, add_dataloader_idx, reduce_fx, metric_attribute)
+        kind = first_kind(name, value, add_dataloader_idx, reduce_fx, metric_attribute, logger)
+        logger = logger is not False  # None: Lightning's default, True unless given
         steps = self.training and not self.epoch_end  # Lightning's defaults: a step value, else an epoch value
         opts = options_for(name, steps, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
         if opts is None and (kind != "mean" or self.epoch_end):  # published under its own name
@@ -308,7 +309,7 @@ def mean_over_processes(values: dict[str, float], reduce: Reducer) -> dict[str, 
 
 
 def log_metric(
-    name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
+    name: str, value: Any, prog_bar: bool = False, logger: bool | None = None, on_step: bool | None = None,
     on_epoch: bool | None = None, reduce_fx: Any = "mean", enable_graph: bool = False, sync_dist: bool = False,
     sync_dist_group: Any = None, add_dataloader_idx: bool = True, batch_size: int | None = None,
     metric_attribute: str | None = None, rank_zero_only: bool = False,

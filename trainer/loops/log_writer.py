@@ -36,7 +36,7 @@ class LogWriter(Callback):
     """
 
     def __init__(self, loggers: list[Logger], run: Run) -> None:
-        self.loggers, self.run = loggers, run  # the call's run: its logged_metrics and eval_metrics
+        self.loggers, self.run = loggers, run  # the call's run: its eval_metrics
         self._saved = 0.0
         self._failed = False
         self._held: OSError | None = None  # a log write that failed before the epoch's checkpoint was saved
@@ -79,7 +79,6 @@ class LogWriter(Callback):
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
         if not metrics:  # nothing logged in the step: no row, as in Lightning
             return
-        self.run.logged_metrics.update(metrics)  # the user's values (Lightning's: not epoch)
         values = dict(metrics)
         if trainer.grad_norm is not None:
             values["grad_norm"] = float(trainer.grad_norm)
@@ -92,7 +91,6 @@ class LogWriter(Callback):
         # Lightning's names: "<name>_epoch" for a name logged with on_step and on_epoch, else "<name>"
         means = trainer.train_epoch_metrics
         if means:
-            self.run.logged_metrics.update(means)
             self._send(trainer, dict(means))
         self._save_if_due()
 

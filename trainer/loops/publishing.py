@@ -53,6 +53,7 @@ class Publisher:
             return
         run.step_cache, self._published = (-1, {}), (-1, {})  # read again: on_train_batch_end may have logged
         metrics = self.publish_step_metrics()
+        run.logged_metrics.update(metrics)  # with loggers or without, as Lightning's (no epoch: the rows' only)
         for fn in self.run.hooks.on_train_log:
             fn(trainer, self.model, metrics)
 
@@ -77,9 +78,10 @@ class Publisher:
         """The epoch's values (Lightning's: those logged with on_epoch, and in on_train_epoch_end)
         into ``callback_metrics``, after the last step's (a value with no epoch value keeps it)."""
         strategy, run = self.trainer.strategy, self.run
-        self.publish_step_metrics()
+        run.logged_metrics.update(self.publish_step_metrics())  # the last step's, logged or not (Lightning's)
         means = sink.epoch_means(strategy.reduce_metrics)  # none of training_step's defaults: on_epoch=False
         run.callback_metrics.update(sink.for_callbacks(means))
         run.train_epoch_metrics = sink.for_logger(means)  # logger=False: callback_metrics only
+        run.logged_metrics.update(run.train_epoch_metrics)
         run.prog_bar_names |= sink.prog_bar
         run.epoch_values_step = self.trainer.state.global_step  # newer than the step's, until the next step

@@ -236,3 +236,38 @@ def test_a_logged_metric_must_be_an_attribute_of_the_module_as_lightnings():
         trainer = Trainer(max_steps=1, **quiet())
         trainer.fit(model, loader(16))  # the module's own metric, or one named by metric_attribute
         assert "acc" in trainer.callback_metrics
+
+
+class LogsEpoch(Classifier):
+    """Logs its own ``epoch`` (``-batch_idx``), as Lightning's test does, with ``logger`` as given."""
+
+    def __init__(self, **log_options) -> None:
+        super().__init__()
+        self.log_options = log_options
+
+    def training_step(self, batch, batch_idx):
+        self.log("epoch", -batch_idx, **self.log_options)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("logger", [False, True])
+def test_logged_metrics_hold_the_last_steps_values_with_or_without_a_logger_as_lightnings(tmp_path, logger):
+    from loggers import CSVLogger
+
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, enable_progress_bar=False, enable_checkpointing=False,
+                      logger=CSVLogger(tmp_path) if logger else False)  # 2 steps: no logging step (every 50)
+    trainer.fit(LogsEpoch(), loader(64))
+    assert set(trainer.logged_metrics) == {"epoch", "train_loss"}  # the Classifier logs train_loss
+    assert trainer.logged_metrics["epoch"] == -1  # the user's own epoch, not replaced by the Trainer's
+
+
+def test_logger_true_without_a_logger_is_lightnings_warning(recwarn):
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, enable_progress_bar=False, enable_checkpointing=False,
+                      logger=False)
+    with pytest.warns(UserWarning, match=re.escape("You called `self.log('epoch', ..., logger=True)` but have no logger")):
+        trainer.fit(LogsEpoch(logger=True), loader(64))
+    recwarn.clear()
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, enable_progress_bar=False, enable_checkpointing=False,
+                      logger=False)
+    trainer.fit(LogsEpoch(), loader(64))  # logger left at its default: no warning
+    assert not [w for w in recwarn if "have no logger" in str(w.message)]
