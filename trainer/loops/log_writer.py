@@ -1,4 +1,6 @@
-"""What the Trainer writes to its loggers, and when: global rank 0 only, off the training steps."""
+"""What the Trainer writes to its loggers, and when: off the training steps, on every rank, as Lightning's
+(the built-in loggers' methods are ``rank_zero_only``: they write on global rank 0; a user's own logger may write on
+each rank)."""
 
 from __future__ import annotations
 
@@ -49,8 +51,10 @@ class LogWriter(Callback):
         hparams = _hparams(trainer, module)
         options = {f"trainer/{k}": v for k, v in trainer.hparams().items() if v is not None}
         for logger in self.loggers:
-            # a resumed fit drops what came after its step (an object that logs like a Logger may lack it)
-            getattr(logger, "drop_after_step", lambda step: None)(row_step(trainer))
+            # a resumed fit drops what came after its step, on rank 0 (an object that logs like a Logger may lack it)
+            drop = getattr(type(logger), "drop_after_step", None)
+            if drop is not None and trainer.is_global_zero:
+                drop(logger, row_step(trainer))
             if hparams is not None:  # Lightning's: called only for what save_hyperparameters recorded
                 # (a logger that overrides log_fit_hyperparams, as TensorBoard's: else Lightning's call)
                 log_fit = getattr(type(logger), "log_fit_hyperparams", Logger.log_fit_hyperparams)

@@ -161,10 +161,10 @@ def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> 
     rank_zero_only.rank = strategy.global_rank
     attach_model_callbacks(trainer, model)
     _attach_logging(trainer.callbacks)
-    # The loggers are written from the LogWriter, after every callback, on global rank 0 only. The
-    # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
-    logs = trainer.loggers if strategy.is_global_zero else []
-    writer = [LogWriter(logs, run)] if trainer.loggers and stage != "predict" else []  # predict logs nothing
+    # The loggers are written from the LogWriter, after every callback, on every rank, as Lightning's: the
+    # loggers' own methods write on global rank 0 only (rank_zero_only), a user's logger may write on each.
+    # Predict writes no row; its end finalizes the loggers, as Lightning's.
+    writer = [LogWriter(trainer.loggers, run)] if trainer.loggers else []
     run.profiling = Profiling.of(trainer.profiler)
     run.hooks = Hooks(trainer.callbacks, model, tail=writer, profiling=run.profiling)
     return run

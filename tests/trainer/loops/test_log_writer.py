@@ -79,3 +79,47 @@ def test_the_training_rows_hold_what_the_model_logged_and_epoch_only_as_lightnin
     assert [step for step, _ in logger.rows] == [1, 3]
     # No throughput of the Trainer's own (Lightning's ThroughputMonitor logs it when a user asks).
     assert [sorted(row) for _, row in logger.rows] == [["epoch", "train_loss"]] * 2
+
+
+class FinalizedRows(KeepsRows):
+    """Keeps each stage's rows until ``finalize``, as a buffering logger does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finalized: list[str] = []
+
+    def finalize(self, status: str) -> None:
+        self.finalized.append(status)
+
+
+def test_the_loggers_are_finalized_after_fit_test_and_predict_as_lightnings():
+    logger = FinalizedRows()
+    trainer = Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, enable_checkpointing=False,
+                      enable_model_summary=False)
+    model = Classifier()
+    trainer.fit(model, loader(32))
+    trainer.test(model, loader(32), verbose=False)
+    assert logger.finalized == ["success", "success"]
+    rows = len(logger.rows)
+    trainer.predict(model, loader(32))
+    assert logger.finalized == ["success"] * 3 and len(logger.rows) == rows  # predict writes no row
+
+
+def test_a_mock_logger_gets_no_call_before_setup_as_lightnings(tmp_path):
+    from unittest.mock import Mock
+
+    from callbacks import Callback
+
+    class Checks(Callback):
+        def setup(self, trainer, pl_module, stage):
+            # none of the Logger methods of ours that Lightning lacks (use_trainer_dir, prepare_stage, ...)
+            seen.append((list(trainer.logger.method_calls), os.listdir(tmp_path)))
+
+    seen = []
+    logger = Mock(version="0", save_dir=str(tmp_path))
+    logger.name = "name"
+    trainer = Trainer(default_root_dir=tmp_path, max_epochs=1, limit_train_batches=1, logger=logger,
+                      callbacks=[Checks()], enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Classifier(), loader(32))
+    assert seen == [([], [])]
+    logger.log_graph.assert_called_once()
