@@ -311,16 +311,24 @@ def run_evaluation(
 def _step_row(trainer: Trainer, run: Run, phase: str, loader: int, sink: MetricSink, suffix: str) -> None:
     """The values an evaluation step logged with ``on_step=True`` (``<name>_step`` with
     on_epoch too), to the loggers and ``logged_metrics``, not ``callback_metrics``: Lightning's
-    row, at the count of this loader's batches so far in the stage (across a fit's validations)."""
+    row, at the count of this loader's batches so far in the stage (across a fit's validations).
+    Those logged with ``prog_bar=True`` too are in ``progress_bar_metrics`` (logger=False ones included)."""
+    bar = sink.prog_bar
     stepped = [
-        (name, opts.step_name) for name, opts in sink.options.items() if opts.step_name is not None and opts.logger
+        (name, opts.step_name, opts.logger) for name, opts in sink.options.items()
+        if opts.step_name is not None and (opts.logger or opts.step_name in bar)
     ]
     if not stepped:  # e.g. only logger=False values: nothing to read off the device
         return
     latest = sink.latest_floats()
-    row = {
-        (step if name in sink.no_suffix else step + suffix): latest[step] for name, step in stepped if step in latest
-    }
+    row = {}
+    for name, step, logged in stepped:
+        if step in latest:
+            key = step if name in sink.no_suffix else step + suffix
+            if logged:
+                row[key] = latest[step]
+            if step in bar:
+                run.eval_step_bar[key] = latest[step]
     if row:
         key = (phase, loader)
         step = run.eval_steps[key] = run.eval_steps.get(key, -1) + 1
