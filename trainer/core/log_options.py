@@ -41,6 +41,7 @@ class LogOptions:
     local: bool = False  # rank_zero_only: not reduced across processes
     suffix: bool = True  # add_dataloader_idx: "/dataloader_idx_N" with several loaders
     alias: bool = False  # both step and epoch: callback_metrics also gets the plain name
+    kind: str = "mean"  # how its values combine: "mean", "sum", "max", "min" (reduce_fx) or "metric"
 
 
 def reduce_name(name: str, reduce_fx: Any) -> str:

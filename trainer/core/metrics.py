@@ -111,6 +111,7 @@ class MetricSink:
         if opts is None and (kind != "mean" or self.epoch_end):  # published under its own name
             opts = LogOptions(name if steps else None, name, logger, rank_zero_only, add_dataloader_idx)
         if opts is not None:
+            opts.kind = kind
             self._register(name, opts)
         if kind != "mean":
             reduced = self._reduced[name] = Reduced(kind, prog_bar)
@@ -298,14 +299,6 @@ class MetricSink:
         """``values`` without those logged with ``logger=False``."""
         hidden = self.hidden
         return {n: v for n, v in values.items() if n not in hidden} if hidden else values
-
-
-def mean_over_processes(values: dict[str, float], reduce: Reducer) -> dict[str, float]:
-    """Each name's mean over the processes (a name some process lacks is averaged over the
-    others): step values that drive a decision, such as a monitor, must agree on every rank."""
-    one = torch.ones((), dtype=torch.float64)
-    parts = reduce({n: (torch.tensor(v, dtype=torch.float64), one) for n, v in values.items()})
-    return {n: float(total) / float(weight) for n, (total, weight) in sorted(parts.items())}
 
 
 def log_metric(

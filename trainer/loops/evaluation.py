@@ -23,6 +23,7 @@ from trainer.core.metrics import MetricSink, set_sink
 from trainer.core.module import overridden
 from trainer.core.state import RunningStage, TrainerFn
 from trainer.loops.hooks import refusing_logs
+from trainer.loops.publishing import epoch_means
 from trainer.loops.run import start, stage_hooks, use_run_folder
 
 if TYPE_CHECKING:
@@ -267,12 +268,12 @@ def run_evaluation(
             if sink.options:  # self.log's keywords: add_dataloader_idx=False, logger=False, on_step
                 def named(name: str, sink: MetricSink = sink, suffix: str = suffix) -> str:
                     return name if name in sink.no_suffix else name + suffix
-                mine = {named(name): v for name, v in sink.epoch_means(strategy.reduce_metrics).items()}
+                mine = {named(name): v for name, v in epoch_means(sink, strategy).items()}
                 hidden |= {named(name) for name in sink.hidden}
                 aliases.update((named(n), named(a)) for n, a in sink.aliases.items())
                 prog_bar |= {named(name) for name in sink.prog_bar}
             else:
-                mine = {name + suffix: v for name, v in sink.epoch_means(strategy.reduce_metrics).items()}
+                mine = {name + suffix: v for name, v in epoch_means(sink, strategy).items()}
                 prog_bar |= {name + suffix for name in sink.prog_bar}
             means.update(mine)
             logged.append(set(mine))  # this loader's result holds them (add_dataloader_idx=False's too)
@@ -283,7 +284,7 @@ def run_evaluation(
             run.callback_metrics.update(means)
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
         hooks.call(f"on_{phase}_epoch_end", trainer, model)
-        means.update(outer.epoch_means(strategy.reduce_metrics))
+        means.update(epoch_means(outer, strategy))
         hidden |= outer.hidden
         aliases.update(outer.aliases)
         if publish:
