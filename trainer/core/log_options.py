@@ -240,8 +240,9 @@ def scalar(name: str, value: Any) -> float:
 
 
 def not_scalar(name: str, tensor: torch.Tensor) -> ValueError:
+    lightnings = f"`self.log({name}, {tensor})` was called, but the tensor must have a single element."
     return ValueError(
-        f"self.log({name!r}, value): value must be a scalar, got a tensor of shape {tuple(tensor.shape)}. "
+        f"{lightnings} self.log({name!r}, value): value must be a scalar, got a tensor of shape {tuple(tensor.shape)}. "
         "Reduce it first, e.g. value.mean(), or log each element under its own name with self.log_dict."
     )
 
@@ -251,6 +252,17 @@ def no_batch_size(name: str) -> MisconfigurationException:
     return misconfigured(
         f"Pass the size of the batch the value stands for: self.log({name!r}, value, batch_size=len(batch)).",
         "With `def training_step(self, dataloader_iter)`, `self.log(..., batch_size=...)` should be provided.",
+    )
+
+
+def logged_twice(name: str) -> MisconfigurationException:
+    """``self.log(name, ...)`` again in the same epoch with another ``prog_bar``: Lightning's error, naming the hook."""
+    hook = next((f.function for f in inspect.stack(0)[2:8] if f.function.endswith("_step")
+                 or f.function.startswith("on_") or f.function in _OTHER_HOOKS), "this hook")
+    return misconfigured(
+        f"self.log({name!r}, ...) got another prog_bar than at its first call this epoch: log a name with the "
+        "same keywords each time, or log under another name.",
+        f"You called `self.log({name}, ...)` twice in `{hook}` with different arguments. This is not allowed.",
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.core.log_options import (
-    LogOptions, Reduced, first_kind, no_batch_size, not_a_number, not_scalar, options_for, outside,
+    LogOptions, Reduced, first_kind, logged_twice, no_batch_size, not_a_number, not_scalar, options_for, outside,
 )
 
 _local = threading.local()  # the active sink; DataParallel replica threads set their own
@@ -327,6 +327,8 @@ def log_metric(
             metric_attribute)
         if series is None:  # taken there (reduce_fx sum/max/min, a Metric)
             return
+    elif prog_bar != series.prog_bar and not sink.epoch_end:  # Lightning's: one name, one set of keywords
+        raise logged_twice(name)
     weight = sink.batch_size if batch_size is None else batch_size
     if weight is None:  # training with a dataloader_iter step: the loop never sees its batches
         raise no_batch_size(name)

@@ -271,3 +271,33 @@ def test_logger_true_without_a_logger_is_lightnings_warning(recwarn):
                       logger=False)
     trainer.fit(LogsEpoch(), loader(64))  # logger left at its default: no warning
     assert not [w for w in recwarn if "have no logger" in str(w.message)]
+
+
+class LogsTwice(Classifier):
+    def __init__(self, second_prog_bar: bool) -> None:
+        super().__init__()
+        self.second_prog_bar = second_prog_bar
+
+    def training_step(self, batch, batch_idx):
+        self.log("foo", 1.0, prog_bar=False)
+        self.log("foo", 2.0, prog_bar=self.second_prog_bar)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_name_logged_twice_with_another_prog_bar_is_lightnings_error_naming_the_hook():
+    from trainer.core.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match=re.escape("`self.log(foo, ...)` twice in `training_step`")):
+        Trainer(max_steps=1, **quiet()).fit(LogsTwice(second_prog_bar=True), loader(16))
+    trainer = Trainer(max_steps=1, **quiet())
+    trainer.fit(LogsTwice(second_prog_bar=False), loader(16))  # the same keywords: the later value
+    assert float(trainer.callback_metrics["foo"]) == 2.0
+
+
+def test_a_tensor_of_several_elements_is_lightnings_error():
+    class LogsVector(Classifier):
+        def on_train_start(self):
+            self.log("foo", torch.tensor([1.0, 2.0]))
+
+    with pytest.raises(ValueError, match="was called, but the tensor must have a single element"):
+        Trainer(max_steps=1, **quiet()).fit(LogsVector(), loader(16))
