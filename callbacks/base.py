@@ -29,9 +29,10 @@ class Callback:
     keeps working. One hook of ours is not on this class, since Lightning has none such:
     ``on_train_log(trainer, pl_module, metrics)``, called where a subclass defines it, every
     ``log_every_n_steps`` optimizer steps with the values that step's ``training_step`` logged, as
-    floats (where the Trainer writes the loggers' training rows). The Trainer asks a callback for more only through public methods that a
-    subclass may define, looked up on its class (none on this one): ``wants_hook(hook)`` (False:
-    skip a hook for this run; ``ModelCheckpoint``, ``LearningRateMonitor``), ``wait_for_saves(trainer)``
+    floats (where the Trainer writes the loggers' training rows). The Trainer asks a callback for more
+    only through public methods that a subclass may define, looked up on its class (none on this one):
+    ``wants_hook(hook)`` (False: skip a hook for this run; ``ModelCheckpoint``, ``LearningRateMonitor``),
+    ``wait_for_saves(trainer)``
     (files written in the background are on disk; ``ModelCheckpoint``), ``restore_param_groups(trainer)``
     (a resumed fit's optimizer groups; ``BaseFinetuning``) and ``tune_before_stage(tuner, stage, ...)``
     (a search before a stage; ``BatchSizeFinder``, ``LearningRateFinder``).

@@ -205,8 +205,8 @@ class TensorBoardLogger(FolderLogger):
     @rank_zero_only
     def save(self) -> None:
         self._hand_off()
-        if self.root_dir is None:
-            return
+        if self.root_dir is None or self._experiment is None and self.chosen_version is None:
+            return  # no folder picked and nothing written (a predict's end, as Lightning's): none to make
         self.experiment.flush()  # a run that logged nothing gets its folder and event file too, as in Lightning
         if self._hparams_dirty or not self._yaml_written:  # hparams.yaml, "{}" without hyperparameters (Lightning's)
             write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self._hparams)

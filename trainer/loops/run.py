@@ -147,7 +147,8 @@ _FIT_KEEPS = (
 # What an evaluation does not take from the run before (callback_metrics and logged_metrics: Lightning's start
 # afresh at each call).
 _CALL_OWN = (
-    "hooks", "signals", "profiling", "callback_metrics", "logged_metrics", "eval_metrics", "eval_steps", "eval_step_bar",
+    "hooks", "signals", "profiling", "callback_metrics", "logged_metrics", "eval_metrics", "eval_steps",
+    "eval_step_bar",
 )
 
 
