@@ -26,9 +26,13 @@ class Callback:
 
     Its public members are Lightning's hooks, ``state_key``, ``state_dict`` and ``load_state_dict``,
     and nothing else: code that wraps each public member (Lightning's ``LambdaCallback`` test does)
-    keeps working. The Trainer asks a callback for more only through public methods that a
-    subclass may define, looked up on its class (none on this one): ``wants_hook(hook)`` (False:
-    skip a hook for this run; ``ModelCheckpoint``, ``LearningRateMonitor``), ``wait_for_saves(trainer)``
+    keeps working. One hook of ours is not on this class, since Lightning has none such:
+    ``on_train_log(trainer, pl_module, metrics)``, called where a subclass defines it, every
+    ``log_every_n_steps`` optimizer steps with the values that step's ``training_step`` logged, as
+    floats (where the Trainer writes the loggers' training rows). The Trainer asks a callback for more
+    only through public methods that a subclass may define, looked up on its class (none on this one):
+    ``wants_hook(hook)`` (False: skip a hook for this run; ``ModelCheckpoint``, ``LearningRateMonitor``),
+    ``wait_for_saves(trainer)``
     (files written in the background are on disk; ``ModelCheckpoint``), ``restore_param_groups(trainer)``
     (a resumed fit's optimizer groups; ``BaseFinetuning``) and ``tune_before_stage(tuner, stage, ...)``
     (a search before a stage; ``BatchSizeFinder``, ``LearningRateFinder``).
@@ -68,10 +72,6 @@ class Callback:
     def on_before_zero_grad(
         self, trainer: Trainer, pl_module: TrainModule, optimizer: torch.optim.Optimizer
     ) -> None: ...
-    def on_train_log(self, trainer: Trainer, pl_module: TrainModule, metrics: dict[str, float]) -> None:
-        """Every ``log_every_n_steps`` optimizer steps, right after the step: the values that
-        step's ``training_step`` logged, as floats. Where a logger writes its training curves."""
-
     # --- validation / test / predict ---------------------------------------------------
     def on_sanity_check_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         """Before fit's sanity check (``num_sanity_val_steps``), whose validation hooks go to
@@ -129,9 +129,10 @@ class Callback:
         """Take back what ``state_dict`` returned, when fit resumes from a checkpoint."""
 
 
+# Lightning's hooks, then ours (defined by the callbacks that want it, not by the base class).
 HOOKS = tuple(
     name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown")
-)
+) + ("on_train_log",)
 
 
 class LambdaCallback(Callback):

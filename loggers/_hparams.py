@@ -50,8 +50,8 @@ def experiment(hparams: dict[str, bool | int | float | str], metrics: list[str])
 
 
 # What the Trainer adds to each logging step (trainer/loops/log_writer.py): `epoch` (as
-# Lightning does), `grad_norm`, `throughput/...`.
-_TRAINERS_OWN = ("epoch", "grad_norm", "throughput")
+# Lightning does) and `grad_norm`.
+_TRAINERS_OWN = ("epoch", "grad_norm")
 
 
 def metric_columns(counts: dict[str, int], declared: list[str], hparams: dict[str, Any], prefix: str = "") -> list[str]:
@@ -62,7 +62,7 @@ def metric_columns(counts: dict[str, int], declared: list[str], hparams: dict[st
     2. the values the model logged, those written least often first: validation and epoch
        means, which runs are compared by, before per-step values (one batch's loss), ties
        in name order;
-    3. the Trainer's own (``epoch``, ``grad_norm``, ``throughput/...``) and the
+    3. the Trainer's own (``epoch``, ``grad_norm``) and the
        ``hp_metric=-1`` placeholder when nothing else was logged to it, by name.
 
     A name that is also a hyperparameter's is left out: its column would be a second ``lr``.

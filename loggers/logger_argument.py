@@ -27,9 +27,10 @@ def make_loggers(logger: Any, legacy: list[Logger], root: str | None, name: str)
     else:
         chosen = [logger] if isinstance(logger, Logger) or _logs_like_one(logger) else logger_list(logger)
     for lg in chosen:
-        use_dir = getattr(lg, "use_trainer_dir", None)  # (an object that logs like a Logger may lack it)
+        # Looked up on the class: an object that logs like a Logger may lack it (a Mock answers any name)
+        use_dir = getattr(type(lg), "use_trainer_dir", None)
         if use_dir is not None:
-            use_dir(root if root is not None else os.getcwd(), name)
+            use_dir(lg, root if root is not None else os.getcwd(), name)
     return chosen
 
 

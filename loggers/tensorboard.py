@@ -32,13 +32,13 @@ class TensorBoardLogger(FolderLogger):
     - every value logged in ``training_step``, under its own name, every ``log_every_n_steps``
       optimizer steps, and its epoch mean as ``<name>_epoch`` at each epoch's end;
     - values logged in ``validation_step``/``test_step``: their means, under their own names;
-    - ``epoch``, ``grad_norm`` (before clipping) when ``gradient_clip_val`` is set, and
-      ``throughput/samples_per_sec`` and ``throughput/steps_per_sec`` (training only); no
-      learning rate (``callbacks.LearningRateMonitor`` logs it, as in Lightning);
+    - ``epoch``, and ``grad_norm`` (before clipping) when ``gradient_clip_val`` is set; no
+      learning rate (``callbacks.LearningRateMonitor`` logs it, as in Lightning) and no throughput
+      (``callbacks.ThroughputMonitor`` does);
     - the Trainer's options (``trainer/<option>``) and the model's ``save_hyperparameters``
       arguments in the HParams tab. When fit ends, the run's list of columns: the metrics
       given to ``log_hyperparams``, then the values logged, validation and epoch means first,
-      then ``epoch``, ``grad_norm`` and ``throughput`` (the tab ticks the first 5);
+      then ``epoch`` and ``grad_norm`` (the tab ticks the first 5);
       a name that is also a hyperparameter's (``lr``) is one column, the hyperparameter.
 
     ``experiment`` is the ``torch.utils.tensorboard.SummaryWriter`` itself: ``add_image``,
@@ -121,6 +121,8 @@ class TensorBoardLogger(FolderLogger):
         metrics = add_prefix(metrics, self._prefix)
         self._pending.append((0 if step is None else int(step), time.time(), tuple(metrics.items())))
         # The first values open the writer (after a fit's first step): the run shows up at once.
+        if self._deferring:  # a fit's start: its hp_metric waits for the first step
+            return
         if self._experiment is None or time.perf_counter() - self._handed_off >= _HAND_OFF_S:
             self._hand_off()
 
@@ -145,10 +147,9 @@ class TensorBoardLogger(FolderLogger):
         chosen = metrics is not None  # the metrics for the HParams tab (not the placeholder)
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
-        if metrics:  # queued with the session, for the first hand-off
-            metrics = add_prefix(metrics, self._prefix)
-            self._declared += list(metrics) if chosen else []
-            self._pending.append((0, time.time(), tuple(metrics.items())))
+        if metrics:  # queued with the session, for the first hand-off; through log_metrics, as Lightning's
+            self._declared += list(add_prefix(metrics, self._prefix)) if chosen else []
+            self.log_metrics(metrics, None)
         if not self._deferring:  # a call of the user's: on disk now, as in Lightning (a fit's start defers it)
             self._hand_off()
 
@@ -204,8 +205,8 @@ class TensorBoardLogger(FolderLogger):
     @rank_zero_only
     def save(self) -> None:
         self._hand_off()
-        if self.root_dir is None:
-            return
+        if self.root_dir is None or self._experiment is None and self.chosen_version is None:
+            return  # no folder picked and nothing written (a predict's end, as Lightning's): none to make
         self.experiment.flush()  # a run that logged nothing gets its folder and event file too, as in Lightning
         if self._hparams_dirty or not self._yaml_written:  # hparams.yaml, "{}" without hyperparameters (Lightning's)
             write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self._hparams)

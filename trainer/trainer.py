@@ -38,6 +38,7 @@ from trainer.data.loaders import DataModule, check_loaders, check_sources, check
 from trainer.calls_without_model import fitted_sources
 from trainer.profilers import Profiler
 from trainer.loops.evaluation import results_table
+from trainer.loops.hooks import refusing_logs
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
 from trainer.init_arguments import check_names, defaults_from_env_vars
@@ -349,12 +350,13 @@ class Trainer(TrainerProperties, LoggerAccess):
         """Lightning's order: every callback's ``on_save_checkpoint`` (none for a weights-only
         file), then the model's; numpy numbers become Python's (weights_only loads refuse them)."""
         own = run.hooks.module_hooks.get("on_save_checkpoint")
-        if not weights_only:
-            for fn in run.hooks.on_save_checkpoint:
-                if fn is not own:
-                    fn(self, run.module, checkpoint)
-        if own is not None:
-            own(self, run.module, checkpoint)
+        with refusing_logs():  # Lightning's: self.log raises in on_save_checkpoint
+            if not weights_only:
+                for fn in run.hooks.on_save_checkpoint:
+                    if fn is not own:
+                        fn(self, run.module, checkpoint)
+            if own is not None:
+                own(self, run.module, checkpoint)
         checkpoint = layout.python_numbers(checkpoint)
         return layout.weights_only(checkpoint) if weights_only else checkpoint
 

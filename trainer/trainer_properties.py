@@ -294,6 +294,7 @@ class TrainerProperties:
         """The values logged with ``prog_bar=True``: the latest of each (a step's, or an epoch's mean)."""
         run = self._current_run()
         shown = {k: v for k, v in run.callback_metrics.items() if k in self.prog_bar_names}
+        shown.update(run.eval_step_bar)  # an evaluation step's (never in callback_metrics, as in Lightning)
         step = self.step_metrics(prog_bar_only=True)
         if run.epoch_values_step == self.state.global_step:  # an epoch's end came after the last step
             return {**step, **shown}

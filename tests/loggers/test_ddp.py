@@ -1,4 +1,5 @@
-"""Loggers under DDP(2), on CPU with gloo: rank 0 writes, the other ranks' loggers do nothing."""
+"""Loggers under DDP(2), on CPU with gloo: rank 0 writes, the other ranks' loggers do nothing; a user's own
+logger is called on every rank, as Lightning's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from loggers import CSVLogger, TensorBoardLogger
+from loggers import CSVLogger, Logger, TensorBoardLogger, rank_zero_only
 from strategies import DDPStrategy
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -97,3 +98,32 @@ def test_wandb_under_ddp_is_the_callers_run(monkeypatch):
     assert len(folders) == 1  # one run: rank 0 wrote into the caller's
     _, history, _ = _run(_records(folders[0]))
     assert [row["trainer/global_step"] for row in history if "train_loss" in row] == [0, 1, 2, 3]
+
+
+class FileRowsOfEachRank(Logger):
+    """A user's logger with no ``rank_zero_only``: each rank writes the keys it was sent to its own file."""
+
+    name, version = "rows", 0
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, metrics, step=None) -> None:
+        with open(f"rows{rank_zero_only.rank}.txt", "a") as f:
+            f.write(" ".join(sorted(metrics)) + "\n")
+
+
+class LogsItsRank(Classifier):
+    def on_train_start(self):
+        self.log(f"rank-{self.global_rank}", 0.0)
+
+
+@pytest.mark.usefixtures("ranks_from_the_fork_server")
+def test_a_users_logger_is_called_on_every_rank_as_lightnings():
+    trainer = Trainer(strategy=DDPStrategy(timeout=20), devices=2, max_epochs=1, log_every_n_steps=1,
+                      enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                      logger=FileRowsOfEachRank())
+    trainer.fit(LogsItsRank(), loader(32, batch_size=8))
+    for rank in (0, 1):  # each rank's row holds what that rank logged at on_train_start (the first epoch's value)
+        rows = open(f"rows{rank}.txt").read().split()
+        assert f"rank-{rank}" in rows and "train_loss" in rows

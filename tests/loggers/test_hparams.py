@@ -70,7 +70,7 @@ def test_a_finished_fit_lists_its_validation_and_epoch_values_first_and_lr_once(
     # Means first (2 points each), then the per-step loss (4 points), then the Trainer's own values.
     assert metrics == [
         "val_acc", "val_loss", "train_loss",
-        "epoch", "grad_norm", "throughput/samples_per_sec", "throughput/steps_per_sec",
+        "epoch", "grad_norm",
     ]
     # `lr` is the model's hyperparameter; the learning rate's curve stays in the Time Series tab.
     assert "lr" not in metrics and "lr" in {h.name for h in experiment.hparam_infos}
@@ -93,7 +93,7 @@ def test_the_learning_rate_is_a_metric_column_when_no_hyperparameter_has_its_nam
 
     trainer = _fit(NoLrArgument())
     metrics = [m.name.tag for m in _experiment(os.path.dirname(trainer.run_dir)).metric_infos]
-    assert metrics == ["val_acc", "val_loss", "lr", "train_loss", "epoch", "throughput/samples_per_sec", "throughput/steps_per_sec"]
+    assert metrics == ["val_acc", "val_loss", "lr", "train_loss", "epoch"]
 
 
 class ChoosesItsColumns(Classifier):

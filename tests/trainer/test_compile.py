@@ -176,7 +176,7 @@ def test_a_bad_compile_option_names_the_argument(value, error, message):
         Trainer(max_epochs=1, compile=value)
 
 
-def test_the_bar_says_it_is_compiling_and_throughput_leaves_the_compile_out(tmp_path, capsys):
+def test_the_bar_says_it_is_compiling_and_the_curves_have_every_logged_step(tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     trainer = Trainer(max_epochs=1, log_every_n_steps=2, compile=EAGER, log_dir=tmp_path, enable_checkpointing=False,
@@ -187,5 +187,5 @@ def test_the_bar_says_it_is_compiling_and_throughput_leaves_the_compile_out(tmp_
     acc = EventAccumulator(trainer.run_dir)
     acc.Reload()
     assert [e.step for e in acc.Scalars("train_loss")] == [1, 3, 5, 7]
-    # No rate over the first interval (to step 2), which held the compile: the curve starts at step 4's row.
-    assert [e.step for e in acc.Scalars("throughput/steps_per_sec")] == [3, 5, 7]
+    # No throughput of the Trainer's own, as in Lightning (ThroughputMonitor measures it when asked).
+    assert not [tag for tag in acc.Tags()["scalars"] if tag.startswith("throughput")]

@@ -142,6 +142,64 @@ def test_log_in_a_hook_that_logs_nothing_is_lightnings_error_naming_the_hook():
         model.training_step(next(iter(loader(16))), 0)  # after fit: attached, but no stage runs
 
 
+class LogsInRefusedHooks(Classifier):
+    """Tries self.log in each hook where Lightning refuses it, and keeps each refusal's message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: dict[str, str] = {}
+
+    def _try(self, hook: str) -> None:
+        try:
+            self.log("x", 1.0)
+        except MisconfigurationException as err:
+            self.refused[hook] = str(err)
+
+    def on_validation_model_eval(self):
+        super().on_validation_model_eval()
+        self._try("on_validation_model_eval")
+
+    def on_validation_end(self):
+        self._try("on_validation_end")
+
+    def on_test_end(self):
+        self._try("on_test_end")
+
+    def on_save_checkpoint(self, checkpoint):
+        self._try("on_save_checkpoint")
+
+    def lr_scheduler_step(self, scheduler, metric):
+        scheduler.step()
+        self._try("lr_scheduler_step")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)]
+
+    def predict_step(self, batch, batch_idx):
+        self._try("predict_step")
+        return super().predict_step(batch, batch_idx)
+
+
+def test_log_in_a_hook_where_lightning_refuses_it_is_lightnings_error():
+    model = LogsInRefusedHooks()
+    trainer = Trainer(max_epochs=1, enable_progress_bar=False, enable_model_summary=False, logger=False,
+                      default_root_dir="out")
+    trainer.fit(model, loader(32), loader(32))
+    trainer.test(model, loader(32), verbose=False)
+    trainer.predict(model, loader(32))
+    assert sorted(model.refused) == [
+        "lr_scheduler_step", "on_save_checkpoint", "on_test_end", "on_validation_end", "on_validation_model_eval",
+        "predict_step",
+    ]
+    for hook, message in model.refused.items():
+        if hook != "predict_step":
+            assert message.startswith("You can't `self.log()` inside"), message
+    assert "x" not in trainer.callback_metrics  # nothing was recorded
+    assert model.refused["predict_step"].startswith(
+        "You are trying to `self.log()` but the loop's result collection is not registered yet.")
+
+
 def test_log_of_a_non_scalar_names_the_shape():
     class LogsVector(Classifier):
         def training_step(self, batch, batch_idx):

@@ -244,7 +244,7 @@ def runs_base(trainer: Trainer) -> tuple[str | None, str | None]:
         return None, None
     first = trainer.loggers[0]
     base = os.path.join(first.save_dir or trainer.default_root_dir or os.getcwd(), first.name or "")
-    version = getattr(first, "pinned_version", None)
+    version = getattr(first, "pinned_version", None) if hasattr(type(first), "pinned_version") else None
     return base, None if version is None else (version if isinstance(version, str) else f"version_{version}")
 
 

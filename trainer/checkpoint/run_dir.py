@@ -55,9 +55,9 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
     for lg in trainer.loggers:
         # Logger.prepare_stage: a file logger picks its version folder for a fit; the others' runs start
         # now, as in Lightning (an MLflow or W&B run, whose ids name the folder)
-        prepare = getattr(lg, "prepare_stage", None)
+        prepare = getattr(type(lg), "prepare_stage", None)  # on the class: a Mock answers any name
         if prepare is not None:
-            prepare(resume_path, fit=fit)
+            prepare(lg, resume_path, fit=fit)
         else:  # an object that logs like a Logger without being one
             getattr(lg, "experiment", None)
     first = trainer.loggers[0]
@@ -70,10 +70,11 @@ def resolve_run_dir(trainer: Trainer, resume_path: str | None, fit: bool) -> tup
 
 
 def logger_versions(trainer: Trainer) -> list[Any]:
-    return [getattr(lg, "chosen_version", None) for lg in trainer.loggers]
+    return [getattr(lg, "chosen_version", None) if hasattr(type(lg), "chosen_version") else None
+            for lg in trainer.loggers]
 
 
 def set_logger_versions(trainer: Trainer, versions: list[Any]) -> None:
     for lg, version in zip(trainer.loggers, versions):
-        if version is not None and hasattr(lg, "use_version"):
+        if version is not None and hasattr(type(lg), "use_version"):
             lg.use_version(version)

@@ -13,6 +13,7 @@ call, computed and reset at the epoch's end). Read back, the values are Lightnin
 from __future__ import annotations
 
 import inspect
+import sys
 import warnings
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class LogOptions:
     local: bool = False  # rank_zero_only: not reduced across processes
     suffix: bool = True  # add_dataloader_idx: "/dataloader_idx_N" with several loaders
     alias: bool = False  # both step and epoch: callback_metrics also gets the plain name
+    kind: str = "mean"  # how its values combine: "mean", "sum", "max", "min" (reduce_fx) or "metric"
 
 
 def reduce_name(name: str, reduce_fx: Any) -> str:
@@ -71,6 +73,63 @@ def is_metric(value: Any) -> bool:
     """A torchmetrics ``Metric`` (told by its methods: torchmetrics is not imported here)."""
     return (isinstance(value, torch.nn.Module) and callable(getattr(value, "compute", None))
             and callable(getattr(value, "reset", None)))
+
+
+def first_kind(
+    name: str, value: Any, add_dataloader_idx: bool, reduce_fx: Any, metric_attribute: str | None, logger: bool | None,
+) -> str:
+    """At a name's first value in a phase: the name and options checked, and how its values are kept:
+    "metric" (a torchmetrics Metric), else ``reduce_fx``'s "mean", "sum", "max" or "min"."""
+    check_name(name, add_dataloader_idx)
+    if logger:  # given: Lightning warns when there is no logger to send it to
+        trainer = getattr(_calling_module(), "_trainer", None)
+        if trainer is not None and trainer.logger is None:
+            warnings.warn(
+                f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured. You can enable one "
+                "by doing `Trainer(logger=ALogger(...))`", UserWarning, stacklevel=5,
+            )
+    if not is_metric(value):
+        return reduce_name(name, reduce_fx)
+    if not metric_attribute:
+        check_metric_attribute(name, value)
+    return "metric"
+
+
+def check_metric_attribute(name: str, metric: Any) -> None:
+    """Lightning's rule for a torchmetrics Metric logged without ``metric_attribute``: it must be one
+    of the module's attributes (its state is the module's, reset and saved with it). The module is
+    the caller's ``self`` (read from the stack)."""
+    module = _calling_module()
+    if module is None:
+        return
+    names = {id(m): n for n, m in module.named_modules() if is_metric(m)}
+    lightnings = "Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged."
+    if not names:
+        raise misconfigured(
+            f"self.log({name!r}, metric): make the metric an attribute in __init__ (self.{name} = Accuracy(...)) "
+            "and log that one.",
+            f"{lightnings} You can fix this by setting an attribute for the metric in your `LightningModule`.",
+        )
+    if id(metric) not in names:
+        raise misconfigured(
+            f"self.log({name!r}, metric) got a metric that is none of the module's attributes: log one of them.",
+            f"{lightnings} You can fix this by calling `self.log({name}, ..., metric_attribute=name)` where `name` "
+            f"is one of {list(names.values())}",
+        )
+
+
+def _calling_module() -> torch.nn.Module | None:
+    """The module whose code called ``self.log``: the first ``self`` up the stack that is a module
+    (and not a Metric). Read only at a name's first value, where a check needs it."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return None
+        own = frame.f_locals.get("self")
+        if isinstance(own, torch.nn.Module) and not is_metric(own):
+            return own
+        frame = frame.f_back
+    return None
 
 
 def options_for(
@@ -181,8 +240,9 @@ def scalar(name: str, value: Any) -> float:
 
 
 def not_scalar(name: str, tensor: torch.Tensor) -> ValueError:
+    lightnings = f"`self.log({name}, {tensor})` was called, but the tensor must have a single element."
     return ValueError(
-        f"self.log({name!r}, value): value must be a scalar, got a tensor of shape {tuple(tensor.shape)}. "
+        f"{lightnings} self.log({name!r}, value): value must be a scalar, got a tensor of shape {tuple(tensor.shape)}. "
         "Reduce it first, e.g. value.mean(), or log each element under its own name with self.log_dict."
     )
 
@@ -192,6 +252,17 @@ def no_batch_size(name: str) -> MisconfigurationException:
     return misconfigured(
         f"Pass the size of the batch the value stands for: self.log({name!r}, value, batch_size=len(batch)).",
         "With `def training_step(self, dataloader_iter)`, `self.log(..., batch_size=...)` should be provided.",
+    )
+
+
+def logged_twice(name: str) -> MisconfigurationException:
+    """``self.log(name, ...)`` again in the same epoch with another ``prog_bar``: Lightning's error, naming the hook."""
+    hook = next((f.function for f in inspect.stack(0)[2:8] if f.function.endswith("_step")
+                 or f.function.startswith("on_") or f.function in _OTHER_HOOKS), "this hook")
+    return misconfigured(
+        f"self.log({name!r}, ...) got another prog_bar than at its first call this epoch: log a name with the "
+        "same keywords each time, or log under another name.",
+        f"You called `self.log({name}, ...)` twice in `{hook}` with different arguments. This is not allowed.",
     )
 
 
@@ -261,6 +332,10 @@ def outside(name: Any) -> LogOutsideError | None:
     running = trainer.state.status in ("running", "interrupted")
     lightnings = (f"You can't `self.log()` inside `{hook or 'this hook'}`." if running else
                   "You are trying to `self.log()` but it is not managed by the `Trainer` control flow.")
+    if running and trainer.state.fn == "predict":
+        lightnings = ("You are trying to `self.log()` but the loop's result collection is not registered yet. "
+                      "This is most likely because you are trying to log in a `predict` hook, but it doesn't "
+                      "support logging.")
     called = f" was called from {where}, where nothing is logged" if where else " was called outside a step"
     return LogOutsideError(
         f"{lightnings} self.log({name!r}, ...){called}. Call it from training_step, validation_step, test_step, "

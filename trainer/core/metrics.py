@@ -14,8 +14,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.core.log_options import (
-    LogOptions, Reduced, check_name, is_metric, no_batch_size, not_a_number, not_scalar, options_for, outside,
-    reduce_name,
+    LogOptions, Reduced, first_kind, logged_twice, no_batch_size, not_a_number, not_scalar, options_for, outside,
 )
 
 _local = threading.local()  # the active sink; DataParallel replica threads set their own
@@ -95,8 +94,8 @@ class MetricSink:
             set_sink(previous)
 
     def first_log(
-        self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
-        reduce_fx: Any, add_dataloader_idx: bool, rank_zero_only: bool,
+        self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None, on_epoch: bool | None,
+        reduce_fx: Any, add_dataloader_idx: bool, rank_zero_only: bool, metric_attribute: str | None = None,
     ) -> "_Series | None":
         """A name's first value in this sink, or any value of a name that is not a plain running
         mean: its options are read (once), and the series to add to is returned, or None when
@@ -105,13 +104,14 @@ class MetricSink:
         if reduced is not None:
             reduced.add(name, value)
             return None
-        check_name(name, add_dataloader_idx)
-        kind = "metric" if is_metric(value) else reduce_name(name, reduce_fx)
+        kind = first_kind(name, value, add_dataloader_idx, reduce_fx, metric_attribute, logger)
+        logger = logger is not False  # None: Lightning's default, True unless given
         steps = self.training and not self.epoch_end  # Lightning's defaults: a step value, else an epoch value
         opts = options_for(name, steps, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
         if opts is None and (kind != "mean" or self.epoch_end):  # published under its own name
             opts = LogOptions(name if steps else None, name, logger, rank_zero_only, add_dataloader_idx)
         if opts is not None:
+            opts.kind = kind
             self._register(name, opts)
         if kind != "mean":
             reduced = self._reduced[name] = Reduced(kind, prog_bar)
@@ -301,16 +301,8 @@ class MetricSink:
         return {n: v for n, v in values.items() if n not in hidden} if hidden else values
 
 
-def mean_over_processes(values: dict[str, float], reduce: Reducer) -> dict[str, float]:
-    """Each name's mean over the processes (a name some process lacks is averaged over the
-    others): step values that drive a decision, such as a monitor, must agree on every rank."""
-    one = torch.ones((), dtype=torch.float64)
-    parts = reduce({n: (torch.tensor(v, dtype=torch.float64), one) for n, v in values.items()})
-    return {n: float(total) / float(weight) for n, (total, weight) in sorted(parts.items())}
-
-
 def log_metric(
-    name: str, value: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
+    name: str, value: Any, prog_bar: bool = False, logger: bool | None = None, on_step: bool | None = None,
     on_epoch: bool | None = None, reduce_fx: Any = "mean", enable_graph: bool = False, sync_dist: bool = False,
     sync_dist_group: Any = None, add_dataloader_idx: bool = True, batch_size: int | None = None,
     metric_attribute: str | None = None, rank_zero_only: bool = False,
@@ -331,9 +323,12 @@ def log_metric(
     series = sink._series.get(name)
     if series is None:
         series = sink.first_log(
-            name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, add_dataloader_idx, rank_zero_only)
+            name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, add_dataloader_idx, rank_zero_only,
+            metric_attribute)
         if series is None:  # taken there (reduce_fx sum/max/min, a Metric)
             return
+    elif prog_bar != series.prog_bar and not sink.epoch_end:  # Lightning's: one name, one set of keywords
+        raise logged_twice(name)
     weight = sink.batch_size if batch_size is None else batch_size
     if weight is None:  # training with a dataloader_iter step: the loop never sees its batches
         raise no_batch_size(name)

@@ -70,7 +70,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
     def configure_optimizers(self) -> Any:
         return None
 
-    #: ``self.log(name, value, prog_bar=False, logger=True, on_step=None, on_epoch=None,
+    #: ``self.log(name, value, prog_bar=False, logger=None, on_step=None, on_epoch=None,
     #: reduce_fx="mean", enable_graph=False, sync_dist=False, sync_dist_group=None,
     #: add_dataloader_idx=True, batch_size=None, metric_attribute=None, rank_zero_only=False)``:
     #: record a scalar (or a torchmetrics Metric), as Lightning's. Inside a step it is kept per
@@ -80,7 +80,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
     log = staticmethod(log_metric)
 
     def log_dict(
-        self, dictionary: Any, prog_bar: bool = False, logger: bool = True, on_step: bool | None = None,
+        self, dictionary: Any, prog_bar: bool = False, logger: bool | None = None, on_step: bool | None = None,
         on_epoch: bool | None = None, reduce_fx: Any = "mean", enable_graph: bool = False, sync_dist: bool = False,
         sync_dist_group: Any = None, add_dataloader_idx: bool = True, batch_size: int | None = None,
         rank_zero_only: bool = False,

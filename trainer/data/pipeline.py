@@ -82,12 +82,12 @@ class BatchPipeline:
         it = self._first(loader, epoch, start, drawn)
         if lockstep and self.strategy.world_size > 1:
             it = in_lockstep(it, self.strategy)
+        if self.timer is not None and timed_as is not None:  # without a profiler, nothing changes
+            it = self.timer(timed_as, it)  # inside the limit: a stop at the limit draws (and times) no batch more
         if limit != math.inf:
             it = itertools.islice(it, int(limit))
         if not as_given:
             it = self.strategy.device_batches(self.precision.convert_batches(it))
-        if self.timer is not None and timed_as is not None:  # without a profiler, nothing changes
-            it = self.timer(timed_as, it)
         return it
 
     def feed(self, loaders: Any, counts: list[int | float], epoch: int, timed_as: str | None = None) -> DataLoaderIter:

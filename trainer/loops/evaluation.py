@@ -22,6 +22,8 @@ from trainer.core.exceptions import misconfigured
 from trainer.core.metrics import MetricSink, set_sink
 from trainer.core.module import overridden
 from trainer.core.state import RunningStage, TrainerFn
+from trainer.loops.hooks import refusing_logs
+from trainer.loops.publishing import epoch_means
 from trainer.loops.run import start, stage_hooks, use_run_folder
 
 if TYPE_CHECKING:
@@ -205,18 +207,21 @@ def run_evaluation(
         run_step = profiling.strategy_call(strategy, step_name, run_step)
     outer = MetricSink()  # what the start and end hooks log: one value per process
     sinks = [outer]  # each loader's too: their Metrics are reset at the end
-    previous_sink = set_sink(outer)
+    # predict logs nothing: self.log raises there, as Lightning's, which has no results to log into
+    active = (lambda sink: None) if phase == "predict" else (lambda sink: sink)
+    previous_sink = set_sink(active(outer))
     no_grad = _no_grad(trainer)  # around the hooks too, as Lightning's loop: on_{phase}_start sees it
     no_grad.__enter__()
     try:
-        getattr(model, f"on_{phase}_model_eval", model.eval)()
+        with refusing_logs():
+            getattr(model, f"on_{phase}_model_eval", model.eval)()
         hooks.call(f"on_{phase}_start", trainer, model)
         hooks.call(f"on_{phase}_epoch_start", trainer, model)
         batch_start, batch_end = getattr(hooks, f"on_{phase}_batch_start"), getattr(hooks, f"on_{phase}_batch_end")
         for i, (loader, n, length) in enumerate(zip(loaders, counts, lengths)):
             sink = MetricSink()
             sinks.append(sink)
-            set_sink(sink)
+            set_sink(active(sink))
             hook_args = (i,) if loaders.several else ()  # Lightning's rule: the index only with several
             with strategy.evaluating():  # e.g. fsdp gathers its shards once per loader (no_grad is on already)
                 # A limit stops without loading one batch more; a whole pass runs the loader to its end,
@@ -263,23 +268,23 @@ def run_evaluation(
             if sink.options:  # self.log's keywords: add_dataloader_idx=False, logger=False, on_step
                 def named(name: str, sink: MetricSink = sink, suffix: str = suffix) -> str:
                     return name if name in sink.no_suffix else name + suffix
-                mine = {named(name): v for name, v in sink.epoch_means(strategy.reduce_metrics).items()}
+                mine = {named(name): v for name, v in epoch_means(sink, strategy).items()}
                 hidden |= {named(name) for name in sink.hidden}
                 aliases.update((named(n), named(a)) for n, a in sink.aliases.items())
                 prog_bar |= {named(name) for name in sink.prog_bar}
             else:
-                mine = {name + suffix: v for name, v in sink.epoch_means(strategy.reduce_metrics).items()}
+                mine = {name + suffix: v for name, v in epoch_means(sink, strategy).items()}
                 prog_bar |= {name + suffix for name in sink.prog_bar}
             means.update(mine)
             logged.append(set(mine))  # this loader's result holds them (add_dataloader_idx=False's too)
-        set_sink(outer)
+        set_sink(active(outer))
         # The sanity check's values are readable (callback_metrics, the bars) until on_sanity_check_end, as in Lightning
         shown = publish or trainer.sanity_checking
         if shown:  # the epoch's values, for on_{phase}_epoch_end to read (Lightning's)
             run.callback_metrics.update(means)
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
         hooks.call(f"on_{phase}_epoch_end", trainer, model)
-        means.update(outer.epoch_means(strategy.reduce_metrics))
+        means.update(epoch_means(outer, strategy))
         hidden |= outer.hidden
         aliases.update(outer.aliases)
         if publish:
@@ -289,10 +294,11 @@ def run_evaluation(
             run.callback_metrics.update(means)
             run.callback_metrics.update((aliases[k], v) for k, v in means.items() if k in aliases)
             run.prog_bar_names |= prog_bar | outer.prog_bar
-        hooks.call(f"on_{phase}_end", trainer, model)
-        if phase != "predict" and overridden(model, f"on_{phase}_model_train"):
-            restore = False
-            getattr(model, f"on_{phase}_model_train")()
+        with refusing_logs():  # Lightning's: nothing is logged at the end, nor in the mode hooks
+            hooks.call(f"on_{phase}_end", trainer, model)
+            if phase != "predict" and overridden(model, f"on_{phase}_model_train"):
+                restore = False
+                getattr(model, f"on_{phase}_model_train")()
     finally:
         no_grad.__exit__(None, None, None)
         set_sink(previous_sink)
@@ -306,16 +312,24 @@ def run_evaluation(
 def _step_row(trainer: Trainer, run: Run, phase: str, loader: int, sink: MetricSink, suffix: str) -> None:
     """The values an evaluation step logged with ``on_step=True`` (``<name>_step`` with
     on_epoch too), to the loggers and ``logged_metrics``, not ``callback_metrics``: Lightning's
-    row, at the count of this loader's batches so far in the stage (across a fit's validations)."""
+    row, at the count of this loader's batches so far in the stage (across a fit's validations).
+    Those logged with ``prog_bar=True`` too are in ``progress_bar_metrics`` (logger=False ones included)."""
+    bar = sink.prog_bar
     stepped = [
-        (name, opts.step_name) for name, opts in sink.options.items() if opts.step_name is not None and opts.logger
+        (name, opts.step_name, opts.logger) for name, opts in sink.options.items()
+        if opts.step_name is not None and (opts.logger or opts.step_name in bar)
     ]
     if not stepped:  # e.g. only logger=False values: nothing to read off the device
         return
     latest = sink.latest_floats()
-    row = {
-        (step if name in sink.no_suffix else step + suffix): latest[step] for name, step in stepped if step in latest
-    }
+    row = {}
+    for name, step, logged in stepped:
+        if step in latest:
+            key = step if name in sink.no_suffix else step + suffix
+            if logged:
+                row[key] = latest[step]
+            if step in bar:
+                run.eval_step_bar[key] = latest[step]
     if row:
         key = (phase, loader)
         step = run.eval_steps[key] = run.eval_steps.get(key, -1) + 1

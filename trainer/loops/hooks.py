@@ -3,9 +3,10 @@ callbacks override which hook."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from callbacks.base import HOOKS, Callback
 from callbacks.early_stopping import EarlyStopping
@@ -14,6 +15,7 @@ from callbacks.model_checkpoint import ModelCheckpoint
 from trainer.core.checks import instances_of
 
 from trainer.core.datamodule import DataModule
+from trainer.core.metrics import set_sink
 from trainer.core.module import TrainModule, overridden
 
 if TYPE_CHECKING:
@@ -82,6 +84,18 @@ class Hooks:
         fns: list[Callable[..., Any]] = getattr(self, name)
         for fn in fns:
             fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def refusing_logs() -> Iterator[None]:
+    """Around hooks where Lightning refuses ``self.log`` (its ``_FxValidator``: ``on_validation_end``,
+    ``on_save_checkpoint``, the ``*_model_eval`` hooks, ...): no sink, so ``self.log`` raises
+    Lightning's "You can't `self.log()` inside ..." error instead of recording a value."""
+    previous = set_sink(None)
+    try:
+        yield
+    finally:
+        set_sink(previous)
 
 
 # Lightning's "monitoring callbacks": at on_train_epoch_end they run after the model's hook.
@@ -169,10 +183,11 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 def overrides(callback: Callback, name: str) -> bool:
     """True if ``callback`` defines hook ``name`` itself: in its class, or as an instance
     attribute (how ``LambdaCallback`` attaches plain functions)."""
-    # (a Mock(spec=Callback): all)
-    if name in getattr(callback, "__dict__", ()) or not issubclass(type(callback), Callback):
+    if name in getattr(callback, "__dict__", ()):
         return True
-    base = getattr(Callback, name)
+    if not issubclass(type(callback), Callback):  # a Mock(spec=Callback): each hook it has
+        return hasattr(callback, name)
+    base = getattr(Callback, name, None)  # None: a hook of ours, which the base class lacks
     return getattr(type(callback), name, base) is not base
 
 

@@ -1,4 +1,6 @@
-"""What the Trainer writes to its loggers, and when: global rank 0 only, off the training steps."""
+"""What the Trainer writes to its loggers, and when: off the training steps, on every rank, as Lightning's
+(the built-in loggers' methods are ``rank_zero_only``: they write on global rank 0; a user's own logger may write on
+each rank)."""
 
 from __future__ import annotations
 
@@ -27,18 +29,16 @@ class LogWriter(Callback):
     that what they log at an epoch's end is in that epoch's values).
 
     At each logging step (every ``log_every_n_steps`` optimizer steps) one ``log_metrics``
-    call gets the step's logged values, ``grad_norm`` when clipping, ``epoch``, and ``throughput/steps_per_sec`` and
-    ``throughput/samples_per_sec`` (training time only; samples over all processes); no
-    learning rate: a user's ``lr`` curve is the user's, and ``LearningRateMonitor`` logs it, as in Lightning. Epoch
+    call gets the step's logged values, ``grad_norm`` when clipping, and ``epoch``; no throughput (Lightning's
+    ``ThroughputMonitor`` callback logs it, when asked for) and no learning rate: a user's ``lr`` curve is the
+    user's, and ``LearningRateMonitor`` logs it, as in Lightning. Epoch
     means (``<name>_epoch``) and validation and test means come at their ends, where each
     logger's ``save`` runs too, at most once a second: epochs of a few milliseconds then
     neither each wake a writer's thread nor each pay for a file write.
     """
 
     def __init__(self, loggers: list[Logger], run: Run) -> None:
-        self.loggers, self.run = loggers, run  # the call's run: its logged_metrics and eval_metrics
-        self._clock: tuple[float, int, int] | None = None  # (time, step, samples) at the last log step
-        self._paused_at: float | None = None
+        self.loggers, self.run = loggers, run  # the call's run: its eval_metrics
         self._saved = 0.0
         self._failed = False
         self._held: OSError | None = None  # a log write that failed before the epoch's checkpoint was saved
@@ -51,8 +51,10 @@ class LogWriter(Callback):
         hparams = _hparams(trainer, module)
         options = {f"trainer/{k}": v for k, v in trainer.hparams().items() if v is not None}
         for logger in self.loggers:
-            # a resumed fit drops what came after its step (an object that logs like a Logger may lack it)
-            getattr(logger, "drop_after_step", lambda step: None)(row_step(trainer))
+            # a resumed fit drops what came after its step, on rank 0 (an object that logs like a Logger may lack it)
+            drop = getattr(type(logger), "drop_after_step", None)
+            if drop is not None and trainer.is_global_zero:
+                drop(logger, row_step(trainer))
             if hparams is not None:  # Lightning's: called only for what save_hyperparameters recorded
                 # (a logger that overrides log_fit_hyperparams, as TensorBoard's: else Lightning's call)
                 log_fit = getattr(type(logger), "log_fit_hyperparams", Logger.log_fit_hyperparams)
@@ -77,24 +79,13 @@ class LogWriter(Callback):
                 "no point, only the epoch values do. Trainer(log_every_n_steps=%d) gives about 10 points.",
                 steps, every, max(1, math.ceil(steps / 10)),
             )
-        self._clock = (perf_counter(), trainer.state.log_step, trainer.samples_seen)
-        # the first steps compile: throughput starts at the first log step
-        if getattr(trainer, "compile", None) is not None:
-            self._clock = None
 
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
-        if not metrics:  # nothing logged in the step: no row, as in Lightning (throughput waits for one)
+        if not metrics:  # nothing logged in the step: no row, as in Lightning
             return
-        step, samples, now = trainer.state.log_step, trainer.samples_seen, perf_counter()
-        self.run.logged_metrics.update(metrics)  # the user's values (Lightning's: not epoch, throughput)
         values = dict(metrics)
         if trainer.grad_norm is not None:
             values["grad_norm"] = float(trainer.grad_norm)
-        if self._clock is not None and now > self._clock[0]:
-            t0, s0, n0 = self._clock
-            values["throughput/steps_per_sec"] = (step - s0) / (now - t0)
-            values["throughput/samples_per_sec"] = (samples - n0) * trainer.world_size / (now - t0)
-        self._clock = (now, step, samples)
         self._send(trainer, values)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
@@ -104,21 +95,12 @@ class LogWriter(Callback):
         # Lightning's names: "<name>_epoch" for a name logged with on_step and on_epoch, else "<name>"
         means = trainer.train_epoch_metrics
         if means:
-            self.run.logged_metrics.update(means)
             self._send(trainer, dict(means))
         self._save_if_due()
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._paused_at = perf_counter()
-
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.sanity_checking:  # writes nothing (the clock starts at on_train_start, after it)
+        if trainer.sanity_checking:  # writes nothing
             return
-        if self._paused_at is not None and self._clock is not None and trainer.state.fn == "fit":
-            # Throughput measures training: move the clock's start past the validation.
-            t0, s0, n0 = self._clock
-            self._clock = (t0 + perf_counter() - self._paused_at, s0, n0)
-        self._paused_at = None
         try:
             self._write_eval(trainer)
         except OSError as err:  # a full log disk: the epoch's checkpoint, due after this, is saved first

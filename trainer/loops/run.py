@@ -120,8 +120,10 @@ class Run:
         self.prog_bar_names: set[str] = set()  # names logged with prog_bar=True
         self.epoch_values_step = -1  # the step at which the last training epoch's values were published
         self.eval_steps: dict[tuple[str, int], int] = {}  # (phase, loader) -> the last evaluation step row's step
+        # The last evaluation step's values logged with on_step and prog_bar: progress_bar_metrics only (Lightning's)
+        self.eval_step_bar: dict[str, float] = {}
         # Training samples this process has stepped through, updated every log_every_n_steps
-        # steps and at each epoch's end (TensorBoard's throughput reads it then).
+        # steps and at each epoch's end.
         self.samples_seen = 0
         self.grad_norm: torch.Tensor | None = None
         self.is_last_batch = False  # during fit: the batch being trained on is its epoch's last (sized loaders)
@@ -145,7 +147,10 @@ _FIT_KEEPS = (
 )
 # What an evaluation does not take from the run before (callback_metrics and logged_metrics: Lightning's start
 # afresh at each call).
-_CALL_OWN = ("hooks", "signals", "profiling", "callback_metrics", "logged_metrics", "eval_metrics", "eval_steps")
+_CALL_OWN = (
+    "hooks", "signals", "profiling", "callback_metrics", "logged_metrics", "eval_metrics", "eval_steps",
+    "eval_step_bar",
+)
 
 
 def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> Run:
@@ -162,10 +167,10 @@ def start(trainer: Trainer, stage: str, model: TrainModule, datamodule: Any) -> 
     rank_zero_only.rank = strategy.global_rank
     attach_model_callbacks(trainer, model)
     _attach_logging(trainer.callbacks)
-    # The loggers are written from the LogWriter, after every callback, on global rank 0 only. The
-    # other ranks get one with no loggers: every rank must call the same epoch-end hooks (each agrees).
-    logs = trainer.loggers if strategy.is_global_zero else []
-    writer = [LogWriter(logs, run)] if trainer.loggers and stage != "predict" else []  # predict logs nothing
+    # The loggers are written from the LogWriter, after every callback, on every rank, as Lightning's: the
+    # loggers' own methods write on global rank 0 only (rank_zero_only), a user's logger may write on each.
+    # Predict writes no row; its end finalizes the loggers, as Lightning's.
+    writer = [LogWriter(trainer.loggers, run)] if trainer.loggers else []
     run.profiling = Profiling.of(trainer.profiler)
     run.hooks = Hooks(trainer.callbacks, model, tail=writer, profiling=run.profiling)
     return run

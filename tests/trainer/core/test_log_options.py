@@ -203,3 +203,101 @@ def test_lightnings_misconfiguration_for_a_bad_reduce_fx_and_a_name_with_its_loa
     trainer = Trainer(max_steps=1, **quiet())
     trainer.fit(_NamedLoader(False), loader(16))  # the user's own name, kept as given
     assert float(trainer.callback_metrics["foo/dataloader_idx_0"]) == 1.0
+
+
+
+class LogsAMetric(Classifier):
+    """Logs a torchmetrics Metric under "acc": its own ``self.acc``, or one held in a list, which
+    is none of the module's attributes (a list's items are not submodules)."""
+
+    def __init__(self, own: bool, logs_own: bool, metric_attribute: str | None = None) -> None:
+        super().__init__()
+        if own:
+            self.acc = torchmetrics.classification.BinaryAccuracy()
+        self.logged = [self.acc if logs_own else torchmetrics.classification.BinaryAccuracy()]
+        self.metric_attribute = metric_attribute
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.logged[0](self(x).argmax(-1), y)
+        self.log("acc", self.logged[0], metric_attribute=self.metric_attribute)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_logged_metric_must_be_an_attribute_of_the_module_as_lightnings():
+    from trainer.core.exceptions import MisconfigurationException
+
+    lightnings = "Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged. "
+    with pytest.raises(MisconfigurationException, match=re.escape(lightnings + "You can fix this by setting an attribute")):
+        Trainer(max_steps=1, **quiet()).fit(LogsAMetric(own=False, logs_own=False), loader(16))
+    with pytest.raises(MisconfigurationException, match=re.escape("metric_attribute=name)` where `name` is one of ['acc']")):
+        Trainer(max_steps=1, **quiet()).fit(LogsAMetric(own=True, logs_own=False), loader(16))
+    for model in (LogsAMetric(own=True, logs_own=True), LogsAMetric(own=False, logs_own=False, metric_attribute="x")):
+        trainer = Trainer(max_steps=1, **quiet())
+        trainer.fit(model, loader(16))  # the module's own metric, or one named by metric_attribute
+        assert "acc" in trainer.callback_metrics
+
+
+class LogsEpoch(Classifier):
+    """Logs its own ``epoch`` (``-batch_idx``), as Lightning's test does, with ``logger`` as given."""
+
+    def __init__(self, **log_options) -> None:
+        super().__init__()
+        self.log_options = log_options
+
+    def training_step(self, batch, batch_idx):
+        self.log("epoch", -batch_idx, **self.log_options)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("logger", [False, True])
+def test_logged_metrics_hold_the_last_steps_values_with_or_without_a_logger_as_lightnings(tmp_path, logger):
+    from loggers import CSVLogger
+
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, enable_progress_bar=False, enable_checkpointing=False,
+                      logger=CSVLogger(tmp_path) if logger else False)  # 2 steps: no logging step (every 50)
+    trainer.fit(LogsEpoch(), loader(64))
+    assert set(trainer.logged_metrics) == {"epoch", "train_loss"}  # the Classifier logs train_loss
+    assert trainer.logged_metrics["epoch"] == -1  # the user's own epoch, not replaced by the Trainer's
+
+
+def test_logger_true_without_a_logger_is_lightnings_warning(recwarn):
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, enable_progress_bar=False, enable_checkpointing=False,
+                      logger=False)
+    with pytest.warns(UserWarning, match=re.escape("You called `self.log('epoch', ..., logger=True)` but have no logger")):
+        trainer.fit(LogsEpoch(logger=True), loader(64))
+    recwarn.clear()
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, enable_progress_bar=False, enable_checkpointing=False,
+                      logger=False)
+    trainer.fit(LogsEpoch(), loader(64))  # logger left at its default: no warning
+    assert not [w for w in recwarn if "have no logger" in str(w.message)]
+
+
+class LogsTwice(Classifier):
+    def __init__(self, second_prog_bar: bool) -> None:
+        super().__init__()
+        self.second_prog_bar = second_prog_bar
+
+    def training_step(self, batch, batch_idx):
+        self.log("foo", 1.0, prog_bar=False)
+        self.log("foo", 2.0, prog_bar=self.second_prog_bar)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_name_logged_twice_with_another_prog_bar_is_lightnings_error_naming_the_hook():
+    from trainer.core.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match=re.escape("`self.log(foo, ...)` twice in `training_step`")):
+        Trainer(max_steps=1, **quiet()).fit(LogsTwice(second_prog_bar=True), loader(16))
+    trainer = Trainer(max_steps=1, **quiet())
+    trainer.fit(LogsTwice(second_prog_bar=False), loader(16))  # the same keywords: the later value
+    assert float(trainer.callback_metrics["foo"]) == 2.0
+
+
+def test_a_tensor_of_several_elements_is_lightnings_error():
+    class LogsVector(Classifier):
+        def on_train_start(self):
+            self.log("foo", torch.tensor([1.0, 2.0]))
+
+    with pytest.raises(ValueError, match="was called, but the tensor must have a single element"):
+        Trainer(max_steps=1, **quiet()).fit(LogsVector(), loader(16))

@@ -37,3 +37,22 @@ def test_sanity_check_values_are_shown_until_its_end_then_gone():
     assert set(bar) == {"val_loss"} and "val_loss" in callback
     assert seen.seen["train_start"] == ({}, set())
     assert "val_loss" in trainer.progress_bar_metrics  # the real validation's, after the epoch
+
+
+def test_a_validation_step_value_with_prog_bar_is_in_progress_bar_metrics_only_as_lightnings():
+    class LogsStepValues(Classifier):
+        def validation_step(self, batch, batch_idx):
+            self.log("shown", float(batch_idx), on_step=True, on_epoch=False, prog_bar=True)
+            self.log("both", float(batch_idx), on_step=True, on_epoch=True, prog_bar=True, logger=False)
+            self.log("hidden", float(batch_idx), on_step=True, on_epoch=False)
+            return super().validation_step(batch, batch_idx)
+
+    trainer = Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=3, num_sanity_val_steps=0,
+                      enable_progress_bar=False, enable_checkpointing=False, logger=False)
+    trainer.fit(LogsStepValues(), loader(32), loader(64))
+    # The last validation step's values, under the names the options give them, as Lightning shows them.
+    mine = ("shown", "both", "hidden")
+    assert {k: float(v) for k, v in trainer.progress_bar_metrics.items() if k.startswith(mine)} == {
+        "shown": 2.0, "both_step": 2.0, "both_epoch": 1.0,
+    }
+    assert "shown" not in trainer.callback_metrics and "both_step" not in trainer.callback_metrics

@@ -47,3 +47,79 @@ def test_a_log_write_failing_after_the_last_batch_s_validation_keeps_that_epoch_
     with pytest.raises(OSError, match="No space left on device"):
         trainer.fit(Classifier(), loader(64), loader(32))
     assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "epoch=2-step=12.ckpt"]
+
+
+class KeepsRows(Logger):
+    """A logger that keeps every row it is sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int, dict]] = []
+
+    @property
+    def name(self) -> str:
+        return "rows"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.rows.append((step, dict(metrics)))
+
+
+def test_the_training_rows_hold_what_the_model_logged_and_epoch_only_as_lightnings():
+    logger = KeepsRows()
+    trainer = Trainer(max_epochs=1, logger=logger, log_every_n_steps=2, enable_progress_bar=False,
+                      enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(Classifier(), loader(64))  # 4 steps: rows at steps 1 and 3
+    assert [step for step, _ in logger.rows] == [1, 3]
+    # No throughput of the Trainer's own (Lightning's ThroughputMonitor logs it when a user asks).
+    assert [sorted(row) for _, row in logger.rows] == [["epoch", "train_loss"]] * 2
+
+
+class FinalizedRows(KeepsRows):
+    """Keeps each stage's rows until ``finalize``, as a buffering logger does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finalized: list[str] = []
+
+    def finalize(self, status: str) -> None:
+        self.finalized.append(status)
+
+
+def test_the_loggers_are_finalized_after_fit_test_and_predict_as_lightnings():
+    logger = FinalizedRows()
+    trainer = Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, enable_checkpointing=False,
+                      enable_model_summary=False)
+    model = Classifier()
+    trainer.fit(model, loader(32))
+    trainer.test(model, loader(32), verbose=False)
+    assert logger.finalized == ["success", "success"]
+    rows = len(logger.rows)
+    trainer.predict(model, loader(32))
+    assert logger.finalized == ["success"] * 3 and len(logger.rows) == rows  # predict writes no row
+
+
+def test_a_mock_logger_gets_no_call_before_setup_as_lightnings(tmp_path):
+    from unittest.mock import Mock
+
+    from callbacks import Callback
+
+    class Checks(Callback):
+        def setup(self, trainer, pl_module, stage):
+            # none of the Logger methods of ours that Lightning lacks (use_trainer_dir, prepare_stage, ...)
+            seen.append((list(trainer.logger.method_calls), os.listdir(tmp_path)))
+
+    seen = []
+    logger = Mock(version="0", save_dir=str(tmp_path))
+    logger.name = "name"
+    trainer = Trainer(default_root_dir=tmp_path, max_epochs=1, limit_train_batches=1, logger=logger,
+                      callbacks=[Checks()], enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Classifier(), loader(32))
+    assert seen == [([], [])]
+    logger.log_graph.assert_called_once()

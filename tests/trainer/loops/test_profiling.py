@@ -25,6 +25,14 @@ class Timed(Classifier):
         return super().training_step((x, y), batch_idx)
 
 
+def test_a_validation_cut_at_its_limit_records_only_the_batches_it_ran_as_lightnings():
+    profiler = SimpleProfiler()
+    trainer = Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=2, num_sanity_val_steps=0,
+                      profiler=profiler, **quiet())
+    trainer.fit(Classifier(), loader(16), loader(96))  # 6 validation batches, 2 run: no third draw
+    assert len(profiler.recorded_durations["[_EvaluationLoop].val_next"]) == 2
+
+
 def test_a_short_fit_records_lightnings_actions_and_counts(tmp_path):
     profiler = SimpleProfiler(dirpath=tmp_path, filename="perf")
     trainer = Trainer(max_epochs=2, limit_train_batches=3, limit_val_batches=2, profiler=profiler, callbacks=[Watch()], **quiet())

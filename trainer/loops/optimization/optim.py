@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 
 from trainer.core.exceptions import MisconfigurationException, misconfigured
 from trainer.core.module import overridden
+from trainer.loops.hooks import refusing_logs
 from trainer.utilities.types import LRSchedulerConfig
 
 _INTERVALS = ("epoch", "step")
@@ -98,7 +99,11 @@ class OptimizerSetup:
             if config.interval == interval and index % config.frequency == 0 and plateau in (
                 None, config.reduce_on_plateau
             ):
-                _step_one(config, metrics, own_step)
+                if own_step is None:
+                    _step_one(config, metrics)
+                    continue
+                with refusing_logs():  # Lightning's: self.log raises in lr_scheduler_step
+                    _step_one(config, metrics, own_step)
 
 
 def resolve_optimizers(module: torch.nn.Module, factory: Callable[..., Optimizer] | None) -> OptimizerSetup:
