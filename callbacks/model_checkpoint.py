@@ -159,7 +159,8 @@ class ModelCheckpoint(TopK, Callback):
                              "from there.")
         if self.dirpath_given is None:
             self.dirpath = files.run_checkpoints(trainer)  # the run folder's
-        prepare_folder(trainer, self.dirpath, self.save_weights_only)  # writable, ours alone (locked), no half saves
+        if not trainer.fast_dev_run:  # which saves nothing, so makes no folder
+            prepare_folder(trainer, self.dirpath, self.save_weights_only)  # writable, ours alone (locked), no half saves
         self._monitor_due = self._waiting = self._after_epoch = False
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
@@ -264,6 +265,8 @@ class ModelCheckpoint(TopK, Callback):
         """Write the resume point of a stop mid-epoch (a signal, ``max_steps``, ``should_stop``), now, with the full
         state, where ``resume_point`` says (never into a ``dirpath`` given without ``save_last``). Every rank must call.
         A save at this very step is the answer."""
+        if trainer.fast_dev_run:
+            return None
         self.wait_for_saves(trainer)
         if trainer.global_step == self._newest_step and self._newest_path:
             return self._newest_path
@@ -279,6 +282,8 @@ class ModelCheckpoint(TopK, Callback):
 
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer) -> None:
+        if trainer.fast_dev_run:  # Lightning's: a development run keeps its checkpointers but writes nothing
+            return
         self.wait_for_saves(trainer)  # the previous write's error surfaces before any book-keeping
         # NaN weights never push the last good file out: checked on the writer's copy (1 process) or now (a collective)
         own = type(trainer).save_checkpoint.__qualname__ == "Trainer.save_checkpoint"
