@@ -41,7 +41,7 @@ from trainer.profilers import Profiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.run import Run, StageData, absorb
 from trainer.loops.stage import run_stage
-from trainer.init_arguments import check_names, defaults_from_env_vars
+from trainer.init_arguments import check_names, defaults_from_env_vars, named_signature
 from trainer.options import WORKING_DIR, TrainerOptions, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 from trainer.utilities.compile import unwrap_compiled
@@ -66,6 +66,7 @@ class Trainer(TrainerProperties, LoggerAccess):
     (``plugins=None``) are accepted.
     """
 
+    @named_signature  # no **unknown in it, as in Lightning's
     @defaults_from_env_vars  # Lightning's PL_TRAINER_<ARGUMENT> environment variables, for arguments not passed
     def __init__(
         self,
