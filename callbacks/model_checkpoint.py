@@ -74,8 +74,7 @@ class ModelCheckpoint(TopK, Callback):
         if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
             raise TypeError(f"ModelCheckpoint(dirpath={dirpath!r}) must be a path or None.")
         if filename is not None and not isinstance(filename, str):
-            raise TypeError(f"ModelCheckpoint(filename={filename!r}) must be a format string "
-                            "such as '{epoch}-{step}'.")
+            raise TypeError(f"ModelCheckpoint(filename={filename!r}) must be a format string such as '{epoch}-{step}'.")
         if monitor is not None and (not isinstance(monitor, str) or not monitor):
             raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a logged metric's name or None.")
         # Absolute, as in Lightning: best_model_path and friends stay right if the process changes folder.
@@ -96,8 +95,7 @@ class ModelCheckpoint(TopK, Callback):
                 "No quantity for top_k to track.",
             )
         if save_last not in (True, False, None, "link"):
-            raise TypeError(f"ModelCheckpoint(save_last={save_last!r}) must be True, False or 'link' "
-                            "(a symbolic link).")
+            raise TypeError(f"ModelCheckpoint(save_last={save_last!r}) must be True, False or 'link' (a symlink).")
         self.save_last: bool | str = save_last or False
         self.save_weights_only = flag("ModelCheckpoint(save_weights_only)", save_weights_only)
         self.auto_insert_metric_name = flag("ModelCheckpoint(auto_insert_metric_name)", auto_insert_metric_name)
@@ -159,8 +157,7 @@ class ModelCheckpoint(TopK, Callback):
                              "from there.")
         if self.dirpath_given is None:
             self.dirpath = files.run_checkpoints(trainer)  # the run folder's
-        if not trainer.fast_dev_run:  # which saves nothing, so makes no folder
-            prepare_folder(trainer, self.dirpath, self.save_weights_only)  # writable, ours alone (locked), no half saves
+        prepare_folder(trainer, self.dirpath, self.save_weights_only)  # writable, ours alone (locked), no half saves
         self._monitor_due = self._waiting = self._after_epoch = False
         # A new fit starts with nothing saved (a checkpoint being resumed loads its own state
         # after this): an earlier fit's files and steps must not rank or block this one's.
@@ -265,8 +262,6 @@ class ModelCheckpoint(TopK, Callback):
         """Write the resume point of a stop mid-epoch (a signal, ``max_steps``, ``should_stop``), now, with the full
         state, where ``resume_point`` says (never into a ``dirpath`` given without ``save_last``). Every rank must call.
         A save at this very step is the answer."""
-        if trainer.fast_dev_run:
-            return None
         self.wait_for_saves(trainer)
         if trainer.global_step == self._newest_step and self._newest_path:
             return self._newest_path
