@@ -39,7 +39,7 @@ from trainer.data.loaders import DataModule, check_loaders, check_sources, check
 from trainer.calls_without_model import fitted_sources
 from trainer.profilers import Profiler
 from trainer.loops.evaluation import results_table
-from trainer.loops.run import Run, StageData, absorb
+from trainer.loops.run import Run, StageData, absorb, caller_on_exception
 from trainer.loops.stage import run_stage
 from trainer.init_arguments import check_names, defaults_from_env_vars, named_signature
 from trainer.options import WORKING_DIR, TrainerOptions, check_weights_only, configure, default_max_epochs
@@ -274,8 +274,10 @@ class Trainer(TrainerProperties, LoggerAccess):
             self.state.status = TrainerStatus.INTERRUPTED
             logging.getLogger("trainer").info("Detected KeyboardInterrupt, attempting graceful shutdown ...")
             sys.exit(1)
-        except BaseException:  # a spawned stage's workers set theirs; the caller's says so too
+        except BaseException as err:  # a spawned stage's workers set theirs; the caller's says so too
             self.state.status = TrainerStatus.INTERRUPTED
+            if self._strategy.spawned and self._strategy.on_exception_in_caller:
+                caller_on_exception(self, model, datamodule, err)
             raise
 
     # --- checkpoints -------------------------------------------------------------------

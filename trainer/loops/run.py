@@ -247,9 +247,11 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
     except BaseException as err:
         trainer.state.status = TrainerStatus.INTERRUPTED  # before on_exception, as in Lightning
         strategy.on_exception(err)
+        in_caller = strategy.spawned and strategy.on_exception_in_caller  # Lightning's ddp_spawn: only the loggers here
         for fn in run.hooks.on_exception:
-            fn(trainer, model, err)
-        if datamodule is not None:
+            if not in_caller or isinstance(getattr(fn, "__self__", None), LogWriter):
+                fn(trainer, model, err)
+        if datamodule is not None and not in_caller:
             datamodule.on_exception(err)
         raise
     finally:
@@ -346,3 +348,14 @@ def absorb(trainer: Trainer, model: TrainModule, datamodule: Any, result: Any) -
         cb.load_state_dict(state)
     trainer.profiler = result["profiler"]
     return result["output"]
+
+
+def caller_on_exception(trainer: Trainer, model: TrainModule, datamodule: Any, err: BaseException) -> None:
+    """In the caller, when a stage its workers ran failed under Lightning's ``ddp_spawn``
+    (``strategy.on_exception_in_caller``): the callbacks', model's and DataModule's ``on_exception``
+    hooks, once, with the error the caller raises, as Lightning's launcher does."""
+    for callback in trainer.callbacks:
+        callback.on_exception(trainer, model, err)
+    model.on_exception(err)
+    if datamodule is not None:
+        datamodule.on_exception(err)
