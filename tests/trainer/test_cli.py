@@ -337,3 +337,15 @@ def test_help_lists_every_trainer_argument_its_signature_shows(capsys):
     assert [name for name in names if f"--trainer.{name}" not in out] == []
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_epoch'. Did you mean 'max_epochs'"):
         Trainer(max_epoch=1)  # still answered with a sentence
+
+
+def test_a_comet_logger_from_the_command_line_takes_its_arguments_and_comets_config_keywords(capsys):
+    args = ["--trainer.logger=CometLogger", "--trainer.logger.experiment_key=some_key", "--trainer.logger.workspace=ws",
+            "--trainer.logger.name=run1", "--trainer.logger.dict_kwargs.save_dir=comet", "--print_config"]
+    with pytest.raises(SystemExit):
+        TrainerCLI(Classifier, run=False, args=args)
+    logger = yaml.safe_load(capsys.readouterr().out)["trainer"]["logger"]
+    assert logger["class_path"] == "loggers.CometLogger"
+    assert {k: logger["init_args"][k] for k in ("experiment_key", "workspace", "name")} == {
+        "experiment_key": "some_key", "workspace": "ws", "name": "run1"}  # name: comet_ml.ExperimentConfig's
+    assert logger["dict_kwargs"] == {"save_dir": "comet"}
