@@ -146,10 +146,14 @@ class CountsSaves(ModelCheckpoint):
         super().on_train_start(trainer, module)
         torch.save = Mock(wraps=torch.save)
 
+    def state_dict(self):  # counts, and returns nothing (as Lightning's test's does): the caller gets no state back
+        super().state_dict()
+        self.state_dicts = getattr(self, "state_dicts", 0) + 1
+
     def on_train_end(self, trainer, module) -> None:
         super().on_train_end(trainer, module)
         with open(os.path.join(self.folder, f"saves{trainer.global_rank}.json"), "w") as f:
-            json.dump(torch.save.call_count, f)
+            json.dump([torch.save.call_count, self.state_dicts], f)
 
 
 @pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
@@ -159,5 +163,6 @@ def test_each_checkpoint_is_one_torch_save_on_rank_0_and_none_on_the_others(tmp_
     trainer = Trainer(strategy="ddp", devices=2, max_epochs=3, log_dir=None, enable_progress_bar=False,
                       enable_model_summary=False, callbacks=[counter])
     trainer.fit(Classifier(), loader(32, batch_size=8), loader(16, batch_size=8))
-    assert [json.loads((tmp_path / f"saves{r}.json").read_text()) for r in (0, 1)] == [3, 0]
+    assert [json.loads((tmp_path / f"saves{r}.json").read_text()) for r in (0, 1)] == [[3, 3], [0, 3]]
+    assert trainer.state.finished
     assert len(os.listdir(tmp_path / "ckpts")) == 3

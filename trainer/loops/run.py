@@ -345,7 +345,8 @@ def absorb(trainer: Trainer, model: TrainModule, datamodule: Any, result: Any) -
     set_logger_versions(trainer, versions)  # the folders rank 0 picked
     attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match
     for cb, state in zip(trainer.callbacks, result["callbacks"]):
-        cb.load_state_dict(state)
+        if state is not None:  # a subclass's state_dict() that returns nothing (it only counts calls) has none to give
+            cb.load_state_dict(state)
     trainer.profiler = result["profiler"]
     return result["output"]
 
