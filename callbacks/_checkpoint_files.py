@@ -95,7 +95,10 @@ class TopK:
 def resume_point(trainer: Any, given: str | None, last: str | None) -> str | None:
     """Where a stop's resume point goes: ``last``, the ``save_last`` file, if there is one; else
     ``last.ckpt`` in the run's own checkpoints folder, unless that is a folder the user named
-    (``given``): a named folder holds only what Lightning would write there."""
+    (``given``): a named folder holds only what Lightning would write there. None under
+    ``fast_dev_run``, which saves nothing."""
+    if trainer.fast_dev_run:
+        return None
     if last is not None:
         return last
     folder = os.path.abspath(run_checkpoints(trainer))
@@ -215,6 +218,8 @@ def prepare_folder(trainer: Any, dirpath: str, save_weights_only: bool) -> None:
             "ModelCheckpoint(save_weights_only=True) is not supported with a sharded checkpoint, whose folder "
             "each rank writes. Use FSDPStrategy(checkpoint='full'), or save_weights_only=False."
         )
+    if trainer.fast_dev_run:  # which saves nothing, so makes no folder
+        return
     if trainer.is_global_zero:
         check_writable(dirpath)
     lock_checkpoint_folder(trainer, dirpath)  # before touching it: another live run may be writing it

@@ -74,8 +74,7 @@ class ModelCheckpoint(TopK, Callback):
         if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
             raise TypeError(f"ModelCheckpoint(dirpath={dirpath!r}) must be a path or None.")
         if filename is not None and not isinstance(filename, str):
-            raise TypeError(f"ModelCheckpoint(filename={filename!r}) must be a format string "
-                            "such as '{epoch}-{step}'.")
+            raise TypeError(f"ModelCheckpoint(filename={filename!r}) must be a format string such as '{epoch}-{step}'.")
         if monitor is not None and (not isinstance(monitor, str) or not monitor):
             raise TypeError(f"ModelCheckpoint(monitor={monitor!r}) must be a logged metric's name or None.")
         # Absolute, as in Lightning: best_model_path and friends stay right if the process changes folder.
@@ -96,8 +95,7 @@ class ModelCheckpoint(TopK, Callback):
                 "No quantity for top_k to track.",
             )
         if save_last not in (True, False, None, "link"):
-            raise TypeError(f"ModelCheckpoint(save_last={save_last!r}) must be True, False or 'link' "
-                            "(a symbolic link).")
+            raise TypeError(f"ModelCheckpoint(save_last={save_last!r}) must be True, False or 'link' (a symlink).")
         self.save_last: bool | str = save_last or False
         self.save_weights_only = flag("ModelCheckpoint(save_weights_only)", save_weights_only)
         self.auto_insert_metric_name = flag("ModelCheckpoint(auto_insert_metric_name)", auto_insert_metric_name)
@@ -279,6 +277,8 @@ class ModelCheckpoint(TopK, Callback):
 
     # --- saving ------------------------------------------------------------------------
     def _save(self, trainer: Trainer) -> None:
+        if trainer.fast_dev_run:  # Lightning's: a development run keeps its checkpointers but writes nothing
+            return
         self.wait_for_saves(trainer)  # the previous write's error surfaces before any book-keeping
         # NaN weights never push the last good file out: checked on the writer's copy (1 process) or now (a collective)
         own = type(trainer).save_checkpoint.__qualname__ == "Trainer.save_checkpoint"

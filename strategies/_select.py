@@ -132,6 +132,7 @@ def select_strategy(
             chosen = DDPStrategy(find_unused_parameters=True, precision=precision)
         else:
             chosen = _strategy_class(_auto(devices, kind, nodes) if name == "auto" else name)(precision=precision)
+        chosen.on_exception_in_caller = strategy in _CALLER_RUNS_ON_EXCEPTION
     else:
         raise TypeError(f"strategy={strategy!r} must be a name ({_VALID}).")
     if kind == "mps" and chosen.name not in ("single", "base"):
@@ -152,6 +153,8 @@ _LIGHTNING_NAMES = {
     "ddp_spawn": "ddp", "ddp_fork": "ddp", "ddp_notebook": "ddp", "ddp_find_unused_parameters_false": "ddp",
     "fsdp_cpu_offload": "fsdp",
 }
+# Those whose Lightning launcher spawns or forks the workers: a failed stage's on_exception hooks run in the caller.
+_CALLER_RUNS_ON_EXCEPTION = ("ddp_spawn", "ddp_fork", "ddp_notebook")
 
 
 def check_num_nodes(num_nodes: Any) -> int:

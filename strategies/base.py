@@ -54,6 +54,10 @@ class Strategy:
     #: True when fit/validate/... ran in processes other than the caller's; the caller
     #: then copies rank 0's results back.
     spawned = False
+    #: Lightning's ``ddp_spawn`` (its spawning launcher): when a spawned stage fails, the ``on_exception``
+    #: hooks run once, in the caller's process, with the error the caller gets; the workers' run only
+    #: for ``ddp`` (every rank's own, as Lightning's ``ddp`` runs them in each process).
+    on_exception_in_caller = False
 
     def __init__(self, precision: Precision | None = None) -> None:
         self.root_device = torch.device("cpu")

@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, Sampler
 
 from trainer.core.checks import suggest
-from trainer.data.batches import apply_to_tensors, rebuild_loader
+from trainer.data.batches import apply_to_tensors, rebuild_loader, tensors_as_bytes
 
 from ._env import launched_env
 from ._sharding import ContiguousShard, drops_last, sampler_seed, sampler_to_shard
@@ -309,7 +309,7 @@ class DDPStrategy(ParallelStrategy):
 
     def gather_objects(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, tensors_as_bytes(obj))  # RNG states, metrics: no torch.save per tensor
         return out
 
     def broadcast_buffers(self) -> None:

@@ -295,8 +295,8 @@ PUBLIC = {
         "DeviceStatsMonitor", "SpikeDetection", "Throughput", "ThroughputMonitor", "TrainingSpikeException", "measure_flops",
     ],
     "loggers": [
-        "CSVLogger", "DummyExperiment", "DummyLogger", "ExperimentWriter", "Logger", "MLFlowLogger", "TensorBoardLogger",
-        "WandbLogger", "rank_zero_experiment", "rank_zero_only",
+        "CSVLogger", "CometLogger", "DummyExperiment", "DummyLogger", "ExperimentWriter", "Logger", "MLFlowLogger",
+        "TensorBoardLogger", "WandbLogger", "rank_zero_experiment", "rank_zero_only",
     ],
     "strategies": [
         "DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "ParallelStrategy", "SingleDeviceStrategy", "Strategy", "WorkerError",

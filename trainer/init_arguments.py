@@ -105,3 +105,13 @@ def defaults_from_env_vars(init: Callable[..., None]) -> Callable[..., None]:
         init(self, *args, **{**env_defaults(type(self)), **kwargs})
 
     return insert_env_defaults
+
+
+def named_signature(init: Callable[..., None]) -> Callable[..., None]:
+    """Gives ``init`` the signature that ``help()``, editors and the command line read: its named
+    arguments, as Lightning's ``Trainer.__init__`` has, without the ``**unknown`` that only turns
+    Lightning's arguments we do not take, and typos, into a sentence (:func:`check_names`)."""
+    signature = inspect.signature(init)
+    named = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    init.__signature__ = signature.replace(parameters=named)  # type: ignore[attr-defined]
+    return init

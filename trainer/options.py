@@ -291,8 +291,6 @@ def configure(o: dict[str, Any]) -> Configured:
             "Drop the ModelCheckpoint from callbacks, or leave enable_checkpointing at True.",
             "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks list.",
         )
-    if t.fast_dev_run:  # no files: a configured checkpointer is left out too (Lightning's saves nothing)
-        given = [cb for cb in given if not isinstance(cb, ModelCheckpoint)]
     t.callbacks = lightning_order(given + default_callbacks(t, given, max_time))
     return Configured(t, strategy, loggers)
 

@@ -39,9 +39,9 @@ from trainer.calls_without_model import fitted_sources
 from trainer.profilers import Profiler
 from trainer.loops.evaluation import results_table
 from trainer.loops.hooks import refusing_logs
-from trainer.loops.run import Run, StageData, absorb
+from trainer.loops.run import Run, StageData, absorb, caller_on_exception
 from trainer.loops.stage import run_stage
-from trainer.init_arguments import check_names, defaults_from_env_vars
+from trainer.init_arguments import check_names, defaults_from_env_vars, named_signature
 from trainer.options import WORKING_DIR, TrainerOptions, check_weights_only, configure, default_max_epochs
 from trainer.tuner import tune_before
 from trainer.utilities.compile import unwrap_compiled
@@ -67,6 +67,7 @@ class Trainer(TrainerProperties, LoggerAccess):
     (``plugins=None``) are accepted.
     """
 
+    @named_signature  # no **unknown in it, as in Lightning's
     @defaults_from_env_vars  # Lightning's PL_TRAINER_<ARGUMENT> environment variables, for arguments not passed
     def __init__(
         self,
@@ -277,8 +278,10 @@ class Trainer(TrainerProperties, LoggerAccess):
             self.state.status = TrainerStatus.INTERRUPTED
             logging.getLogger("trainer").info("Detected KeyboardInterrupt, attempting graceful shutdown ...")
             sys.exit(1)
-        except BaseException:  # a spawned stage's workers set theirs; the caller's says so too
+        except BaseException as err:  # a spawned stage's workers set theirs; the caller's says so too
             self.state.status = TrainerStatus.INTERRUPTED
+            if self._strategy.spawned and self._strategy.on_exception_in_caller:
+                caller_on_exception(self, model, datamodule, err)
             raise
 
     # --- checkpoints -------------------------------------------------------------------

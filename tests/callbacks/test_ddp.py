@@ -9,11 +9,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+from unittest.mock import Mock
 
 import pytest
 import torch
 
-from callbacks import Callback, EarlyStopping, NaNGuard, ProgressBar
+from callbacks import Callback, EarlyStopping, ModelCheckpoint, NaNGuard, ProgressBar
 from strategies._spawn import WorkerError
 from tests._models import Classifier, loader
 from trainer import Trainer
@@ -132,3 +133,36 @@ def test_nan_guard_raise_raises_on_every_rank_at_the_same_step(tmp_path):
     for seen in _ranks(folder):
         assert seen["error"] == "FloatingPointError"
         assert "at step 3 (epoch 0) on rank(s) [1]" in seen["message"]
+
+
+class CountsSaves(ModelCheckpoint):
+    """Wraps torch.save at the start of training, as Lightning's test does, and writes each rank's count."""
+
+    def __init__(self, folder: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.folder = folder
+
+    def on_train_start(self, trainer, module) -> None:
+        super().on_train_start(trainer, module)
+        torch.save = Mock(wraps=torch.save)
+
+    def state_dict(self):  # counts, and returns nothing (as Lightning's test's does): the caller gets no state back
+        super().state_dict()
+        self.state_dicts = getattr(self, "state_dicts", 0) + 1
+
+    def on_train_end(self, trainer, module) -> None:
+        super().on_train_end(trainer, module)
+        with open(os.path.join(self.folder, f"saves{trainer.global_rank}.json"), "w") as f:
+            json.dump([torch.save.call_count, self.state_dicts], f)
+
+
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
+def test_each_checkpoint_is_one_torch_save_on_rank_0_and_none_on_the_others(tmp_path):
+    # The ranks' RNG states, gathered into every checkpoint, cross as bytes, not through torch.save
+    counter = CountsSaves(str(tmp_path), dirpath=str(tmp_path / "ckpts"), save_top_k=-1)
+    trainer = Trainer(strategy="ddp", devices=2, max_epochs=3, log_dir=None, enable_progress_bar=False,
+                      enable_model_summary=False, callbacks=[counter])
+    trainer.fit(Classifier(), loader(32, batch_size=8), loader(16, batch_size=8))
+    assert [json.loads((tmp_path / f"saves{r}.json").read_text()) for r in (0, 1)] == [[3, 3], [0, 3]]
+    assert trainer.state.finished
+    assert len(os.listdir(tmp_path / "ckpts")) == 3

@@ -305,3 +305,34 @@ class OsExitOnRank1(ExitsOnRank1):
             Path(self.out, "fault_time").write_text(repr(time.time()))
             os._exit(self.code)
         return super().training_step(batch, batch_idx)
+
+
+class CountsExceptions(Callback):
+    """Counts ``on_exception`` in this process's copy, and notes each call's process in ``out``."""
+
+    def __init__(self, out: str) -> None:
+        self.out, self.calls = out, 0
+
+    def on_exception(self, trainer, module, exception):
+        self.calls += 1
+        Path(self.out, f"on_exception-{os.getpid()}").write_text(type(exception).__name__)
+
+
+class FailsAtTrainStart(Classifier):
+    def on_train_start(self):
+        raise RuntimeError("Error during train")
+
+
+@pytest.mark.usefixtures("ranks_from_the_fork_server")  # ranks fork from a warm server: see tests/conftest.py
+@pytest.mark.parametrize("strategy, in_caller", [("ddp_spawn", True), ("ddp", False)])
+def test_on_exception_runs_in_the_caller_under_ddp_spawn_and_in_each_rank_under_ddp(tmp_path, strategy, in_caller):
+    # Lightning's: its ddp_spawn runs the hooks once, in the caller, with the error it raises (torch's
+    # ProcessRaisedException, which WorkerError is); its ddp runs them in each rank's own process.
+    counter = CountsExceptions(str(tmp_path))
+    trainer = Trainer(strategy=strategy, devices=1, callbacks=[counter], **quiet(max_steps=2))
+    with pytest.raises(WorkerError, match="Error during train"):
+        trainer.fit(FailsAtTrainStart(), loader(64))
+    calls = {p.name.split("-")[1]: p.read_text() for p in tmp_path.glob("on_exception-*")}
+    assert counter.calls == (1 if in_caller else 0) and len(calls) == 1
+    assert calls == ({str(os.getpid()): "WorkerError"} if in_caller else {next(iter(calls)): "RuntimeError"})
+    assert in_caller or str(os.getpid()) not in calls

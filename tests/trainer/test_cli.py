@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import torch
 import yaml
 
 from tests._models import Classifier
-from trainer import TrainModule
+from trainer import Trainer, TrainModule
 from trainer.cli import LightningCLI, TrainerCLI
 
 @pytest.fixture(autouse=True)
@@ -324,3 +325,27 @@ def test_the_tensorboard_loggers_summary_writer_arguments_are_options(tmp_path):
     assert writer.max_queue == 3 and writer.filename_suffix == ".cli"
     cli.trainer.logger.finalize("success")
     assert any(name.endswith(".cli") for name in os.listdir(cli.trainer.logger.log_dir))
+
+
+def test_help_lists_every_trainer_argument_its_signature_shows(capsys):
+    # The signature is the arguments the Trainer takes, as Lightning's: no **unknown (which only answers typos)
+    names = list(inspect.signature(Trainer.__init__).parameters)[1:]
+    assert "max_epochs" in names and "compile" in names and "unknown" not in names
+    with pytest.raises(SystemExit):
+        TrainerCLI(Classifier, args=["fit", "--help"])
+    out = capsys.readouterr().out
+    assert [name for name in names if f"--trainer.{name}" not in out] == []
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_epoch'. Did you mean 'max_epochs'"):
+        Trainer(max_epoch=1)  # still answered with a sentence
+
+
+def test_a_comet_logger_from_the_command_line_takes_its_arguments_and_comets_config_keywords(capsys):
+    args = ["--trainer.logger=CometLogger", "--trainer.logger.experiment_key=some_key", "--trainer.logger.workspace=ws",
+            "--trainer.logger.name=run1", "--trainer.logger.dict_kwargs.save_dir=comet", "--print_config"]
+    with pytest.raises(SystemExit):
+        TrainerCLI(Classifier, run=False, args=args)
+    logger = yaml.safe_load(capsys.readouterr().out)["trainer"]["logger"]
+    assert logger["class_path"] == "loggers.CometLogger"
+    assert {k: logger["init_args"][k] for k in ("experiment_key", "workspace", "name")} == {
+        "experiment_key": "some_key", "workspace": "ws", "name": "run1"}  # name: comet_ml.ExperimentConfig's
+    assert logger["dict_kwargs"] == {"save_dir": "comet"}

@@ -87,10 +87,14 @@ def test_a_broken_validation_step_fails_before_any_training():
 
 def test_fast_dev_run_runs_one_batch_of_each_and_writes_nothing(capfd, trainer_log):
     model = Counted()
-    trainer = Trainer(max_epochs=50, fast_dev_run=True, callbacks=[ModelCheckpoint(dirpath="ckpts"), ProgressBar()])
+    checkpoint = ModelCheckpoint(dirpath="ckpts", monitor="not_logged", save_last=True, every_n_train_steps=1)
+    trainer = Trainer(max_epochs=50, fast_dev_run=True, callbacks=[checkpoint, ProgressBar()])
     trainer.fit(model, loader(64), loader(32))
     assert (model.train_steps, model.val_steps, trainer.global_step) == (1, 1, 1)
     assert os.listdir(".") == []  # no runs/, no checkpoints, not even the configured ModelCheckpoint's
+    # which stays among the callbacks, as in Lightning, and saved nothing (nor asked for its monitor)
+    assert trainer.checkpoint_callback is checkpoint and checkpoint in trainer.callbacks
+    assert checkpoint.best_model_path == checkpoint.last_model_path == ""
     assert trainer_log[-1] == (
         "fast_dev_run=1: trained on 1 batch(es) (1 optimizer step(s)) and validated on up to 1 batch(es) of each "
         "validation loader; wrote no logs and no checkpoints."

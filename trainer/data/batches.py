@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler, default_collate
 
-from trainer.core.distributed import apply_to_tensors, move_to_device, on_cpu  # noqa: F401 - the data room's names too
+from trainer.core.distributed import (  # noqa: F401 - the data room's names too
+    apply_to_tensors, move_to_device, on_cpu, tensors_as_bytes,
+)
 from trainer.data.combined_loader import CombinedLoader
 
 if TYPE_CHECKING:

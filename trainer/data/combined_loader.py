@@ -217,7 +217,7 @@ def _sized_len(iterable: Any) -> int | float:
         return math.inf
 
 
-def _is_leaf(x: Any) -> bool:
+def is_leaf(x: Any) -> bool:
     """An iterable, not a collection of them: anything but a dict, list or tuple, or one that
     holds only numbers and strings (its items are the batches)."""
     if not isinstance(x, (dict, list, tuple)):
@@ -228,7 +228,7 @@ def _is_leaf(x: Any) -> bool:
 
 def _flatten(tree: Any) -> tuple[list[Any], Any]:
     """The leaves in order, and a spec that :func:`_unflatten` rebuilds the collection from."""
-    if _is_leaf(tree):
+    if is_leaf(tree):
         return [tree], None
     keys = list(tree) if isinstance(tree, dict) else None
     children = [tree[k] for k in keys] if keys is not None else list(tree)

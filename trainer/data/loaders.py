@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, SequentialSampler
 
 from trainer.data.batches import loader_length, rebuild_loader
-from trainer.data.combined_loader import MODES, CombinedLoader
+from trainer.data.combined_loader import MODES, CombinedLoader, is_leaf
 from trainer.core.datamodule import DataModule
 from trainer.core.module import TrainModule
 
@@ -122,7 +122,11 @@ def is_several(loaders: Any) -> bool:
 
 
 def _one_loader(x: Any) -> bool:
-    return hasattr(x, "__iter__") and not isinstance(x, (torch.Tensor, list, tuple, dict, str, bytes))
+    """An iterable that is one loader: not a tensor nor a string, and a list, tuple or dict only
+    when it holds numbers and strings alone (its items are the batches, as in Lightning)."""
+    if isinstance(x, (list, tuple, dict)):
+        return bool(x) and is_leaf(x)
+    return hasattr(x, "__iter__") and not isinstance(x, (torch.Tensor, str, bytes))
 
 
 def check_loaders(loaders: Any, *, name: str, where: str) -> None:
@@ -206,7 +210,7 @@ class Loaders:
 
     With several (two or more), what ``self.log`` records in a step is kept apart per loader
     with Lightning's suffix ``/dataloader_idx_N`` (a dict's loaders are numbered in its order).
-    Predictions come back in the shape the loaders were given: a value, a list, or a dict. A
+    Predictions come back as one list per loader (a dict's too, in its order), as in Lightning. A
     list or dict of one loader is one loader, as in Lightning: no suffix, no ``dataloader_idx``.
     A CombinedLoader in another mode is one loader whose batches hold a batch of each.
     """

@@ -40,7 +40,8 @@ def predict_stage(trainer: Trainer, model: TrainModule, data: StageData, ckpt_pa
             if not data.return_predictions:
                 return None
             outputs = [trainer.strategy.gather_predictions(out) for out in outputs]
-            return outputs[0] if len(loaders) == 1 else loaders.pack(outputs)  # one loader in a list: its own
+            # Lightning's: one loader's list (one in a list or dict too), else a list per loader (a dict's too)
+            return outputs[0] if len(loaders) == 1 else outputs
         finally:
             run.predict_loop.release()
 

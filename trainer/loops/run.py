@@ -253,9 +253,11 @@ def stage_hooks(trainer: Trainer, run: Run) -> Iterator[None]:
     except BaseException as err:
         trainer.state.status = TrainerStatus.INTERRUPTED  # before on_exception, as in Lightning
         strategy.on_exception(err)
+        in_caller = strategy.spawned and strategy.on_exception_in_caller  # Lightning's ddp_spawn: only the loggers here
         for fn in run.hooks.on_exception:
-            fn(trainer, model, err)
-        if datamodule is not None:
+            if not in_caller or isinstance(getattr(fn, "__self__", None), LogWriter):
+                fn(trainer, model, err)
+        if datamodule is not None and not in_caller:
             datamodule.on_exception(err)
         raise
     finally:
@@ -349,6 +351,18 @@ def absorb(trainer: Trainer, model: TrainModule, datamodule: Any, result: Any) -
     set_logger_versions(trainer, versions)  # the folders rank 0 picked
     attach_model_callbacks(trainer, model)  # as the workers did, so that the lists match
     for cb, state in zip(trainer.callbacks, result["callbacks"]):
-        cb.load_state_dict(state)
+        if state is not None:  # a subclass's state_dict() that returns nothing (it only counts calls) has none to give
+            cb.load_state_dict(state)
     trainer.profiler = result["profiler"]
     return result["output"]
+
+
+def caller_on_exception(trainer: Trainer, model: TrainModule, datamodule: Any, err: BaseException) -> None:
+    """In the caller, when a stage its workers ran failed under Lightning's ``ddp_spawn``
+    (``strategy.on_exception_in_caller``): the callbacks', model's and DataModule's ``on_exception``
+    hooks, once, with the error the caller raises, as Lightning's launcher does."""
+    for callback in trainer.callbacks:
+        callback.on_exception(trainer, model, err)
+    model.on_exception(err)
+    if datamodule is not None:
+        datamodule.on_exception(err)

@@ -65,6 +65,7 @@ NAMES: dict[str, str] = {
     "lightning.pytorch.loggers.CSVLogger": "loggers.CSVLogger",
     "lightning.pytorch.loggers.MLFlowLogger": "loggers.MLFlowLogger",
     "lightning.pytorch.loggers.WandbLogger": "loggers.WandbLogger",
+    "lightning.pytorch.loggers.CometLogger": "loggers.CometLogger",
     "lightning.pytorch.loggers.logger.DummyLogger": "loggers.DummyLogger",
     "lightning.pytorch.loggers.csv_logs.ExperimentWriter": "loggers.ExperimentWriter",
     "lightning.pytorch.loggers.logger.rank_zero_experiment": "loggers.rank_zero_experiment",

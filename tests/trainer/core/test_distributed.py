@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -138,3 +139,25 @@ def test_from_datasets():
     trainer.fit(Classifier(), datamodule=dm)
     assert trainer.global_step == 4 and {"val_loss/dataloader_idx_0", "val_loss/dataloader_idx_1"} <= set(trainer.callback_metrics)
     assert isinstance(dm.train_dataloader(), DataLoader) and dm.train_dataloader().batch_size == 8
+
+
+def test_objects_gathered_across_ranks_carry_their_tensors_as_bytes_not_through_torch_save(monkeypatch):
+    import pickle
+    from unittest.mock import Mock
+
+    from trainer.core.distributed import tensors_as_bytes
+
+    state = {
+        "torch": torch.get_rng_state(), "half": torch.randn(3, 2).to(torch.bfloat16), "flag": torch.tensor(True),
+        "scalar": torch.tensor(2.5, dtype=torch.float64), "empty": torch.empty(0, 4),
+        "strided": torch.arange(12).view(3, 4).t(),
+        "numpy": np.random.get_state(), "nested": [(torch.ones(2),)], "grad": torch.ones(2, requires_grad=True),
+    }
+    saves = Mock(wraps=torch.save)
+    monkeypatch.setattr(torch, "save", saves)
+    back = pickle.loads(pickle.dumps(tensors_as_bytes(state)))  # what all_gather_object does with it
+    assert saves.call_count == 1  # only the tensor that needs grad goes the old way (torch keeps its autograd flag)
+    for key in ("torch", "half", "flag", "scalar", "empty", "strided"):
+        assert back[key].dtype == state[key].dtype and torch.equal(back[key], state[key]), key
+    assert torch.equal(back["nested"][0][0], torch.ones(2)) and back["grad"].requires_grad
+    assert (back["numpy"][1] == state["numpy"][1]).all()

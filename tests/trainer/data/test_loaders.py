@@ -188,14 +188,15 @@ def test_several_validation_loaders_during_fit_reach_callback_metrics_and_tensor
     assert trainer.checkpoint_callback.best_model_path.endswith(".ckpt")
 
 
-def test_predict_returns_one_list_per_loader_in_the_shape_given():
+def test_predict_returns_one_list_per_loader_a_dicts_too():
     model = Classifier()
     trainer = Trainer(**quiet())
     one = trainer.predict(model, loader(32, 16))
     several = trainer.predict(model, [loader(32, 16), loader(16, 8)])
     named = trainer.predict(model, {"a": loader(16, 8), "b": loader(8, 8)})
     assert len(several) == 2 and all(torch.equal(a, b) for a, b in zip(several[0], one))
-    assert [len(p) for p in several] == [2, 2] and list(named) == ["a", "b"] and len(named["a"]) == 2
+    # Lightning's: a list per loader, a dict's in its order
+    assert [len(p) for p in several] == [2, 2] and isinstance(named, list) and [len(p) for p in named] == [2, 1]
     # One loader in a list is one loader, as in Lightning: its own list of predictions
     assert all(torch.equal(a, b) for a, b in zip(trainer.predict(model, [loader(32, 16)]), one))
 
@@ -471,3 +472,14 @@ def test_spawned_workers_that_do_not_persist_get_lightnings_advice():
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="Consider setting `persistent_workers")
         Trainer(max_steps=1, **quiet()).fit(Classifier(), persistent)
+
+
+def test_lists_of_plain_values_are_loaders_and_predictions_come_back_per_loader():
+    class Echo(Classifier):
+        def predict_step(self, batch, batch_idx, dataloader_idx=0):
+            return batch, batch_idx, dataloader_idx
+
+    trainer = Trainer(**quiet())
+    assert trainer.predict(Echo(), [0, 1]) == [(0, 0, 0), (1, 1, 0)]  # one loader of two batches
+    assert trainer.predict(Echo(), {"a": [0, 1], "b": [2]}) == [[(0, 0, 0), (1, 1, 0)], [(2, 0, 1)]]
+    assert trainer.predict(Echo(), [[0, 1], [2]]) == [[(0, 0, 0), (1, 1, 0)], [(2, 0, 1)]]

@@ -131,3 +131,43 @@ def test_the_batches_reach_the_step_as_the_loader_gives_them_without_the_transfe
 
     trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0).fit(Transfers(), data())
     assert Transfers.calls == 0  # Lightning's: the step fetches, and moves, its batches itself
+
+
+class Records(TrainModule):
+    """Records what the batch hooks get and what each step fetches: ``(batch, batch_idx, dataloader_idx)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(1, 1)
+        self.starts, self.fetched, self.ends = [], [], []
+
+    def _start(self, batch, batch_idx, dataloader_idx=0):
+        self.starts.append((batch, batch_idx, dataloader_idx))
+
+    def _step(self, dataloader_iter):
+        self.fetched.append(next(dataloader_iter))
+
+    def _end(self, outputs, batch, batch_idx, dataloader_idx=0):
+        self.ends.append((batch, batch_idx, dataloader_idx))
+
+    on_train_batch_start = on_validation_batch_start = on_predict_batch_start = _start
+    training_step = validation_step = predict_step = _step
+    on_train_batch_end = on_validation_batch_end = on_predict_batch_end = _end
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_a_dict_of_lists_of_values_is_several_loaders_for_a_dataloader_iter_step():
+    # Lightning's rule: a list of plain values is one loader, so the dict holds two
+    fit = Records()
+    trainer(max_epochs=1, limit_train_batches=3, limit_val_batches=0).fit(fit, {"a": [0, 1], "b": [2, 3]})
+    assert fit.fetched == [({"a": 0, "b": 2}, 0, 0), ({"a": 1, "b": 3}, 1, 0)]  # training combines them
+    assert fit.starts == [(None, 0, 0), ({"a": 0, "b": 2}, 0, 0)] and fit.ends == fit.fetched
+    val = Records()
+    trainer(limit_val_batches=1).validate(val, {"a": [0, 1], "b": [2, 3]})
+    assert val.fetched == [(0, 0, 0), (2, 0, 1)] and val.starts == [(None, 0, 0), (0, 0, 0)]  # one loader at a time
+    assert val.ends == val.fetched
+    predict = Records()
+    trainer().predict(predict, [[0, 1], [2, 3]])
+    assert predict.fetched == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)] and predict.ends == predict.fetched
