@@ -13,8 +13,8 @@ from ._disk import naming
 
 # The HParams tab (tensorboard 2.x) takes its columns from one "experiment" record, read from
 # the first run that has one, else built from every run's "session start" (the values) and
-# scalars: metrics then come in name order, so `epoch`, `grad_norm` and `throughput` take the 5
-# columns it ticks, and a scalar named like a hyperparameter (`lr`) is a second column of
+# scalars: metrics then come in name order, so `epoch` and whatever sorts before a model's values
+# take the 5 columns it ticks, and a scalar named like a hyperparameter (`lr`) is a second column of
 # that name. Each run writes its record when its fit ends, as Lightning's logger writes one:
 # its hyperparameters, and its metrics in the order below. (tensorboard's own summary helpers
 # need TensorFlow: built here.)
@@ -49,9 +49,8 @@ def experiment(hparams: dict[str, bool | int | float | str], metrics: list[str])
     return _hparams_summary("experiment", plugin_data_pb2.HParamsPluginData(experiment=record))
 
 
-# What the Trainer adds to each logging step (trainer/loops/log_writer.py): `epoch` (as
-# Lightning does) and `grad_norm`.
-_TRAINERS_OWN = ("epoch", "grad_norm")
+# What the Trainer adds to each logging step (trainer/loops/log_writer.py): `epoch`, as Lightning does.
+_TRAINERS_OWN = ("epoch",)
 
 
 def metric_columns(counts: dict[str, int], declared: list[str], hparams: dict[str, Any], prefix: str = "") -> list[str]:
@@ -62,7 +61,7 @@ def metric_columns(counts: dict[str, int], declared: list[str], hparams: dict[st
     2. the values the model logged, those written least often first: validation and epoch
        means, which runs are compared by, before per-step values (one batch's loss), ties
        in name order;
-    3. the Trainer's own (``epoch``, ``grad_norm``) and the
+    3. the Trainer's own (``epoch``) and the
        ``hp_metric=-1`` placeholder when nothing else was logged to it, by name.
 
     A name that is also a hyperparameter's is left out: its column would be a second ``lr``.

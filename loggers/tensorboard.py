@@ -32,13 +32,13 @@ class TensorBoardLogger(FolderLogger):
     - every value logged in ``training_step``, under its own name, every ``log_every_n_steps``
       optimizer steps, and its epoch mean as ``<name>_epoch`` at each epoch's end;
     - values logged in ``validation_step``/``test_step``: their means, under their own names;
-    - ``epoch``, and ``grad_norm`` (before clipping) when ``gradient_clip_val`` is set; no
+    - ``epoch``; no gradient norm (``self.log("grad_norm", self.trainer.grad_norm)`` logs it), no
       learning rate (``callbacks.LearningRateMonitor`` logs it, as in Lightning) and no throughput
       (``callbacks.ThroughputMonitor`` does);
     - the Trainer's options (``trainer/<option>``) and the model's ``save_hyperparameters``
       arguments in the HParams tab. When fit ends, the run's list of columns: the metrics
       given to ``log_hyperparams``, then the values logged, validation and epoch means first,
-      then ``epoch`` and ``grad_norm`` (the tab ticks the first 5);
+      then ``epoch`` (the tab ticks the first 5);
       a name that is also a hyperparameter's (``lr``) is one column, the hyperparameter.
 
     ``experiment`` is the ``torch.utils.tensorboard.SummaryWriter`` itself: ``add_image``,

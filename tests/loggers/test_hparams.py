@@ -67,15 +67,12 @@ def test_a_finished_fit_lists_its_validation_and_epoch_values_first_and_lr_once(
     trainer = _fit(LogsItsLR(), gradient_clip_val=1.0)
     experiment = _experiment(os.path.dirname(trainer.run_dir))
     metrics = [m.name.tag for m in experiment.metric_infos]
-    # Means first (2 points each), then the per-step loss (4 points), then the Trainer's own values.
-    assert metrics == [
-        "val_acc", "val_loss", "train_loss",
-        "epoch", "grad_norm",
-    ]
+    # Means first (2 points each), then the per-step loss (4 points), then the Trainer's own epoch.
+    assert metrics == ["val_acc", "val_loss", "train_loss", "epoch"]  # no grad_norm of the Trainer's, as Lightning
     # `lr` is the model's hyperparameter; the learning rate's curve stays in the Time Series tab.
     assert "lr" not in metrics and "lr" in {h.name for h in experiment.hparam_infos}
     hparams, ticked = _ticked(experiment)
-    assert ticked == ["val_acc", "val_loss", "train_loss", "epoch", "grad_norm"]
+    assert ticked == ["val_acc", "val_loss", "train_loss", "epoch"]
     assert hparams == ["classes", "dropout", "features", "hidden", "lr"]  # the model's, before trainer/...
 
     types = {h.name: h.type for h in experiment.hparam_infos}

@@ -108,8 +108,11 @@ class MetricSink:
         logger = logger is not False  # None: Lightning's default, True unless given
         steps = self.training and not self.epoch_end  # Lightning's defaults: a step value, else an epoch value
         opts = options_for(name, steps, logger, on_step, on_epoch, add_dataloader_idx, rank_zero_only)
-        if opts is None and (kind != "mean" or self.epoch_end):  # published under its own name
-            opts = LogOptions(name if steps else None, name, logger, rank_zero_only, add_dataloader_idx)
+        if opts is None and (kind != "mean" or self.epoch_end):  # published under its own name, as the hook's
+            # default: in training_step a step value only (Lightning's on_step=True, on_epoch=False, whatever
+            # reduce_fx), elsewhere an epoch value
+            step_name, epoch_name = (name, None) if steps else (None, name)
+            opts = LogOptions(step_name, epoch_name, logger, rank_zero_only, add_dataloader_idx)
         if opts is not None:
             opts.kind = kind
             self._register(name, opts)

@@ -29,9 +29,9 @@ class LogWriter(Callback):
     that what they log at an epoch's end is in that epoch's values).
 
     At each logging step (every ``log_every_n_steps`` optimizer steps) one ``log_metrics``
-    call gets the step's logged values, ``grad_norm`` when clipping, and ``epoch``; no throughput (Lightning's
-    ``ThroughputMonitor`` callback logs it, when asked for) and no learning rate: a user's ``lr`` curve is the
-    user's, and ``LearningRateMonitor`` logs it, as in Lightning. Epoch
+    call gets the step's logged values and ``epoch``, as Lightning's: no gradient norm (``trainer.grad_norm`` is
+    there for a user to ``self.log``), no throughput (Lightning's ``ThroughputMonitor`` callback logs it, when
+    asked for) and no learning rate: a user's ``lr`` curve is the user's, and ``LearningRateMonitor`` logs it. Epoch
     means (``<name>_epoch``) and validation and test means come at their ends, where each
     logger's ``save`` runs too, at most once a second: epochs of a few milliseconds then
     neither each wake a writer's thread nor each pay for a file write.
@@ -83,10 +83,7 @@ class LogWriter(Callback):
     def on_train_log(self, trainer: Trainer, module: TrainModule, metrics: dict[str, float]) -> None:
         if not metrics:  # nothing logged in the step: no row, as in Lightning
             return
-        values = dict(metrics)
-        if trainer.grad_norm is not None:
-            values["grad_norm"] = float(trainer.grad_norm)
-        self._send(trainer, values)
+        self._send(trainer, dict(metrics))
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         held, self._held = self._held, None

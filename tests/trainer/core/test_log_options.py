@@ -92,6 +92,45 @@ def test_a_torchmetrics_metric_is_computed_at_the_epoch_end_and_reset():
     assert model.val_acc.update_count == 0 and model.train_acc.update_count == 0  # reset after compute
 
 
+class ReducesWithDefaults(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.acc = torchmetrics.classification.BinaryAccuracy()
+        self.step_acc: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.step_acc.append(float(self.acc(logits.argmax(-1), y)))
+        self.log("most", float(batch_idx), reduce_fx="max")
+        self.log("total", float(batch_idx), reduce_fx="sum")
+        self.log("least", -float(batch_idx), reduce_fx=torch.min)
+        self.log("acc", self.acc)
+        return nn.functional.cross_entropy(logits, y)
+
+
+def test_reduce_fx_and_a_metric_in_training_step_with_the_defaults_are_step_values_only_as_lightnings(tmp_path):
+    from loggers import CSVLogger
+
+    model = ReducesWithDefaults()
+    trainer = Trainer(max_epochs=1, log_every_n_steps=1, logger=CSVLogger(tmp_path), **quiet())
+    trainer.fit(model, loader(64))  # 4 batches
+    with open(os.path.join(trainer.log_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    # Lightning's training_step defaults are on_step=True, on_epoch=False whatever reduce_fx is: one row per
+    # step with that step's values, and no epoch row holding the epoch's max, sum or min (or the Metric's compute).
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+    assert [float(r["most"]) for r in rows] == [0.0, 1.0, 2.0, 3.0]
+    assert [float(r["total"]) for r in rows] == [0.0, 1.0, 2.0, 3.0]
+    assert [float(r["least"]) for r in rows] == [0.0, -1.0, -2.0, -3.0]
+    assert [float(r["acc"]) for r in rows] == pytest.approx(model.step_acc)
+    assert not {h for h in rows[0] if h.endswith(("_step", "_epoch"))}
+    cm = trainer.callback_metrics  # the last step's values
+    assert (cm["most"], cm["total"], cm["least"]) == (3.0, 3.0, -3.0)
+    assert cm["acc"].item() == pytest.approx(model.step_acc[-1])
+    assert not trainer.train_epoch_metrics
+
+
 def _fit_logging(value, where="training_step"):
     class Logs(Classifier):
         def training_step(self, batch, batch_idx):

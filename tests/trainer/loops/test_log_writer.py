@@ -123,3 +123,35 @@ def test_a_mock_logger_gets_no_call_before_setup_as_lightnings(tmp_path):
     trainer.fit(Classifier(), loader(32))
     assert seen == [([], [])]
     logger.log_graph.assert_called_once()
+
+
+class LogsItsGradNorm(Classifier):
+    """Logs the Trainer's gradient norm itself, the way the docs show."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norms: list[float] = []
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.log("grad_norm", self.trainer.grad_norm)
+        self.norms.append(float(self.trainer.grad_norm))
+
+
+def test_clipping_adds_no_grad_norm_to_the_rows_and_a_model_can_log_trainer_grad_norm_itself():
+    options = dict(max_epochs=1, log_every_n_steps=2, enable_progress_bar=False, enable_checkpointing=False,
+                   enable_model_summary=False, gradient_clip_val=0.01)
+    logger = KeepsRows()
+    trainer = Trainer(logger=logger, **options)
+    trainer.fit(Classifier(), loader(64))
+    assert trainer.grad_norm is not None and float(trainer.grad_norm) > 0.01  # clipped, and readable
+    # Lightning logs no gradient norm of its own: a clipping Lightning script's rows hold what it logged.
+    assert [sorted(row) for _, row in logger.rows] == [["epoch", "train_loss"]] * 2
+
+    logger, model = KeepsRows(), LogsItsGradNorm()
+    trainer = Trainer(logger=logger, **options)
+    trainer.fit(model, loader(64))
+    norms = model.norms
+    assert len(set(norms)) == 4  # each step's own norm
+    assert [sorted(row) for _, row in logger.rows] == [["epoch", "grad_norm", "train_loss"]] * 2
+    # The row of step n holds the norm (before clipping) of the step that made it: steps 2 and 4.
+    assert [row["grad_norm"] for _, row in logger.rows] == pytest.approx([norms[1], norms[3]])

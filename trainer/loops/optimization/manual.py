@@ -185,7 +185,7 @@ def clip_gradients(
     gradient_clip_algorithm: str | None = None,
 ) -> torch.Tensor | None:
     """Clip ``optimizer``'s gradients by their global norm (default) or by value; returns the
-    norm before clipping, also kept as ``trainer.grad_norm`` (and logged as ``grad_norm``).
+    norm before clipping, also kept as ``trainer.grad_norm`` (logged only if you log it).
     Lightning's: a value or algorithm left out is the Trainer's; one given that differs from the
     Trainer's is an error (the Trainer's setting would silently lose)."""
     trainer = module.trainer
