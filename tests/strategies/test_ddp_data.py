@@ -95,7 +95,8 @@ def test_predict_under_ddp_loads_the_checkpoint_and_returns_one_list_per_loader(
     trained = Classifier()
     trained.load_state_dict(torch.load("checkpoints/last.ckpt", weights_only=True)["state_dict"])
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), trained.state_dict().values()))
-    for key, loader in loaders.items():
+    assert isinstance(out, list) and len(out) == 2  # one list per loader, a dict's in its order, as Lightning's
+    for predictions, loader in zip(out, loaders.values()):
         with torch.no_grad():
             expected = trained(loader.dataset.tensors[0]).argmax(-1)
-        assert torch.equal(torch.cat(out[key]), expected)  # every rank's share, in the loader's order
+        assert torch.equal(torch.cat(predictions), expected)  # every rank's share, in the loader's order
